@@ -1,0 +1,139 @@
+// Package toolkit holds what every gpubpf command shares: the common flags of
+// CLI.md, exit codes, the privilege check and the --help layout, so that the
+// five tools behave alike and none of them re-implements it.
+package toolkit
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+)
+
+// Version is stamped by the Makefile (-ldflags -X).
+var Version = "dev"
+
+// Exit codes of CLI.md: 1 for errors, 2 for usage errors.
+const (
+	ExitError = 1
+	ExitUsage = 2
+)
+
+// UsageError marks a mistake in how the tool was invoked; it exits with 2.
+type UsageError struct{ Msg string }
+
+func (e *UsageError) Error() string { return e.Msg }
+
+// Usagef returns a UsageError.
+func Usagef(format string, args ...any) error {
+	return &UsageError{Msg: fmt.Sprintf(format, args...)}
+}
+
+// Common flag names, identical in every tool.
+const (
+	FlagPID       = "pid"
+	FlagKernel    = "kernel"
+	FlagInterval  = "interval"
+	FlagDuration  = "duration"
+	FlagTimestamp = "timestamp"
+	FlagJSON      = "json"
+	FlagVerbose   = "verbose"
+)
+
+// CommonFlags returns the flags every tool accepts (CLI.md "Invocation").
+func CommonFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.IntSliceFlag{Name: FlagPID, Aliases: []string{"p"}, Usage: "trace this process (may repeat)"},
+		&cli.StringSliceFlag{Name: FlagKernel, Aliases: []string{"k"}, Usage: "only kernels matching `PATTERN` (mangled, demangled or glob; may repeat)"},
+		&cli.Float64Flag{Name: FlagInterval, Aliases: []string{"i"}, Usage: "print and reset every `SECONDS`"},
+		&cli.Float64Flag{Name: FlagDuration, Aliases: []string{"d"}, Usage: "stop after `SECONDS`"},
+		&cli.BoolFlag{Name: FlagTimestamp, Aliases: []string{"T"}, Usage: "print HH:MM:SS on each output line"},
+		&cli.BoolFlag{Name: FlagJSON, Aliases: []string{"j"}, Usage: "one JSON object per line, no decoration"},
+		&cli.BoolFlag{Name: FlagVerbose, Aliases: []string{"v"}, Usage: "say more about what the tool does"},
+	}
+}
+
+// NewApp returns a urfave/cli app with gpubpf's conventions: version, an
+// EXAMPLES section at the end of --help, and errors handled by Run.
+func NewApp(name, usage, examples string) *cli.App {
+	app := &cli.App{
+		Name:                   name,
+		Usage:                  usage,
+		Version:                Version,
+		UseShortOptionHandling: true,
+		HideHelpCommand:        true,
+		ExitErrHandler:         func(*cli.Context, error) {},
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return &UsageError{Msg: err.Error()}
+		},
+	}
+	if examples != "" {
+		app.CustomAppHelpTemplate = cli.AppHelpTemplate + "\nEXAMPLES:\n" + indent(strings.TrimSpace(examples)) + "\n"
+	}
+	return app
+}
+
+func indent(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		lines[i] = "   " + l
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Run runs app with os.Args and exits with CLI.md's status codes. Errors are
+// printed as one line on stderr, prefixed with the tool's name.
+func Run(app *cli.App) {
+	os.Exit(RunArgs(app, os.Args, os.Stderr))
+}
+
+// RunArgs is Run without the exit, for tests.
+func RunArgs(app *cli.App, args []string, stderr io.Writer) int {
+	err := app.Run(args)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", app.Name, err)
+	var ue *UsageError
+	if errors.As(err, &ue) {
+		return ExitUsage
+	}
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) && ec.ExitCode() != 0 {
+		return ec.ExitCode()
+	}
+	return ExitError
+}
+
+// NotBuilt is the whole behaviour of a tool whose issue has not landed yet:
+// it says so plainly and exits 1, printing no made-up output.
+func NotBuilt(name, usage string) *cli.App {
+	app := NewApp(name, usage, "")
+	app.SkipFlagParsing = true
+	app.Action = func(*cli.Context) error {
+		return fmt.Errorf("not built yet: this tool is planned (see ROADMAP) but its implementation has not landed; nothing was traced")
+	}
+	return app
+}
+
+// RequireRoot fails with a clear message unless the process may load BPF
+// programs: root, or CAP_BPF together with CAP_PERFMON and CAP_SYS_ADMIN-free
+// uprobe access via CAP_PERFMON.
+func RequireRoot() error {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	var hdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err == nil {
+		has := func(c uint) bool { return data[c/32].Effective&(1<<(c%32)) != 0 }
+		if has(unix.CAP_BPF) && has(unix.CAP_PERFMON) {
+			return nil
+		}
+	}
+	return errors.New("needs root (or CAP_BPF and CAP_PERFMON) to load eBPF programs: run it with sudo")
+}
