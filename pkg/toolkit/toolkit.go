@@ -17,6 +17,11 @@ import (
 // Version is stamped by the Makefile (-ldflags -X).
 var Version = "dev"
 
+func init() {
+	// -v is --verbose in every bcc tool; urfave/cli would take it for --version.
+	cli.VersionFlag = &cli.BoolFlag{Name: "version", Usage: "print the version"}
+}
+
 // Exit codes of CLI.md: 1 for errors, 2 for usage errors.
 const (
 	ExitError = 1

@@ -1,0 +1,48 @@
+package examples
+
+import (
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// The bundled objects must load as bpftime-style GPU programs: kprobe
+// programs whose AttachTo names the CUDA kernel, with their GPU map types
+// kept as they are.
+func TestObjectsKeepBpftimeConventions(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		load    func() (*ebpf.CollectionSpec, error)
+		progs   map[string]string // program -> AttachTo
+		mapType map[string]ebpf.MapType
+	}{
+		{"counter", loadCounter,
+			map[string]string{"vectorAdd_entry": "_Z9vectorAddPKfS0_Pfi", "vectorAdd_exit": "_Z9vectorAddPKfS0_Pfi"},
+			map[string]ebpf.MapType{"calls": 1503}},
+		{"trace", loadTrace,
+			map[string]string{"cuda__probe": "_Z9vectorAddPKfS0_Pfi"},
+			map[string]ebpf.MapType{"events": 1527}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, err := tc.load()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for name, attach := range tc.progs {
+				p := spec.Programs[name]
+				if p == nil {
+					t.Fatalf("program %s missing", name)
+				}
+				if p.Type != ebpf.Kprobe || p.AttachTo != attach {
+					t.Errorf("%s: type %v attach %q, want kprobe %q", name, p.Type, p.AttachTo, attach)
+				}
+			}
+			for name, typ := range tc.mapType {
+				m := spec.Maps[name]
+				if m == nil || m.Type != typ {
+					t.Errorf("map %s: %+v, want type %d", name, m, typ)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,84 @@
+package toolkit
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+)
+
+func TestExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		action func(*cli.Context) error
+		args   []string
+		want   int
+		stderr string
+	}{
+		{"ok", func(*cli.Context) error { return nil }, nil, 0, ""},
+		{"error", func(*cli.Context) error { return errors.New("boom") }, nil, ExitError, "t: boom"},
+		{"usage error from action", func(*cli.Context) error { return Usagef("need -p") }, nil, ExitUsage, "t: need -p"},
+		{"unknown flag", func(*cli.Context) error { return nil }, []string{"--nope"}, ExitUsage, "flag provided but not defined"},
+		{"bad flag value", func(*cli.Context) error { return nil }, []string{"-p", "x"}, ExitUsage, "invalid value"},
+		{"exit coder", func(*cli.Context) error { return cli.Exit("custom", 3) }, nil, 3, "t: custom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			app := NewApp("t", "test", "t -p 1")
+			app.Flags = CommonFlags()
+			app.Action = tc.action
+			var stderr bytes.Buffer
+			got := RunArgs(app, append([]string{"t"}, tc.args...), &stderr)
+			if got != tc.want {
+				t.Fatalf("exit code %d, want %d (stderr %q)", got, tc.want, stderr.String())
+			}
+			if !strings.Contains(stderr.String(), tc.stderr) {
+				t.Fatalf("stderr %q does not contain %q", stderr.String(), tc.stderr)
+			}
+		})
+	}
+}
+
+func TestNotBuiltSaysSoAndFails(t *testing.T) {
+	var stderr bytes.Buffer
+	code := RunArgs(NotBuilt("threadhist", "x"), []string{"threadhist", "-p", "1", "--", "./app"}, &stderr)
+	if code != ExitError {
+		t.Fatalf("exit code %d, want %d", code, ExitError)
+	}
+	if !strings.Contains(stderr.String(), "not built yet") {
+		t.Fatalf("stderr %q does not say the tool is not built", stderr.String())
+	}
+}
+
+func TestCommonFlagsShortForms(t *testing.T) {
+	app := NewApp("t", "test", "")
+	app.Flags = CommonFlags()
+	var pids []int
+	var kernels []string
+	var js, ts bool
+	app.Action = func(c *cli.Context) error {
+		pids, kernels = c.IntSlice(FlagPID), c.StringSlice(FlagKernel)
+		js, ts = c.Bool(FlagJSON), c.Bool(FlagTimestamp)
+		return nil
+	}
+	if code := RunArgs(app, []string{"t", "-p", "1", "-p", "2", "-k", "vectorAdd", "-jT"}, &bytes.Buffer{}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if len(pids) != 2 || pids[1] != 2 || len(kernels) != 1 || !js || !ts {
+		t.Fatalf("parsed pids=%v kernels=%v json=%v ts=%v", pids, kernels, js, ts)
+	}
+}
+
+func TestHelpEndsWithExamples(t *testing.T) {
+	app := NewApp("t", "test", "t -p 4242   # trace a process")
+	var out bytes.Buffer
+	app.Writer = &out
+	if code := RunArgs(app, []string{"t", "--help"}, &bytes.Buffer{}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	s := strings.TrimSpace(out.String())
+	if !strings.HasSuffix(s, "t -p 4242   # trace a process") || !strings.Contains(s, "EXAMPLES:") {
+		t.Fatalf("help does not end with EXAMPLES:\n%s", s)
+	}
+}
