@@ -9,16 +9,27 @@ GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 # Where Debian's nvidia-cuda-toolkit is unpacked (ptxas, cuobjdump for tests).
 export GPUBPF_CUDA_BIN ?= /opt/cudadeb/root/usr/bin
 
-.PHONY: all tools agent samples generate check-generated fmt vet test test-unit \
+.PHONY: all tools embed-agent agent samples generate check-generated fmt vet test test-unit \
         test-gpu bench bench-cpu demo gpu-bundle clean
 
-all: tools agent samples
+all: agent tools samples
 
-tools: $(addprefix bin/,$(TOOLS))
+tools: embed-agent $(addprefix bin/,$(TOOLS))
 
+# Tools carry the agent inside them (go:embed) when it has been built.
+embed-agent: agent
+	@if [ -f bin/libgpubpf-agent.so ]; then cp bin/libgpubpf-agent.so pkg/runtime/agentlib/embedded/; fi
+
+# Without Go (the GPU machine) the binaries carried from a build machine are used.
+HAVE_GO  := $(shell command -v $(GO) 2>/dev/null)
 bin/%: FORCE
 	@mkdir -p bin
+ifneq ($(HAVE_GO),)
 	$(GOBUILD) -o $@ ./tools/$*
+else
+	@test -x $@ || { echo "$@: no Go toolchain here and no prebuilt binary: run 'make gpu-bundle' on a build machine and carry bin/"; exit 1; }
+	@echo "$@: no Go here, using the prebuilt binary"
+endif
 
 FORCE:
 

@@ -1,0 +1,97 @@
+package runtime
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/cilium/ebpf"
+)
+
+// ProbeSite says where in a GPU kernel a GPU program runs.
+type ProbeSite int
+
+const (
+	// SiteEntry runs the program at kernel entry, or at the kernel's stub
+	// hook call (__bpftime_cuda__kernel_trace) where it has one.
+	SiteEntry ProbeSite = iota
+	// SiteExit runs the program before every exit of the kernel.
+	SiteExit
+)
+
+func (s ProbeSite) String() string {
+	if s == SiteExit {
+		return "exit"
+	}
+	return "entry"
+}
+
+// GPUProgram is a program of the collection that runs inside CUDA kernels.
+type GPUProgram struct {
+	Spec *ebpf.ProgramSpec
+	Site ProbeSite
+	// Kernel is the pattern from the section name (mangled, demangled or
+	// glob), with bpftime's "cuda_" prefix already stripped.
+	Kernel string
+}
+
+// CPUProgram is a program of the collection that runs in the Linux kernel
+// as a uprobe or uretprobe on a CUDA library or the executable.
+type CPUProgram struct {
+	Spec   *ebpf.ProgramSpec
+	Return bool
+	// Path and Symbol come from "uprobe/PATH:SYMBOL"; both may be empty
+	// ("uprobe" with the target chosen at run time by the tool).
+	Path, Symbol string
+}
+
+// SplitPrograms sorts the programs of a collection into GPU programs and
+// CPU programs, following bpftime's conventions (kprobe/<kernel>,
+// kretprobe/<kernel>, an optional cuda_ prefix) and gpubpf's own spelling
+// (gpu/entry/<kernel>, gpu/exit/<kernel>). Any other program type is an
+// error naming the program: gpubpf knows no attach point for it.
+func SplitPrograms(spec *ebpf.CollectionSpec) (gpu []GPUProgram, cpu []CPUProgram, err error) {
+	for _, name := range sortedKeys(spec.Programs) {
+		p := spec.Programs[name]
+		sec := p.SectionName
+		switch {
+		case hasPrefix(sec, "kprobe/"), hasPrefix(sec, "gpu/entry/"):
+			gpu = append(gpu, GPUProgram{Spec: p, Site: SiteEntry, Kernel: kernelOfSection(sec)})
+		case hasPrefix(sec, "kretprobe/"), hasPrefix(sec, "gpu/exit/"):
+			gpu = append(gpu, GPUProgram{Spec: p, Site: SiteExit, Kernel: kernelOfSection(sec)})
+		case sec == "uprobe" || sec == "uretprobe" || hasPrefix(sec, "uprobe/") || hasPrefix(sec, "uretprobe/"):
+			c := CPUProgram{Spec: p, Return: strings.HasPrefix(sec, "uretprobe")}
+			if _, target, ok := strings.Cut(sec, "/"); ok {
+				i := strings.LastIndexByte(target, ':')
+				if i <= 0 || i == len(target)-1 {
+					return nil, nil, fmt.Errorf("program %s: section %q: want uprobe/PATH:SYMBOL", name, sec)
+				}
+				c.Path, c.Symbol = target[:i], target[i+1:]
+			}
+			cpu = append(cpu, c)
+		default:
+			return nil, nil, fmt.Errorf("program %s: section %q is neither a GPU probe (kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL) nor a uprobe", name, sec)
+		}
+	}
+	for _, g := range gpu {
+		if g.Kernel == "" {
+			return nil, nil, fmt.Errorf("program %s: section %q names no CUDA kernel", g.Spec.Name, g.Spec.SectionName)
+		}
+	}
+	return gpu, cpu, nil
+}
+
+func hasPrefix(s, p string) bool { return strings.HasPrefix(s, p) }
+
+// kernelOfSection returns the kernel pattern of a GPU section, dropping
+// bpftime's "cuda_" marker: "kretprobe/cuda__Z9vectorAddPKfS0_Pf" names
+// "_Z9vectorAddPKfS0_Pf".
+func kernelOfSection(sec string) string {
+	_, k, _ := strings.Cut(sec, "/")
+	if strings.HasPrefix(sec, "gpu/") {
+		_, k, _ = strings.Cut(k, "/")
+	}
+	if strings.HasPrefix(k, "cuda_") && len(k) > len("cuda_") {
+		k = k[len("cuda_"):]
+	}
+	return k
+}

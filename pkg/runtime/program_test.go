@@ -1,0 +1,69 @@
+package runtime
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+func TestSplitPrograms(t *testing.T) {
+	spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
+		"a": {Name: "a", SectionName: "kprobe/_Z9vectorAddPKfS0_Pfi"},
+		"b": {Name: "b", SectionName: "kretprobe/cuda__Z9vectorAddPKfS0_Pf"},
+		"c": {Name: "c", SectionName: "gpu/entry/vectorAdd"},
+		"d": {Name: "d", SectionName: "gpu/exit/*Add*"},
+		"e": {Name: "e", SectionName: "uprobe/./app:cudaLaunchKernel"},
+		"f": {Name: "f", SectionName: "uretprobe"},
+		"g": {Name: "g", SectionName: "uprobe//usr/lib/libcudart.so.13:cudaMalloc"},
+	}}
+	gpu, cpu, err := SplitPrograms(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantGPU := map[string]struct {
+		site   ProbeSite
+		kernel string
+	}{
+		"a": {SiteEntry, "_Z9vectorAddPKfS0_Pfi"},
+		"b": {SiteExit, "_Z9vectorAddPKfS0_Pf"},
+		"c": {SiteEntry, "vectorAdd"},
+		"d": {SiteExit, "*Add*"},
+	}
+	if len(gpu) != len(wantGPU) {
+		t.Fatalf("got %d GPU programs, want %d", len(gpu), len(wantGPU))
+	}
+	for _, g := range gpu {
+		w := wantGPU[g.Spec.Name]
+		if g.Site != w.site || g.Kernel != w.kernel {
+			t.Errorf("%s: site %v kernel %q, want %v %q", g.Spec.Name, g.Site, g.Kernel, w.site, w.kernel)
+		}
+	}
+	wantCPU := map[string]CPUProgram{
+		"e": {Path: "./app", Symbol: "cudaLaunchKernel"},
+		"f": {Return: true},
+		"g": {Path: "/usr/lib/libcudart.so.13", Symbol: "cudaMalloc"},
+	}
+	for _, c := range cpu {
+		w := wantCPU[c.Spec.Name]
+		if c.Return != w.Return || c.Path != w.Path || c.Symbol != w.Symbol {
+			t.Errorf("%s: %+v, want %+v", c.Spec.Name, c, w)
+		}
+	}
+}
+
+func TestSplitProgramsRefuses(t *testing.T) {
+	for sec, want := range map[string]string{
+		"xdp":              "neither a GPU probe",
+		"kprobe/":          "names no CUDA kernel",
+		"uprobe/nocolon":   "want uprobe/PATH:SYMBOL",
+		"uretprobe/path:":  "want uprobe/PATH:SYMBOL",
+		"tracepoint/sched": "neither a GPU probe",
+	} {
+		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"p": {Name: "p", SectionName: sec}}}
+		_, _, err := SplitPrograms(spec)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("section %q: error %v, want one containing %q", sec, err, want)
+		}
+	}
+}

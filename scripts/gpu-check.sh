@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# One-call GPU check (make test-gpu / make bench): on the GPU machine, build
+# the CUDA samples and the agent, run every GPU test and benchmark that
+# exists under scripts/gpu/, and print a short table last.
+#
+# The GPU machine has no Go: Go binaries come prebuilt from `make gpu-bundle`
+# (bin/ and .gpu/), carried along with the working tree.
+#
+#   scripts/gpu-check.sh               every check
+#   scripts/gpu-check.sh --bench-only  only the benchmarks
+#   scripts/gpu-check.sh NAME...       only these checks (samples, agent, jit, ptx, ...)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+if [ ! -e /dev/nvidia0 ] && ! nvidia-smi -L >/dev/null 2>&1; then
+	echo "gpu-check: no NVIDIA GPU on this machine (no /dev/nvidia0, nvidia-smi finds none): nothing was run."
+	echo "gpu-check: run 'make gpu-bundle' on a build machine, then 'make test-gpu' on a GPU machine."
+	exit 0
+fi
+
+LOGDIR=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}
+mkdir -p "$LOGDIR"
+RESULTS=$LOGDIR/results.tsv
+: >"$RESULTS"
+DEVICE=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1)
+NVCC=$(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo "nvcc missing")
+echo "gpu-check: $(date -u +%Y-%m-%dT%H:%MZ) on ${DEVICE:-unknown GPU} ($NVCC), logs in $LOGDIR"
+
+# check NAME TIMEOUT CMD...: run CMD, keep its log, record pass/fail and the
+# last line that starts with "SUMMARY:" (or the last line) as its summary.
+check() {
+	local name=$1 limit=$2; shift 2
+	local log=$LOGDIR/$name.log t0=$SECONDS rc
+	echo "---- $name: $*"
+	timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
+	rc=$?
+	local secs=$((SECONDS - t0))
+	local summary
+	summary=$(grep -E '^SUMMARY:' "$log" | tail -1 | sed 's/^SUMMARY:[[:space:]]*//')
+	[ -n "$summary" ] || summary=$(grep -v '^[[:space:]]*$' "$log" | tail -1)
+	local verdict=PASS
+	[ $rc -eq 0 ] || verdict="FAIL($rc)"
+	[ $rc -eq 124 ] && verdict="TIMEOUT"
+	tail -n 40 "$log"
+	printf '%s\t%s\t%s\t%s\n' "$name" "$verdict" "$secs" "${summary:0:90}" >>"$RESULTS"
+}
+
+want() { # is check $1 selected?
+	[ ${#SELECTED[@]} -eq 0 ] && return 0
+	local s; for s in "${SELECTED[@]}"; do [ "$s" = "$1" ] && return 0; done; return 1
+}
+
+BENCH_ONLY=0
+SELECTED=()
+for a in "$@"; do
+	case $a in
+	--bench-only) BENCH_ONLY=1 ;;
+	*) SELECTED+=("$a") ;;
+	esac
+done
+
+# Builds first: everything after needs them.
+if want build || [ ${#SELECTED[@]} -gt 0 ]; then
+	check build-samples 600 make -C samples REQUIRE_NVCC=1 -j"$(nproc)"
+	check build-agent 120 make agent
+fi
+
+if [ $BENCH_ONLY -eq 0 ]; then
+	want samples && [ -x samples/check.sh ] && check samples 300 samples/check.sh
+	for s in scripts/gpu/*-check.sh scripts/gpu/*-difftest.sh; do
+		[ -f "$s" ] || continue
+		name=$(basename "$s" .sh)
+		name=${name%-check}
+		want "$name" && check "$name" 600 bash "$s"
+	done
+fi
+for s in scripts/gpu/*-bench.sh; do
+	[ -f "$s" ] || continue
+	name=$(basename "$s" .sh)
+	want "$name" && check "$name" 600 bash "$s"
+done
+
+echo
+echo "== gpubpf GPU check: $(date -u +%Y-%m-%d) ${DEVICE:-unknown GPU}, $NVCC =="
+{
+	printf 'check\tresult\tsecs\tsummary\n'
+	cat "$RESULTS"
+} | column -t -s $'\t'
+fails=$(awk -F'\t' '$2 != "PASS"' "$RESULTS" | wc -l)
+total=$(wc -l <"$RESULTS")
+echo "$((total - fails)) passed, $fails failed"
+[ "$fails" -eq 0 ]
