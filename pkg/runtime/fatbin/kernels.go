@@ -1,0 +1,290 @@
+package fatbin
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ianlancetaylor/demangle"
+)
+
+// stoCUDAEntry marks kernel (.entry) symbols in a cubin's symbol table.
+const stoCUDAEntry = 0x10
+
+// Kernel is one kernel of a binary with where its code is available.
+type Kernel struct {
+	Name      string // mangled
+	Demangled string // without parameters, e.g. "ns::reduce"; Name if not mangled
+	Signature string // full demangled signature, e.g. "ns::reduce(float const*, float*, int)"
+	HasPTX    bool
+	PTXArchs  []string // compute_XX of the PTX that defines it
+	SASSArchs []string // sm_XX of the cubins that define it
+}
+
+// Traceable reports whether the kernel can be instrumented (it has PTX).
+func (k *Kernel) Traceable() bool { return k.HasPTX }
+
+// Advice says what to do to trace a kernel without PTX; "" if it has PTX.
+func (k *Kernel) Advice() string {
+	if k.HasPTX {
+		return ""
+	}
+	arch := "compute_XX"
+	if len(k.SASSArchs) > 0 {
+		arch = "compute_" + strings.TrimPrefix(k.SASSArchs[len(k.SASSArchs)-1], "sm_")
+	}
+	return fmt.Sprintf("kernel %s has only %s SASS, no PTX: rebuild with -gencode arch=%s,code=%s to trace it",
+		k.Demangled, strings.Join(k.SASSArchs, ","), arch, arch)
+}
+
+// Demangle returns the name without parameters and the full signature.
+func Demangle(name string) (base, sig string) {
+	sig = demangle.Filter(name)
+	if b, err := demangle.ToString(name, demangle.NoParams, demangle.NoTemplateParams); err == nil {
+		base = b
+	} else {
+		base = sig
+	}
+	return base, sig
+}
+
+// Kernels lists every kernel of the fatbins, sorted by demangled name.
+// Elements that cannot be read are skipped; use Inventory to see why.
+func Kernels(fbs ...*Fatbin) []Kernel {
+	ks, _ := Inventory(fbs...)
+	return ks
+}
+
+// Inventory is Kernels that also reports unreadable elements (the list is
+// still filled from the readable ones).
+func Inventory(fbs ...*Fatbin) ([]Kernel, error) {
+	byName := map[string]*Kernel{}
+	var errs []error
+	get := func(n string) *Kernel {
+		k := byName[n]
+		if k == nil {
+			base, sig := Demangle(n)
+			k = &Kernel{Name: n, Demangled: base, Signature: sig}
+			byName[n] = k
+		}
+		return k
+	}
+	for _, fb := range fbs {
+		for _, e := range fb.Elements {
+			switch e.Kind {
+			case KindPTX:
+				p, err := e.Payload()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", fb.Source, err))
+					continue
+				}
+				for _, n := range PTXEntries(p) {
+					k := get(n)
+					k.HasPTX = true
+					k.PTXArchs = addUniq(k.PTXArchs, e.Arch())
+				}
+			case KindELF:
+				p, err := e.Payload()
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", fb.Source, err))
+					continue
+				}
+				names, sm, err := CubinKernels(p)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: cubin at offset %#x: %w", fb.Source, e.Offset, err))
+					continue
+				}
+				arch := e.Arch()
+				if e.SM == 0 && sm != 0 {
+					arch = "sm_" + strconv.Itoa(sm)
+				}
+				for _, n := range names {
+					k := get(n)
+					k.SASSArchs = addUniq(k.SASSArchs, arch)
+				}
+			}
+		}
+	}
+	out := make([]Kernel, 0, len(byName))
+	for _, k := range byName {
+		sortArchs(k.PTXArchs)
+		sortArchs(k.SASSArchs)
+		out = append(out, *k)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Demangled != out[j].Demangled {
+			return out[i].Demangled < out[j].Demangled
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, errors.Join(errs...)
+}
+
+func addUniq(s []string, v string) []string {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
+
+func archNum(a string) int {
+	i := strings.LastIndexByte(a, '_')
+	n, _ := strconv.Atoi(strings.TrimRight(a[i+1:], "af"))
+	return n
+}
+
+func sortArchs(s []string) {
+	sort.Slice(s, func(i, j int) bool { return archNum(s[i]) < archNum(s[j]) })
+}
+
+// PTXEntries returns the names of the .entry functions of PTX text, in
+// order. It is a light scan (no full parse) so listing kernels of a large
+// binary stays cheap.
+func PTXEntries(ptx []byte) []string {
+	var out []string
+	rest := ptx
+	for {
+		i := bytes.Index(rest, []byte(".entry"))
+		if i < 0 {
+			return out
+		}
+		// Must be a directive: preceded by start, space or newline, followed by space.
+		okBefore := i == 0 || isSpace(rest[i-1])
+		rest = rest[i+len(".entry"):]
+		if !okBefore || len(rest) == 0 || !isSpace(rest[0]) {
+			continue
+		}
+		// Skip whitespace, then the identifier.
+		j := 0
+		for j < len(rest) && isSpace(rest[j]) {
+			j++
+		}
+		k := j
+		for k < len(rest) && isIdent(rest[k]) {
+			k++
+		}
+		if k > j {
+			out = append(out, string(rest[j:k]))
+		}
+		rest = rest[k:]
+	}
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+func isIdent(c byte) bool {
+	return c == '_' || c == '$' || c == '%' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// CubinKernels lists the kernels (entry symbols) of a cubin and the SM
+// version recorded in its ELF header flags (0 if unrecognised).
+func CubinKernels(cubin []byte) (names []string, sm int, err error) {
+	if len(cubin) >= 24 && bytes.HasPrefix(cubin, []byte(elf.ELFMAG)) {
+		// nvcc stores the toolkit version (e.g. 0x76 = 118) in e_version,
+		// which debug/elf rejects unless it is EV_CURRENT: patch a copy.
+		c := make([]byte, len(cubin))
+		copy(c, cubin)
+		binary.LittleEndian.PutUint32(c[20:], uint32(elf.EV_CURRENT))
+		cubin = c
+	}
+	f, err := elf.NewFile(bytes.NewReader(cubin))
+	if err != nil {
+		return nil, 0, fmt.Errorf("not an ELF cubin: %w", err)
+	}
+	defer f.Close()
+	sm = cubinSM(cubin, f.ABIVersion)
+	syms, err := f.Symbols()
+	if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+		return nil, sm, fmt.Errorf("symbol table: %w", err)
+	}
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Other&stoCUDAEntry != 0 {
+			names = append(names, s.Name)
+		}
+	}
+	if len(names) == 0 {
+		// Some toolkits do not set STO_CUDA_ENTRY; every kernel has its own
+		// .nv.info.NAME section carrying the kernel attributes.
+		for _, s := range f.Sections {
+			if n, ok := strings.CutPrefix(s.Name, ".nv.info."); ok && n != "" {
+				names = append(names, n)
+			}
+		}
+	}
+	return names, sm, nil
+}
+
+// cubinSM decodes the target SM from e_flags (offset 48 of an ELF64
+// header; debug/elf does not expose it). Up to CUDA 12 (ELF ABI version 7)
+// the SM is in bits 0-7 (repeated in bits 16-23); newer ABI versions moved
+// it to bits 8-15.
+func cubinSM(cubin []byte, abi uint8) int {
+	if len(cubin) < 52 || cubin[4] != byte(elf.ELFCLASS64) {
+		return 0
+	}
+	flags := binary.LittleEndian.Uint32(cubin[48:])
+	if abi >= 8 {
+		return int(flags >> 8 & 0xff)
+	}
+	return int(flags & 0xff)
+}
+
+// PTXFor returns the PTX element that defines kernel (mangled name) with
+// the highest compute capability not above maxSM (0: no limit; the JIT
+// cannot compile PTX for a newer architecture than the device's), and its
+// text. The error says what to do when there is none.
+func PTXFor(fbs []*Fatbin, kernel string, maxSM int) (*Element, []byte, error) {
+	var best *Element
+	var bestText []byte
+	var sass []string
+	for _, fb := range fbs {
+		for _, e := range fb.Elements {
+			switch {
+			case e.Kind == KindELF:
+				if names, _, err := func() ([]string, int, error) {
+					p, err := e.Payload()
+					if err != nil {
+						return nil, 0, err
+					}
+					return CubinKernels(p)
+				}(); err == nil && contains(names, kernel) {
+					sass = addUniq(sass, e.Arch())
+				}
+			case e.Kind == KindPTX && (maxSM == 0 || e.SM <= maxSM) && (best == nil || e.SM > best.SM):
+				p, err := e.Payload()
+				if err != nil {
+					return nil, nil, fmt.Errorf("%s: %w", fb.Source, err)
+				}
+				if contains(PTXEntries(p), kernel) {
+					best, bestText = e, p
+				}
+			}
+		}
+	}
+	if best == nil {
+		base, _ := Demangle(kernel)
+		if len(sass) > 0 {
+			k := Kernel{Name: kernel, Demangled: base, SASSArchs: sass}
+			sortArchs(k.SASSArchs)
+			return nil, nil, fmt.Errorf("%s", k.Advice())
+		}
+		return nil, nil, fmt.Errorf("kernel %s is not in these fatbins (no PTX or SASS defines it)", base)
+	}
+	return best, bestText, nil
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}

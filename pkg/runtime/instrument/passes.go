@@ -1,0 +1,743 @@
+package instrument
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/ptx"
+)
+
+// Names the passes put into instrumented functions. The gpubpf prefix keeps
+// them apart from compiler-generated names.
+const (
+	ctxVar = "__gpubpf_ctx" // .local copy of the kernel's parameters
+	memVar = "__gpubpf_mem" // .local {u64 addr; u32 size; u32 is_store}
+	ctxReg = "%gpubpf_ctx"  // generic address of ctxVar
+	memReg = "%gpubpf_mem"  // generic address of memVar
+
+	memAddrReg = "%gpubpf_maddr" // address of the access being recorded
+	memMetaReg = "%gpubpf_mmeta" // its size | is_store<<32
+)
+
+func instr(pred, op string, operands ...string) *ptx.Stmt {
+	return &ptx.Stmt{Kind: ptx.Instr, Pred: pred, Op: op, Operands: operands}
+}
+
+func decl(text string) *ptx.Stmt { return &ptx.Stmt{Kind: ptx.Decl, Text: text} }
+
+// Statements every probe call shares. They are never modified after
+// creation (the passes only rewrite instructions that reference module
+// variables or that they created for one site), so one copy serves all
+// sites; a large module has tens of thousands of them.
+var (
+	stOpen   = &ptx.Stmt{Kind: ptx.BlockOpen}
+	stClose  = &ptx.Stmt{Kind: ptx.BlockClose}
+	stArgDcl = decl(".param .b64 gpubpf_arg")
+	stRetDcl = decl(".param .b64 gpubpf_ret")
+)
+
+// callProbe returns the statements that call probe with ctx (a register or
+// "0"). The probe may be reached divergently, so plain call, not call.uni.
+func (c *Clone) callProbe(probe, ctx string) []*ptx.Stmt {
+	return c.appendCall(make([]*ptx.Stmt, 0, 6), probe, ctx)
+}
+
+// guard wraps stmts so they run only where pred ("@%p" or "@!%p") holds.
+func (c *Clone) guard(pred string, stmts []*ptx.Stmt) []*ptx.Stmt {
+	if pred == "" {
+		return stmts
+	}
+	l := c.newLabel()
+	out := []*ptx.Stmt{instr(negate(pred), "bra.uni", l)}
+	out = append(out, stmts...)
+	return append(out, &ptx.Stmt{Kind: ptx.Label, Text: l})
+}
+
+func negate(pred string) string {
+	if strings.HasPrefix(pred, "@!") {
+		return "@" + pred[2:]
+	}
+	return "@!" + pred[1:]
+}
+
+// bodyStart is the index after the leading declarations of a body, where
+// entry code goes (the .reg and .local declarations must stay first so the
+// inserted code can follow nvcc's layout; PTX itself allows either).
+func bodyStart(f *ptx.Func) int {
+	for i, s := range f.Body {
+		if s.Kind == ptx.Decl || s.Kind == ptx.Comment {
+			continue
+		}
+		return i
+	}
+	return len(f.Body)
+}
+
+// ----- globals aliasing -----
+
+// symRef parses "sym", "sym+8", "sym+-8", "sym-8" into the name and offset.
+func symRef(s string) (name string, off int64, ok bool) {
+	s = strings.TrimSpace(s)
+	i := 0
+	for i < len(s) && ptx.IsIdentChar(s[i]) {
+		i++
+	}
+	if i == 0 || !ptx.IsIdentStart(s[0]) || s[0] == '%' {
+		return "", 0, false
+	}
+	name, rest := s[:i], strings.ReplaceAll(s[i:], " ", "")
+	// Fold a chain of constant terms: "+8", "+-4+8", "-4".
+	for rest != "" {
+		sign := int64(1)
+		switch {
+		case strings.HasPrefix(rest, "+-"):
+			sign, rest = -1, rest[2:]
+		case strings.HasPrefix(rest, "+"):
+			rest = rest[1:]
+		case strings.HasPrefix(rest, "-"):
+			sign, rest = -1, rest[1:]
+		default:
+			return "", 0, false
+		}
+		j := 0
+		for j < len(rest) && (rest[j] >= '0' && rest[j] <= '9' || rest[j] >= 'a' && rest[j] <= 'f' || rest[j] >= 'A' && rest[j] <= 'F' || rest[j] == 'x' || rest[j] == 'X') {
+			j++
+		}
+		v, err := strconv.ParseInt(rest[:j], 0, 64)
+		if err != nil {
+			return "", 0, false
+		}
+		off += sign * v
+		rest = rest[j:]
+	}
+	return name, off, true
+}
+
+func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
+
+// AliasGlobals rewrites every reference to a module variable of the .global
+// or .const space so it uses the original module's address from addrs, and
+// removes the clone's own definition: the clone then reads and writes the
+// application's state (DESIGN.md, "Instrumented clones can share the
+// application's globals"). With addrs == nil nothing is aliased (the clone
+// keeps its own copies; useful only for offline checks). A referenced
+// variable without an address is an error unless it has an initializer, in
+// which case the clone keeps its own initialised copy and it is listed in
+// Fresh.
+func (c *Clone) AliasGlobals(addrs map[string]uint64) error {
+	if addrs == nil {
+		for _, v := range c.Vars {
+			if v.Space == "global" || v.Space == "const" {
+				c.Fresh = append(c.Fresh, v.Name)
+			}
+		}
+		return nil
+	}
+	alias := map[string]*ptx.Var{}
+	var missing []string
+	for _, v := range c.Vars {
+		if v.Space != "global" && v.Space != "const" {
+			continue // .shared/.local stay per-launch; textures cannot alias
+		}
+		a, ok := addrs[v.Name]
+		switch {
+		case ok:
+			alias[v.Name] = v
+			c.Aliased[v.Name] = a
+		case v.HasInit && !v.Extern:
+			c.Fresh = append(c.Fresh, v.Name)
+		default:
+			missing = append(missing, v.Name)
+		}
+	}
+	if len(missing) > 0 {
+		sort.Strings(missing)
+		return fmt.Errorf("kernels %s use module variables %s but no device address was given for them: the agent must look each up with cuModuleGetGlobal/cuLibraryGetGlobal in the original module (a fresh copy would silently diverge from the application's state)",
+			strings.Join(c.KernelNames(), ", "), strings.Join(missing, ", "))
+	}
+	if len(alias) == 0 {
+		return nil
+	}
+	// Drop the clone's definitions (and .extern declarations).
+	items := c.M.Items[:0]
+	for _, it := range c.M.Items {
+		if v, ok := it.(*ptx.Var); ok && alias[v.Name] != nil {
+			continue
+		}
+		items = append(items, it)
+	}
+	c.M.Items = items
+	for _, f := range c.all() {
+		c.aliasFunc(f, alias)
+	}
+	return nil
+}
+
+// constToGlobal turns a .const access into a .global one and remembers it
+// was a constant-bank access in the application.
+func (c *Clone) constToGlobal(s *ptx.Stmt) {
+	if op := strings.Replace(s.Op, ".const", ".global", 1); op != s.Op {
+		s.Op = op
+		c.fromConst[s] = true
+	}
+}
+
+// touches reports whether aliasing may change s: an operand names an
+// aliased variable or a register holding an aliased address. Most
+// statements do not, and are then neither copied nor rebuilt.
+func touches(s *ptx.Stmt, alias map[string]*ptx.Var, tainted map[string]bool) bool {
+	for _, o := range s.Operands {
+		inner := o
+		if strings.HasPrefix(o, "[") && strings.HasSuffix(o, "]") {
+			inner = o[1 : len(o)-1]
+		}
+		if inner == "" {
+			continue
+		}
+		if inner[0] == '%' {
+			if len(tainted) > 0 {
+				reg, _, _ := strings.Cut(inner, "+")
+				if tainted[strings.TrimSpace(reg)] {
+					return true
+				}
+			}
+			continue
+		}
+		if name, _, ok := symRef(inner); ok && alias[name] != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *Clone) aliasFunc(f *ptx.Func, alias map[string]*ptx.Var) {
+	tainted := map[string]bool{} // registers holding an aliased address
+	var out []*ptx.Stmt          // nil until something is inserted
+	for idx, s := range f.Body {
+		if s.Kind != ptx.Instr || !touches(s, alias, tainted) {
+			if out != nil {
+				out = append(out, s)
+			}
+			if len(tainted) > 0 && s.Kind == ptx.Instr && len(s.Operands) >= 2 {
+				delete(tainted, s.Operands[0]) // overwritten
+			}
+			continue
+		}
+		// Statements may be shared with the original module: copy first.
+		t := *s
+		t.Operands = append([]string(nil), s.Operands...)
+		s = &t
+		var pre []*ptx.Stmt
+		base := s.Base()
+		replaced := false
+		for i, o := range s.Operands {
+			if strings.HasPrefix(o, "[") && strings.HasSuffix(o, "]") {
+				inner := o[1 : len(o)-1]
+				if inner == "" {
+					continue
+				}
+				if name, off, ok := symRef(inner); ok && alias[name] != nil {
+					r := c.tmp(f, "rd")
+					pre = append(pre, instr("", "mov.u64", r, hex(c.Aliased[name]+uint64(off))))
+					s.Operands[i] = "[" + r + "]"
+					c.constToGlobal(s)
+					c.Sites.Globals++
+				} else if inner[0] == '%' {
+					reg, _, _ := strings.Cut(inner, "+")
+					if tainted[strings.TrimSpace(reg)] {
+						// A register holding an aliased .const address
+						// now holds a global one.
+						c.constToGlobal(s)
+					}
+				}
+				continue
+			}
+			if i == 0 && base != "st" && base != "red" && base != "call" {
+				continue // destination
+			}
+			if name, off, ok := symRef(o); ok && alias[name] != nil {
+				s.Operands[i] = hex(c.Aliased[name] + uint64(off))
+				c.Sites.Globals++
+				replaced = true
+				if base == "cvta" {
+					// cvta.global/cvta.const of the symbol: the address
+					// is already generic.
+					s.Op = "mov.u64"
+				}
+			}
+		}
+		// Track registers derived from aliased addresses, and turn space
+		// conversions of them into moves (the address is already generic).
+		if len(s.Operands) >= 2 && !strings.HasPrefix(s.Operands[0], "[") {
+			dst := s.Operands[0]
+			src := replaced
+			for _, o := range s.Operands[1:] {
+				if tainted[o] {
+					src = true
+				}
+			}
+			switch base := s.Base(); {
+			case base == "cvta" && src && !s.HasMod("to"):
+				s.Op = "mov.b64"
+				tainted[dst] = true
+			case (base == "mov" || base == "add" || base == "sub" || base == "cvta") && src:
+				tainted[dst] = true
+			default:
+				delete(tainted, dst)
+			}
+		}
+		if len(pre) > 0 && out == nil {
+			out = make([]*ptx.Stmt, 0, len(f.Body)+16)
+			out = append(out, f.Body[:idx]...)
+		}
+		if out != nil {
+			out = append(out, pre...)
+			out = append(out, s)
+		} else {
+			f.Body[idx] = s
+		}
+	}
+	if out != nil {
+		f.Body = out
+	}
+}
+
+// ----- stub redirection -----
+
+// RedirectStubs replaces calls of __bpftime_cuda__kernel_trace and
+// __gpubpf_hook_* by calls of the entry probe. Kernels that contain such a
+// call (directly or in a function they call) are recorded so InsertEntry
+// skips them: the program chose where its probe runs.
+func (c *Clone) RedirectStubs(p *Probe) {
+	if p == nil {
+		return
+	}
+	direct := map[string]bool{} // functions that call a stub themselves
+	for _, f := range c.all() {
+		out := make([]*ptx.Stmt, 0, len(f.Body))
+		for _, s := range f.Body {
+			if s.Kind == ptx.Instr && s.Base() == "call" {
+				if callee := callTarget(s); isStub(callee) {
+					ctx := "0"
+					if p.UsesCtx && f.Entry {
+						ctx = ctxReg
+					} else if p.UsesCtx {
+						c.Notes = append(c.Notes, fmt.Sprintf("%s calls %s from a .func, where the kernel parameters are out of reach: the probe gets ctx = 0", f.Name, callee))
+					}
+					out = append(out, c.guard(s.Pred, c.callProbe(p.Func, ctx))...)
+					direct[f.Name] = true
+					c.Sites.Stub++
+					continue
+				}
+			}
+			out = append(out, s)
+		}
+		f.Body = out
+	}
+	// A kernel is stubbed if it reaches a function that calls a stub.
+	calls := map[string][]string{}
+	for _, f := range c.all() {
+		for _, s := range f.Body {
+			if s.Kind == ptx.Instr && s.Base() == "call" {
+				calls[f.Name] = append(calls[f.Name], callTarget(s))
+			}
+		}
+	}
+	for _, k := range c.Kernels {
+		seen := map[string]bool{}
+		var reach func(string) bool
+		reach = func(n string) bool {
+			if direct[n] {
+				return true
+			}
+			if seen[n] {
+				return false
+			}
+			seen[n] = true
+			for _, g := range calls[n] {
+				if reach(g) {
+					return true
+				}
+			}
+			return false
+		}
+		if reach(k.Name) {
+			c.stubbed[k.Name] = true
+		}
+	}
+}
+
+// callTarget returns the callee of a call instruction ("" if indirect).
+func callTarget(s *ptx.Stmt) string {
+	for _, o := range s.Operands {
+		if strings.HasPrefix(o, "(") || strings.HasPrefix(o, "%") {
+			continue
+		}
+		return o
+	}
+	return ""
+}
+
+// ----- entry and exit -----
+
+// needCtx reports whether any kernel-level probe reads ctx.
+func (c *Clone) needCtx(ps ...*Probe) bool {
+	for _, p := range ps {
+		if p != nil && p.UsesCtx {
+			return true
+		}
+	}
+	return false
+}
+
+// buildCtx inserts, at the start of kernel k, the copy of its parameters
+// into a .local buffer laid out like CUDA's kernelParams (each at its
+// natural alignment, in order) and puts the buffer's generic address in
+// %gpubpf_ctx.
+func (c *Clone) buildCtx(k *ptx.Func) {
+	var code []*ptx.Stmt
+	off := 0
+	for _, p := range k.Params {
+		al := p.Alignment()
+		size := p.Size()
+		off = (off + al - 1) / al * al
+		chunk := min(al, 8)
+		if size%chunk != 0 || ptx.TypeSize(p.Type) == 0 {
+			chunk = 1
+		}
+		for o := 0; o < size; o += chunk {
+			var r, bits string
+			switch chunk {
+			case 8:
+				r, bits = c.tmp(k, "rd"), "b64"
+			case 4:
+				r, bits = c.tmp(k, "r"), "b32"
+			case 2:
+				r, bits = c.tmp(k, "h"), "b16"
+			default:
+				r, bits = c.tmp(k, "h"), "b8"
+			}
+			code = append(code,
+				instr("", "ld.param."+bits, r, fmt.Sprintf("[%s+%d]", p.Name, o)),
+				instr("", "st.local."+bits, fmt.Sprintf("[%s+%d]", ctxVar, off+o), r))
+		}
+		off += size
+	}
+	size := max((off+7)/8*8, 8)
+	code = append([]*ptx.Stmt{decl(fmt.Sprintf(".local .align 16 .b8 %s[%d]", ctxVar, size))}, code...)
+	code = append(code,
+		instr("", "mov.u64", ctxReg, ctxVar),
+		instr("", "cvta.local.u64", ctxReg, ctxReg))
+	at := bodyStart(k)
+	k.Body = append(k.Body[:at], append(code, k.Body[at:]...)...)
+}
+
+// InsertEntry calls p at the start of every kernel without a redirected
+// stub. With p nil it only builds the parameter copy the exit probe needs.
+func (c *Clone) InsertEntry(p, exit *Probe) {
+	for _, k := range c.Kernels {
+		wantEntry := p != nil && !c.stubbed[k.Name]
+		// The parameter copy is built once at entry and reused by the exit
+		// probe and redirected stubs.
+		stubCtx := p != nil && p.UsesCtx && c.stubbed[k.Name]
+		if (wantEntry && p.UsesCtx) || (exit != nil && exit.UsesCtx) || stubCtx {
+			c.buildCtx(k)
+		}
+		if !wantEntry {
+			continue
+		}
+		ctx := "0"
+		if p.UsesCtx {
+			ctx = ctxReg
+		}
+		at := bodyStart(k)
+		// bodyStart skips the declarations; after buildCtx the copy code is
+		// there, so find the end of it: insert right after the cvta.
+		for i := at; i < len(k.Body); i++ {
+			if s := k.Body[i]; s.Kind == ptx.Instr && s.Op == "cvta.local.u64" && len(s.Operands) > 0 && s.Operands[0] == ctxReg {
+				at = i + 1
+				break
+			}
+		}
+		k.Body = append(k.Body[:at], append(c.callProbe(p.Func, ctx), k.Body[at:]...)...)
+		c.Sites.Entry++
+	}
+}
+
+// InsertExit calls p before every ret and exit of the kernels (keeping
+// their predicates: "@%p ret" becomes "@!%p bra L; call; ret; L:") and
+// before every exit in the functions they call (ret there returns to the
+// kernel, which is not an exit).
+func (c *Clone) InsertExit(p *Probe) {
+	if p == nil {
+		return
+	}
+	for _, f := range c.all() {
+		out := make([]*ptx.Stmt, 0, len(f.Body)+8)
+		for _, s := range f.Body {
+			if s.Kind == ptx.Instr && (s.Base() == "exit" || f.Entry && s.Base() == "ret") {
+				ctx := "0"
+				if p.UsesCtx {
+					if f.Entry {
+						ctx = ctxReg
+					} else {
+						c.Notes = append(c.Notes, fmt.Sprintf("exit in .func %s: the exit probe gets ctx = 0 there", f.Name))
+					}
+				}
+				call := c.callProbe(p.Func, ctx)
+				if s.Pred == "" {
+					out = append(out, call...)
+					out = append(out, s)
+				} else {
+					// The label of the skipped path goes after the ret.
+					q := *s
+					q.Pred = ""
+					out = append(out, c.guard(s.Pred, append(call, &q))...)
+				}
+				c.Sites.Exit++
+				continue
+			}
+			out = append(out, s)
+		}
+		f.Body = out
+	}
+}
+
+// ----- memory accesses -----
+
+// memAccess reports whether s is a global or generic ld/st and returns the
+// index of its address operand, the access size and whether it stores.
+func memAccess(s *ptx.Stmt) (addr int, size int, store bool, ok bool) {
+	if s.Kind != ptx.Instr {
+		return 0, 0, false, false
+	}
+	b := s.Base()
+	if b != "ld" && b != "st" && b != "ldu" {
+		return 0, 0, false, false
+	}
+	parts := s.OpParts()[1:]
+	vec, typ := 1, 0
+	for _, p := range parts {
+		switch p {
+		case "param", "local", "shared", "const", "tex", "async", "bulk":
+			return 0, 0, false, false
+		case "v2":
+			vec = 2
+		case "v4":
+			vec = 4
+		case "v8":
+			vec = 8
+		}
+		if n := ptx.TypeSize(p); n > 0 {
+			typ = n
+		}
+	}
+	if typ == 0 || len(s.Operands) < 2 {
+		return 0, 0, false, false
+	}
+	addr = 1
+	if b == "st" {
+		addr = 0
+	}
+	o := s.Operands[addr]
+	if len(o) < 3 || o[0] != '[' || o[len(o)-1] != ']' || strings.TrimSpace(o[1:len(o)-1]) == "" {
+		return 0, 0, false, false
+	}
+	return addr, vec * typ, b == "st", true
+}
+
+// InsertMemAccess calls p after every global or generic load and store with
+// ctx pointing to {u64 addr; u32 size; u32 is_store}. The address is taken
+// before the access (a load may overwrite its own address register) into
+// one per-function register, which is free again once the record is
+// written, so the pass adds three registers per function, not per site.
+func (c *Clone) InsertMemAccess(p *Probe) {
+	if p == nil {
+		return
+	}
+	metas := map[uint64]string{}
+	for _, f := range c.all() {
+		var out []*ptx.Stmt
+		n := 0
+		for i, s := range f.Body {
+			ai, size, store, ok := memAccess(s)
+			if !ok || c.fromConst[s] {
+				if out != nil {
+					out = append(out, s)
+				}
+				continue
+			}
+			if out == nil {
+				out = make([]*ptx.Stmt, 0, len(f.Body)+16*(len(f.Body)-i))
+				out = append(out, f.Body[:i]...)
+			}
+			o := s.Operands[ai]
+			out = c.appendAddr(out, o[1:len(o)-1])
+			out = append(out, s)
+			skip := ""
+			if s.Pred != "" {
+				skip = c.newLabel()
+				out = append(out, c.ins(negate(s.Pred), "bra.uni", skip))
+			}
+			ctx := "0"
+			if p.UsesCtx {
+				meta := uint64(size)
+				if store {
+					meta |= 1 << 32
+				}
+				lit := metas[meta]
+				if lit == "" {
+					lit = hex(meta)
+					metas[meta] = lit
+				}
+				out = append(out,
+					c.ins("", "st.local.b64", "["+memVar+"]", memAddrReg),
+					c.ins("", "mov.b64", memMetaReg, lit),
+					c.ins("", "st.local.b64", "["+memVar+"+8]", memMetaReg))
+				ctx = memReg
+			}
+			out = c.appendCall(out, p.Func, ctx)
+			if skip != "" {
+				out = append(out, &ptx.Stmt{Kind: ptx.Label, Text: skip})
+			}
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		head := []*ptx.Stmt{decl(".reg .b64 " + memAddrReg)}
+		if p.UsesCtx {
+			// The record's generic address is computed once per function.
+			head = append(head,
+				decl(".local .align 8 .b8 "+memVar+"[16]"),
+				decl(".reg .b64 "+memReg),
+				decl(".reg .b64 "+memMetaReg),
+				c.ins("", "mov.u64", memReg, memVar),
+				c.ins("", "cvta.local.u64", memReg, memReg))
+		}
+		c.Sites.Mem += n
+		f.Body = append(head, out...)
+	}
+}
+
+// appendAddr appends the computation of the address "[inner]" names into
+// memAddrReg. A symbol base (a module variable) is moved first: add takes
+// no symbol operands; AliasGlobals later replaces its address with the
+// original module's.
+func (c *Clone) appendAddr(out []*ptx.Stmt, inner string) []*ptx.Stmt {
+	inner = strings.ReplaceAll(inner, " ", "") // non-empty: see memAccess
+	base, off := inner, ""
+	if i := strings.IndexAny(inner[1:], "+-"); i >= 0 {
+		base, off = inner[:i+1], inner[i+1:]
+		off = strings.TrimPrefix(off, "+")
+	}
+	op := "mov.b64"
+	if base[0] != '%' {
+		op = "mov.u64"
+	}
+	out = append(out, c.ins("", op, memAddrReg, base))
+	if off != "" && off != "0" {
+		out = append(out, c.ins("", "add.s64", memAddrReg, memAddrReg, off))
+	}
+	return out
+}
+
+// appendCall is callProbe appending to out.
+func (c *Clone) appendCall(out []*ptx.Stmt, probe, ctx string) []*ptx.Stmt {
+	call := c.calls[probe]
+	if call == nil {
+		call = instr("", "call", "(gpubpf_ret)", probe, "(gpubpf_arg)")
+		c.calls[probe] = call
+	}
+	return append(out, stOpen, stArgDcl, stRetDcl, c.ins("", "st.param.b64", "[gpubpf_arg]", ctx), call, stClose)
+}
+
+// ins makes an instruction from slabs: the memory pass makes hundreds of
+// thousands of them for a large module.
+func (c *Clone) ins(pred, op string, operands ...string) *ptx.Stmt {
+	if len(c.slab) == 0 {
+		c.slab = make([]ptx.Stmt, 4096)
+	}
+	if len(c.opSlab) < len(operands) {
+		c.opSlab = make([]string, 16384)
+	}
+	st := &c.slab[0]
+	c.slab = c.slab[1:]
+	ops := c.opSlab[:len(operands):len(operands)]
+	c.opSlab = c.opSlab[len(operands):]
+	copy(ops, operands)
+	*st = ptx.Stmt{Kind: ptx.Instr, Pred: pred, Op: op, Operands: ops}
+	return st
+}
+
+// ----- probes, header, declarations -----
+
+// AddProbes puts the probes' PTX in front of the first function, once each.
+func (c *Clone) AddProbes(ps ...*Probe) error {
+	seen := map[string]bool{}
+	var items []ptx.Item
+	for _, p := range ps {
+		if p == nil || seen[p.Func] {
+			continue
+		}
+		seen[p.Func] = true
+		if !strings.Contains(p.PTX, p.Func) {
+			return fmt.Errorf("probe %s: its PTX does not define %s", p.Func, p.Func)
+		}
+		items = append(items, &ptx.Directive{Text: p.PTX})
+		c.probes = append(c.probes, p)
+	}
+	at := len(c.M.Items)
+	for i, it := range c.M.Items {
+		if _, ok := it.(*ptx.Func); ok {
+			at = i
+			break
+		}
+	}
+	c.M.Items = append(c.M.Items[:at], append(items, c.M.Items[at:]...)...)
+	return nil
+}
+
+// FixHeader raises .version to what the probes need, never above maxPTX
+// (the highest ISA the driver accepts; zero means no limit), and fails if
+// the module or a probe needs more than the driver accepts.
+func (c *Clone) FixHeader(maxPTX [2]int) error {
+	v := c.M.Version
+	for _, p := range c.probes {
+		if ptx.VersionLess(v, p.PTXVersion) {
+			v = p.PTXVersion
+		}
+	}
+	if maxPTX != [2]int{} && ptx.VersionLess(maxPTX, v) {
+		return fmt.Errorf("the instrumented module needs PTX ISA %d.%d (module %d.%d, probes up to %d.%d) but the driver accepts at most %d.%d: update the driver or rebuild the application with an older toolkit",
+			v[0], v[1], c.M.Version[0], c.M.Version[1], v[0], v[1], maxPTX[0], maxPTX[1])
+	}
+	c.M.Version = v
+	return nil
+}
+
+// finish declares the scratch registers each function uses.
+func (c *Clone) finish() {
+	for _, f := range c.all() {
+		var ds []*ptx.Stmt
+		t := c.temps[f]
+		if t != nil && t.rd > 0 {
+			ds = append(ds, decl(fmt.Sprintf(".reg .b64 %%gpubpf_rd<%d>", t.rd+1)))
+		}
+		if t != nil && t.r > 0 {
+			ds = append(ds, decl(fmt.Sprintf(".reg .b32 %%gpubpf_r<%d>", t.r+1)))
+		}
+		if t != nil && t.h > 0 {
+			ds = append(ds, decl(fmt.Sprintf(".reg .b16 %%gpubpf_h<%d>", t.h+1)))
+		}
+		for _, s := range f.Body {
+			if s.Kind == ptx.Instr && len(s.Operands) > 0 && s.Operands[0] == ctxReg {
+				ds = append(ds, decl(".reg .b64 "+ctxReg))
+				break
+			}
+		}
+		f.Body = append(ds, f.Body...)
+	}
+}
