@@ -1,11 +1,589 @@
-// Command gpuevent_snoop: CUDA API event stream (malloc, free, memcpy, launch).
-//
-// Its implementation lands with its own issue (see ROADMAP.md); until then
-// it says so and exits 1 rather than print anything made up.
+// Command gpuevent_snoop streams the CUDA API calls of processes: device
+// allocations and frees, copies, memsets, kernel and graph launches, with
+// sizes, directions, durations, failures (by CUDA error name), kernel names
+// and call sites, and reports the allocations never freed. It uses real
+// kernel uprobes on libcudart, libcuda or the executable (static cudart); it
+// needs no GPU agent.
 package main
 
-import "github.com/gpubpf/gpubpf/pkg/toolkit"
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
 
-func main() {
-	toolkit.Run(toolkit.NotBuilt("gpuevent_snoop", "CUDA API event stream (malloc, free, memcpy, launch)"))
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpubpf/gpubpf/pkg/procmaps"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
+)
+
+const usageText = "CUDA API event stream: allocations, frees, copies, launches, leaks"
+
+const description = `Traces cudaMalloc/cudaFree/cudaMemcpy/cudaMemset/cudaLaunchKernel/cudaGraphLaunch (and
+their Async, Managed and per-thread-stream variants) in libcudart.so* or in an executable
+with static cudart, and cuMemAlloc_v2/cuMemFree_v2/cuMemcpy*/cuLaunchKernel(Ex) in
+libcuda.so* (and cuMemCreate/cuMemRelease, where "ptr" is the allocation handle), with
+kernel uprobes. A runtime call that goes on to the driver is reported once.
+Ends with a leak report (device allocations never freed, by call site) and a one-line account.
+
+Targets: -p PID (may repeat), or -- CMD (started and probed before its first instruction, traced
+until it exits), or neither: ALL processes that map a libcudart/libcuda found in the linker
+cache, LD_LIBRARY_PATH or /usr/local/cuda*, now or later; libraries loaded from elsewhere
+(e.g. pip wheels) and executables with static cudart are found by a rescan of /proc every
+second, so their first calls can be missed. Child processes of a -p/CMD target are not traced.
+
+Stream columns: TIME(s) since start, PID, COMM, CALL, RET (OK, or FAIL with the CUDA error
+name), then per call: malloc size/ptr/caller; free ptr/size; memcpy direction (H2D D2H D2D
+H2H default), bytes, sync|async, GB/s (synchronous copies only); launch kernel, grid, block,
+shared memory, stream; duration of the call. -a copies the 8 bytes at each of the first N
+kernel arguments (a 4-byte argument shows 4 bytes of what follows). Driver-level launches
+name the CUfunction handle (it has no host symbol).
+
+JSON (-j), one object per line, field "type":
+  malloc|free|memcpy|memset|launch|graph: time_ns (Unix ns), pid, tid, comm, api,
+    layer (runtime|driver), ret, error ("" on success), dur_ns, and
+    malloc: size, ptr, caller; free: ptr, size (null if allocated before tracing);
+    memcpy: kind, bytes, dst, src, sync, gbps; memset: ptr, value, bytes;
+    launch: kernel, kernel_mangled, func, grid [x,y,z], block [x,y,z], shmem, args (-a);
+    graph: graph_exec; stream where the call takes one; stack (-s).
+  summary: pid, comm, api, calls, errors, bytes, time_ns   (--summary or -i)
+  kernel: pid, kernel, launches, errors                     (--summary or -i)
+  leak: pid, comm, site, api, allocs, bytes, ptrs
+  account: events, shown, dropped_ringbuf, lost_inflight, nested_folded,
+    cudart_internal, returns_without_entry, processes, objects
+Driver calls that cudart makes outside a traced runtime call (context and stream set-up)
+are left out and counted in the account (cudart_internal).`
+
+const examples = `gpuevent_snoop -- ./alloc_mix          # trace a program from its first call
+gpuevent_snoop -p 4242                  # trace a running process
+gpuevent_snoop                          # every CUDA process, including later ones
+gpuevent_snoop -e malloc,free -- ./app  # allocations and the leak report only
+gpuevent_snoop --min-size 1M -p 4242    # calls moving 1 MiB or more
+gpuevent_snoop -e launch -k 'vec*' -a 4 -- ./vec_add   # launches of matching kernels, 4 args
+gpuevent_snoop --summary -i 5 -p 4242   # per-API tables every 5 s
+gpuevent_snoop -j -d 10 > calls.jsonl   # JSON lines for 10 s`
+
+func main() { toolkit.Run(newApp()) }
+
+func newApp() *cli.App {
+	app := toolkit.NewApp("gpuevent_snoop", usageText, examples)
+	app.UsageText = "gpuevent_snoop [flags] [-p PID | -- CMD [ARGS...]]"
+	app.Description = description
+	app.Flags = append(toolkit.CommonFlags(),
+		&cli.StringFlag{Name: "events", Aliases: []string{"e"}, Value: "all", Usage: "event kinds: `LIST` of malloc,free,memcpy,memset,launch,graph"},
+		&cli.StringFlag{Name: "min-size", Usage: "only sized calls of at least `BYTES` (suffix K, M, G: powers of 1024)"},
+		&cli.IntFlag{Name: "args", Aliases: []string{"a"}, Usage: "copy the first `N` kernel argument words (max 8)"},
+		&cli.BoolFlag{Name: "stack", Aliases: []string{"s"}, Usage: "capture and symbolise the user stack of each call"},
+		&cli.BoolFlag{Name: "summary", Usage: "per-process tables (calls, bytes, time per API; top kernels) instead of the stream"},
+		&cli.BoolFlag{Name: "no-driver", Usage: "do not probe libcuda: halves the cost per runtime call, but misses programs that call the driver API directly (Triton, CuPy RawKernel)"},
+		&cli.BoolFlag{Name: "launch-entry", Usage: "report launches from an entry probe alone: lower cost per launch, but no return code or duration for launches (RET shows -)"},
+		&cli.IntFlag{Name: "buffer-mb", Aliases: []string{"b"}, Value: 16, Usage: "ring buffer size in `MiB` (rounded up to a power of two)"},
+	)
+	app.Action = run
+	return app
+}
+
+func parseSize(s string) (uint64, error) {
+	if s == "" {
+		return 0, nil
+	}
+	mult := uint64(1)
+	switch strings.ToUpper(s[len(s)-1:]) {
+	case "K":
+		mult = 1 << 10
+	case "M":
+		mult = 1 << 20
+	case "G":
+		mult = 1 << 30
+	}
+	if mult > 1 {
+		s = s[:len(s)-1]
+	}
+	v, err := strconv.ParseUint(strings.TrimSuffix(strings.ToUpper(s), "I"), 10, 64)
+	if err != nil {
+		return 0, toolkit.Usagef("--min-size %q is not a byte count (examples: 4096, 64K, 1M)", s)
+	}
+	return v * mult, nil
+}
+
+func monoNow() uint64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
+func run(c *cli.Context) error {
+	pids := c.IntSlice(toolkit.FlagPID)
+	argv := c.Args().Slice()
+	if len(pids) > 0 && len(argv) > 0 {
+		return toolkit.Usagef("give either -p PID or -- CMD, not both")
+	}
+	kinds, err := kindList(c.String("events"))
+	if err != nil {
+		return err
+	}
+	minSize, err := parseSize(c.String("min-size"))
+	if err != nil {
+		return err
+	}
+	nargs := c.Int("args")
+	if nargs < 0 || nargs > maxArgs {
+		return toolkit.Usagef("-a %d: give 0 to %d kernel argument words", nargs, maxArgs)
+	}
+	bufMB := c.Int("buffer-mb")
+	if bufMB < 1 || bufMB > 1024 {
+		return toolkit.Usagef("-b %d: give a ring buffer size of 1 to 1024 MiB", bufMB)
+	}
+	if c.Float64(toolkit.FlagInterval) < 0 || c.Float64(toolkit.FlagDuration) < 0 {
+		return toolkit.Usagef("-i and -d take a positive number of seconds")
+	}
+	opt := Options{
+		JSON: c.Bool(toolkit.FlagJSON), Timestamp: c.Bool(toolkit.FlagTimestamp),
+		Summary: c.Bool("summary"), Args: nargs, Stack: c.Bool("stack"),
+		MinSize: minSize, Kernels: c.StringSlice(toolkit.FlagKernel),
+	}
+	verbose := c.Bool(toolkit.FlagVerbose)
+	logf := func(format string, a ...any) {
+		if verbose {
+			fmt.Fprintf(os.Stderr, "gpuevent_snoop: "+format+"\n", a...)
+		}
+	}
+	if err := toolkit.RequireRoot(); err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		if pid <= 0 {
+			return toolkit.Usagef("-p %d is not a process ID", pid)
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+			return fmt.Errorf("process %d does not exist: check the PID (ps -e | grep NAME)", pid)
+		}
+	}
+	return trace(c.App.Writer, c.App.ErrWriter, traceConfig{
+		noDriver:    c.Bool("no-driver"),
+		launchEntry: c.Bool("launch-entry"),
+		pids:        pids, argv: argv, kinds: kinds, opt: opt, bufMB: bufMB,
+		interval: time.Duration(c.Float64(toolkit.FlagInterval) * float64(time.Second)),
+		duration: time.Duration(c.Float64(toolkit.FlagDuration) * float64(time.Second)),
+		logf:     logf,
+	})
+}
+
+type traceConfig struct {
+	noDriver    bool
+	launchEntry bool
+	pids        []int
+	argv        []string
+	kinds       uint32
+	opt         Options
+	bufMB       int
+	interval    time.Duration
+	duration    time.Duration
+	logf        func(string, ...any)
+}
+
+func roundPow2(n int) uint32 {
+	v := uint32(1)
+	for int(v) < n {
+		v <<= 1
+	}
+	return v
+}
+
+func trace(stdout, stderr io.Writer, cfg traceConfig) error {
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	if err := rlimit.RemoveMemlock(); err != nil {
+		return fmt.Errorf("cannot lift the locked-memory limit for BPF maps: %w", err)
+	}
+	spec, err := loadGpueventsnoop()
+	if err != nil {
+		return fmt.Errorf("the embedded BPF object is invalid (rebuild with make generate): %w", err)
+	}
+	spec.Maps["events"].MaxEntries = roundPow2(cfg.bufMB) << 20
+	filter := len(cfg.pids) > 0 || len(cfg.argv) > 0
+	set := func(name string, v uint32) error {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("configuring the BPF program (%s): %w", name, err)
+		}
+		return nil
+	}
+	if err := set("filter_pids", b2u(filter)); err != nil {
+		return err
+	}
+	if err := set("want_nargs", uint32(cfg.opt.Args)); err != nil {
+		return err
+	}
+	if err := set("want_stack", b2u(cfg.opt.Stack)); err != nil {
+		return err
+	}
+	var objs gpueventsnoopObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("the kernel refused the BPF program (kernel 5.15+ with uprobe BPF cookies is needed): %+v", ve)
+		}
+		return fmt.Errorf("loading the BPF program into the kernel: %w", err)
+	}
+	defer objs.Close()
+
+	att := NewAttacher(objs.GesEnter, objs.GesExit, cfg.kinds)
+	att.noDriver = cfg.noDriver
+	att.launchEntry = cfg.launchEntry
+	defer att.Close()
+	res := NewResolver()
+	res.objects = att.Object
+	addPID := func(pid int) error {
+		one := uint8(1)
+		if err := objs.Pids.Put(uint32(pid), one); err != nil {
+			return fmt.Errorf("adding process %d to the BPF filter: %w", pid, err)
+		}
+		return nil
+	}
+
+	// Targets.
+	var cmd *command
+	var target string
+	switch {
+	case len(cfg.pids) > 0:
+		for _, pid := range cfg.pids {
+			if err := addPID(pid); err != nil {
+				return err
+			}
+			n, err := att.AttachProcess(pid, cfg.logf)
+			if err != nil {
+				if errors.Is(err, procmaps.ErrNoProcess) {
+					return fmt.Errorf("process %d does not exist: check the PID", pid)
+				}
+				return err
+			}
+			if n == 0 {
+				exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+				return fmt.Errorf("%w in process %d (%s): looked in /proc/%d/maps for libcudart.so* and libcuda.so*, and in its executable for cudaMalloc/cudaLaunchKernel (static cudart); is it a CUDA program, and has it initialised CUDA yet? Start it under the tool instead: gpuevent_snoop -- CMD",
+					errNoCUDA, pid, exe, pid)
+			}
+			res.Prime(uint32(pid))
+		}
+		target = "PID " + joinInts(cfg.pids)
+	case len(cfg.argv) > 0:
+		cmd, err = startCommand(cfg.argv)
+		if err != nil {
+			return err
+		}
+		// From here on the child waits for Release; make sure it is never
+		// left waiting or killed by our errors.
+		defer cmd.Release()
+		if err := addPID(cmd.PID()); err != nil {
+			return err
+		}
+		exe, _ := execPath(cfg.argv[0])
+		if exe != "" {
+			if n, err := att.Attach(exe, exe); err == nil && n > 0 {
+				cfg.logf("attached %d probes to %s (static cudart)", 2*n, exe)
+			}
+		}
+		for _, lib := range systemLibraries(runpathDirs(exe)) {
+			if n, err := att.Attach(lib, lib); err != nil {
+				cfg.logf("%v", err)
+			} else if n > 0 {
+				cfg.logf("attached %d probes to %s", 2*n, lib)
+			}
+		}
+		if len(att.Objects()) == 0 {
+			fmt.Fprintf(stderr, "gpuevent_snoop: no CUDA library found yet for %s (looked for cudart symbols in it and for libcudart.so*/libcuda.so* in the linker cache, LD_LIBRARY_PATH, its RUNPATH and /usr/local/cuda*); watching for one it loads\n", cfg.argv[0])
+		}
+		target = fmt.Sprintf("PID %d (%s)", cmd.PID(), filepath.Base(cfg.argv[0]))
+	default:
+		for _, lib := range systemLibraries(nil) {
+			if n, err := att.Attach(lib, lib); err != nil {
+				cfg.logf("%v", err)
+			} else if n > 0 {
+				cfg.logf("attached %d probes to %s", 2*n, lib)
+			}
+		}
+		rescanAll(att, res, cfg.logf)
+		target = "all processes"
+	}
+
+	rd, err := ringbuf.NewReader(objs.Events)
+	if err != nil {
+		return fmt.Errorf("opening the BPF ring buffer: %w", err)
+	}
+	defer rd.Close()
+
+	kindsShown := []string{}
+	for i, n := range kindNames {
+		if cfg.kinds&(1<<i) != 0 {
+			kindsShown = append(kindsShown, n)
+		}
+	}
+	startMono := monoNow()
+	wall := time.Now().UnixNano() - int64(startMono)
+	tr := NewTracer(stdout, res, cfg.opt, startMono, wall)
+	// The start line goes to stderr in every mode: stdout stays pure JSON
+	// with -j.
+	toolkit.StartLine(stderr, fmt.Sprintf("Tracing CUDA %s calls in %s (%d probes on %s)",
+		strings.Join(kindsShown, ", "), target, 2*att.probes, describeObjects(att.Objects())))
+	tr.Header()
+
+	// The reader goroutine owns the tracer between interval prints; the
+	// lock keeps -i's tables from interleaving with events.
+	var mu = make(chan struct{}, 1)
+	lock := func() { mu <- struct{}{} }
+	unlock := func() { <-mu }
+	readerDone := make(chan error, 1)
+	go func() {
+		var rec ringbuf.Record
+		var ev Event
+		for {
+			if err := rd.ReadInto(&rec); err != nil {
+				if errors.Is(err, ringbuf.ErrFlushed) || errors.Is(err, ringbuf.ErrClosed) {
+					readerDone <- nil
+				} else {
+					readerDone <- fmt.Errorf("reading the BPF ring buffer: %w", err)
+				}
+				return
+			}
+			if err := Decode(rec.RawSample, &ev); err != nil {
+				cfg.logf("%v", err)
+				continue
+			}
+			lock()
+			tr.Handle(&ev)
+			if rd.AvailableBytes() == 0 {
+				tr.Flush() // keep the stream live without a write per event under load
+			}
+			unlock()
+		}
+	}()
+
+	// Now that everything is attached, let the command run.
+	childDone := make(chan error, 1)
+	if cmd != nil {
+		if err := cmd.Release(); err != nil {
+			return err
+		}
+		go func() { childDone <- cmd.cmd.Wait() }()
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var durC, intC <-chan time.Time
+	if cfg.duration > 0 {
+		durC = time.After(cfg.duration)
+	}
+	if cfg.interval > 0 {
+		t := time.NewTicker(cfg.interval)
+		defer t.Stop()
+		intC = t.C
+	}
+	rescan := time.NewTicker(rescanPeriod(filter))
+	defer rescan.Stop()
+	var readErr error
+	readerExited := false
+	childStatus := ""
+loop:
+	for {
+		select {
+		case <-sigs:
+			break loop
+		case <-durC:
+			break loop
+		case err := <-childDone:
+			childStatus = describeExit(err)
+			break loop
+		case readErr = <-readerDone:
+			readerExited = true
+			break loop
+		case now := <-intC:
+			lock()
+			tr.PrintSummary(true, now)
+			unlock()
+		case <-rescan.C:
+			switch {
+			case cmd != nil:
+				if _, err := att.AttachProcess(cmd.PID(), cfg.logf); err == nil {
+					res.Refresh(uint32(cmd.PID()))
+				}
+			case len(cfg.pids) > 0:
+				alive := 0
+				for _, pid := range cfg.pids {
+					if _, err := att.AttachProcess(pid, cfg.logf); err == nil {
+						res.Refresh(uint32(pid))
+						alive++
+					}
+				}
+				if alive == 0 {
+					childStatus = "traced processes exited"
+					break loop
+				}
+			default:
+				rescanAll(att, res, cfg.logf)
+			}
+		}
+	}
+	// Detach first so no new events arrive, then drain what is buffered.
+	att.Close()
+	if !readerExited {
+		if err := rd.Flush(); err == nil {
+			readErr = <-readerDone
+		}
+	}
+	lock()
+	defer unlock()
+	tr.Flush()
+	if cfg.opt.Summary || cfg.interval > 0 {
+		tr.PrintSummary(false, time.Now())
+	}
+	if cfg.kinds&(1<<KindMalloc) != 0 {
+		tr.PrintLeaks()
+	}
+	tr.Flush()
+
+	// Completeness account.
+	cnt := readCounters(objs.Counters)
+	acc := toolkit.Account{Tool: "gpuevent_snoop"}
+	acc.Add(tr.Seen, "events", "")
+	if tr.Shown != tr.Seen-tr.Internal {
+		acc.Add(tr.Shown, "shown", "the rest filtered by -k/--min-size")
+	}
+	acc.Add(cnt[0], "dropped", "ring buffer full: raise -b")
+	acc.Add(cnt[1], "lost", "in-flight call table full")
+	acc.Add(cnt[2], "nested calls folded", "driver calls made by a traced runtime call")
+	if tr.Internal > 0 {
+		acc.Add(tr.Internal, "cudart-internal driver calls left out", "")
+	}
+	if cnt[3] > 0 {
+		acc.Add(cnt[3], "returns without entry", "calls already running at attach")
+	}
+	if named, unnamed := tr.KernelCounts(); named+unnamed > 0 {
+		acc.Add(uint64(named), "kernels named", "")
+		if unnamed > 0 {
+			acc.Add(uint64(unnamed), "kernels unnamed", "driver CUfunction handles or objects without symbols")
+		}
+	}
+	acc.Add(uint64(len(tr.procs)), "processes", "")
+	acc.Add(uint64(len(att.Objects())), "objects probed", "")
+	if childStatus != "" {
+		acc.Note("command " + childStatus)
+	}
+	if cfg.opt.JSON {
+		fmt.Fprintf(stdout, `{"type":"account","events":%d,"shown":%d,"dropped_ringbuf":%d,"lost_inflight":%d,"nested_folded":%d,"cudart_internal":%d,"returns_without_entry":%d,"processes":%d,"objects":%d}`+"\n",
+			tr.Seen, tr.Shown, cnt[0], cnt[1], cnt[2], tr.Internal, cnt[3], len(tr.procs), len(att.Objects()))
+	}
+	fmt.Fprintln(stderr, acc.String())
+	if len(cfg.opt.Kernels) > 0 {
+		if named, unnamed := tr.KernelCounts(); named+unnamed == 0 {
+			if seen := tr.Unmatched(10); len(seen) > 0 && readErr == nil {
+				// CLI.md: a pattern that matches no kernel is an error that
+				// lists the names there were.
+				return fmt.Errorf("no launched kernel matched -k %s; kernels launched: %s (patterns match mangled or demangled names, or globs of them)",
+					strings.Join(cfg.opt.Kernels, ", "), strings.Join(seen, ", "))
+			}
+		}
+	}
+	return readErr
+}
+
+func b2u(b bool) uint32 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func joinInts(v []int) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ", ")
+}
+
+func describeObjects(objs []string) string {
+	if len(objs) == 0 {
+		return "no CUDA object yet"
+	}
+	names := make([]string, len(objs))
+	for i, o := range objs {
+		names[i] = filepath.Base(o)
+	}
+	if len(names) > 4 {
+		return strings.Join(names[:4], ", ") + fmt.Sprintf(" and %d more", len(names)-4)
+	}
+	return strings.Join(names, ", ")
+}
+
+func describeExit(err error) string {
+	if err == nil {
+		return "exited with status 0"
+	}
+	var ee interface{ ExitCode() int }
+	if errors.As(err, &ee) && ee.ExitCode() >= 0 {
+		return fmt.Sprintf("exited with status %d", ee.ExitCode())
+	}
+	return err.Error()
+}
+
+func execPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return filepath.Abs(name)
+	}
+	p, err := exec.LookPath(name)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Abs(p)
+}
+
+// rescanPeriod: a traced PID is re-read often, to catch a library it loads
+// with dlopen before it calls into it; a system-wide /proc walk is costlier.
+func rescanPeriod(filtered bool) time.Duration {
+	if filtered {
+		return 20 * time.Millisecond
+	}
+	return time.Second
+}
+
+// rescanAll attaches to CUDA objects of processes that appeared since the
+// last scan (trace-all mode).
+func rescanAll(att *Attacher, res *Resolver, logf func(string, ...any)) {
+	pids, err := procmaps.PIDs()
+	if err != nil {
+		return
+	}
+	for _, pid := range pids {
+		if pid == os.Getpid() {
+			continue
+		}
+		att.AttachProcess(pid, logf)
+	}
+}
+
+func readCounters(m *ebpf.Map) [4]uint64 {
+	var out [4]uint64
+	for i := range out {
+		var v uint64
+		if err := m.Lookup(uint32(i), &v); err == nil {
+			out[i] = v
+		}
+	}
+	return out
 }

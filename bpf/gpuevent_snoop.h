@@ -1,0 +1,74 @@
+/* SPDX-License-Identifier: BSD-2-Clause */
+/*
+ * Shared between gpuevent_snoop.bpf.c and its Go decoder (bpf2go -type).
+ *
+ * One generic entry program and one generic return program serve every
+ * traced CUDA API: the BPF cookie of each attachment says which API it is and
+ * what the return program must read (an out-pointer, the kernel-parameter
+ * array, a launch config). The raw argument registers and the first stack
+ * words travel to user space, which interprets them per API, so adding an API
+ * needs no new BPF code.
+ */
+#ifndef __GPUEVENT_SNOOP_H
+#define __GPUEVENT_SNOOP_H
+
+#define GES_MAX_ARGS 8
+#define GES_MAX_STACK 16
+#define GES_COMM_LEN 16
+
+/* Cookie layout: bits 0-7 API id (user space's table index), bits 24-31 the
+ * index of the probed object in user space's list (255: unknown). */
+#define GES_C_API_MASK 0xffULL
+/* After return, read a u64 from the pointer in the first argument
+ * (cudaMalloc's devPtr, cuMemAlloc's dptr). */
+#define GES_C_OUT_ARG0 (1ULL << 8)
+/* Capture the user stack (only when want_stack is set). */
+#define GES_C_STACK (1ULL << 9)
+/* The first argument points to a CUlaunchConfig: copy its first 40 bytes. */
+#define GES_C_LAUNCH_CONFIG (1ULL << 10)
+/* Entry probe only (no uretprobe): emit the event at entry, with no return
+ * code or duration (--launch-entry: about half the cost per launch). */
+#define GES_C_ENTRY_ONLY (1ULL << 11)
+/* Bits 16-19: where the kernel-parameter array (void **) is. */
+#define GES_C_PARAMS_SHIFT 16
+#define GES_PARAMS_NONE 0
+#define GES_PARAMS_REG5 1 /* cudaLaunchKernel: 6th register argument */
+#define GES_PARAMS_STK4 2 /* cuLaunchKernel: 10th argument, 4th stack word */
+#define GES_PARAMS_REG2 3 /* cuLaunchKernelEx: 3rd register argument */
+
+/* Indexes of the counters array. */
+enum ges_counter {
+	GES_CNT_RINGBUF_FULL = 0, /* bpf_ringbuf_reserve failed: event lost */
+	GES_CNT_INFLIGHT_FULL = 1, /* no room to remember a call's entry: event lost */
+	GES_CNT_NESTED = 2, /* a traced call made inside another (e.g. cudaMalloc -> cuMemAlloc_v2): folded */
+	GES_CNT_NO_ENTRY = 3, /* a return without its entry (the call began before attach): skipped */
+	GES_CNT_MAX = 4,
+};
+
+struct ges_event {
+	__u64 ts; /* entry, bpf_ktime_get_ns (CLOCK_MONOTONIC) */
+	__u64 dur; /* entry to return, ns */
+	__u32 pid; /* tgid */
+	__u32 tid;
+	__u32 cookie;
+	__s32 ret; /* cudaError_t / CUresult */
+	__u64 regs[6]; /* rdi rsi rdx rcx r8 r9 at entry */
+	__u64 stk[6]; /* [sp] at entry: return address, then stack arguments 7.. */
+	__u64 out; /* *(u64 *)arg0 after return (GES_C_OUT_ARG0) */
+	__u64 cfg[5]; /* CUlaunchConfig head (GES_C_LAUNCH_CONFIG) */
+	__u64 argw[GES_MAX_ARGS]; /* first kernel argument words */
+	__u32 nargw;
+	__s32 nstack; /* bytes from bpf_get_stack, or a negative error */
+	__u64 stack[GES_MAX_STACK];
+	char comm[GES_COMM_LEN];
+	/* [rbp+8] at entry: the caller's caller when the caller keeps a frame
+	 * pointer (cuda_runtime.h's inline template wrappers such as
+	 * cudaMalloc<T> do in unoptimised host code); 0 if unreadable. */
+	__u64 caller2;
+	/* Address of the probed function in the process: with the object index
+	 * in the cookie it gives the object's load bias, so addresses can be
+	 * named after the process has exited and /proc/PID/maps is gone. */
+	__u64 ip;
+};
+
+#endif

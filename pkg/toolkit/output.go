@@ -1,0 +1,85 @@
+package toolkit
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Output helpers shared by the tools: the start line, -T clock stamps, JSON
+// string encoding for hand-built JSON lines (encoding/json costs several
+// allocations per object; event streams print millions of lines), and the
+// final completeness account of CLI.md.
+
+// StartLine prints the bcc-style start line on w (stderr).
+func StartLine(w io.Writer, what string) {
+	fmt.Fprintf(w, "%s... Hit Ctrl-C to end.\n", what)
+}
+
+// AppendClock appends t as HH:MM:SS (the -T column).
+func AppendClock(b []byte, t time.Time) []byte {
+	h, m, s := t.Clock()
+	return append(b, byte('0'+h/10), byte('0'+h%10), ':', byte('0'+m/10), byte('0'+m%10), ':', byte('0'+s/10), byte('0'+s%10))
+}
+
+// AppendJSONString appends s as a quoted JSON string.
+func AppendJSONString(b []byte, s string) []byte {
+	b = append(b, '"')
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
+			b = append(b, c)
+			i++
+			continue
+		}
+		if c < utf8.RuneSelf {
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				const hexd = "0123456789abcdef"
+				b = append(b, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, `\ufffd`...)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return append(b, '"')
+}
+
+// Account is the one-line completeness account every tool ends with:
+// "gpuevent_snoop: 1200 events, 0 dropped (ring buffer full), ...".
+type Account struct {
+	Tool  string
+	parts []string
+}
+
+// Add appends one "N what" clause; why, if set, goes in parentheses.
+func (a *Account) Add(n uint64, what, why string) {
+	s := fmt.Sprintf("%d %s", n, what)
+	if why != "" {
+		s += " (" + why + ")"
+	}
+	a.parts = append(a.parts, s)
+}
+
+// Note appends a free-form clause.
+func (a *Account) Note(s string) { a.parts = append(a.parts, s) }
+
+// String renders the account line (no newline).
+func (a *Account) String() string {
+	return a.Tool + ": " + strings.Join(a.parts, ", ")
+}

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# gpuevent_snoop on the GPU machine (run by scripts/gpu-check.sh, or alone):
+#   - alloc_mix (static and -cudart shared cudart): the stream, and the leak
+#     report compared with the leak the sample plants and prints;
+#   - vec_add / vec_add_shared: launches with kernel names and arguments;
+#   - a PyTorch script (scripts/gpu/torch_alloc.py): allocator, copies, launches;
+#   - launch_heavy: launch rate untraced vs traced, same invocation (goal >= 0.8).
+# Needs root, bin/gpuevent_snoop and samples/bin/ (make -C samples).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+TOOL=${GPUEVENT_SNOOP:-bin/gpuevent_snoop}
+S=samples/bin
+OUTDIR=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}/gpuevent_snoop
+mkdir -p "$OUTDIR"
+fail=0
+notes=()
+
+if [ ! -x "$TOOL" ]; then echo "SUMMARY: FAIL no $TOOL (make gpu-bundle on a build machine)"; exit 1; fi
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+ts() { date -u +%H:%M:%S; }
+
+# leakcheck NAME: run alloc_mix under the tool (JSON) and compare its leak
+# report with the "LEAK planned: N allocations, B bytes" line it prints.
+leakcheck() {
+	local bin=$1 j=$OUTDIR/$(basename "$1").jsonl
+	echo "== $(ts) $bin: live stream"
+	# Output to a file first: a pipe into head would end the tool and the
+	# traced program with SIGPIPE.
+	$SUDO "$TOOL" -- "$bin" 4 >"$OUTDIR/$(basename "$bin").txt" 2>&1
+	head -60 "$OUTDIR/$(basename "$bin").txt"
+	echo "== $(ts) $bin: JSON, leak check"
+	$SUDO "$TOOL" -j -- "$bin" 4 >"$j" 2>"$j.err"
+	cat "$j.err"
+	# The sample prints its leak and its call counts; the tool must agree.
+	local verdict
+	verdict=$(python3 - "$j" <<'PY'
+import collections, json, re, sys
+allocs = bytes_ = 0
+calls = collections.Counter()
+planned = counts = None
+for line in open(sys.argv[1]):
+    m = re.search(r"LEAK planned: (\d+) allocations, (\d+) bytes", line)
+    if m:
+        planned = (int(m.group(1)), int(m.group(2)))
+    m = re.search(r"calls: (.*)", line)
+    if m:
+        counts = dict((k, int(v)) for k, v in (kv.split("=") for kv in m.group(1).split()))
+    if not line.startswith("{"):
+        continue
+    r = json.loads(line)
+    if r["type"] == "leak":
+        allocs += r["allocs"]; bytes_ += r["bytes"]
+    elif r["type"] in ("malloc", "free", "memcpy", "memset", "launch"):
+        calls[r["api"]] += 1
+calls["launches"] = calls["cudaLaunchKernel"] + calls["cudaLaunchKernel_ptsz"] + calls["cudaLaunchKernelExC"]
+bad = []
+if planned != (allocs, bytes_):
+    bad.append(f"leak planned {planned}, reported ({allocs}, {bytes_})")
+for k, v in (counts or {}).items():
+    if calls[k] != v:
+        bad.append(f"{k}: program made {v}, tool reported {calls[k]}")
+if counts is None:
+    bad.append("no 'calls:' line from the sample")
+print("ok" if not bad else "; ".join(bad), f"(leak {allocs} allocations {bytes_} bytes; calls {dict(calls)})")
+PY
+)
+	echo "check: $verdict"
+	case $verdict in
+	ok*) notes+=("$(basename "$bin") ok") ;;
+	*) fail=1; notes+=("$(basename "$bin") MISMATCH") ;;
+	esac
+}
+
+for b in "$S/alloc_mix" "$S/alloc_mix_shared"; do
+	[ -x "$b" ] && leakcheck "$b" || echo "skip: no $b"
+done
+
+for b in "$S/vec_add" "$S/vec_add_shared"; do
+	[ -x "$b" ] || { echo "skip: no $b"; continue; }
+	echo "== $(ts) $b: launches with 4 argument words, summary"
+	$SUDO "$TOOL" -a 4 -- "$b" >"$OUTDIR/$(basename "$b").txt" 2>&1
+	head -30 "$OUTDIR/$(basename "$b").txt"
+	$SUDO "$TOOL" --summary -- "$b" >"$OUTDIR/$(basename "$b").summary" 2>&1
+	tail -30 "$OUTDIR/$(basename "$b").summary"
+done
+
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+	echo "== $(ts) PyTorch: scripts/gpu/torch_alloc.py"
+	$SUDO "$TOOL" -e malloc,free,memcpy -- python3 scripts/gpu/torch_alloc.py >"$OUTDIR/torch.txt" 2>&1
+	head -20 "$OUTDIR/torch.txt"; echo "..."; tail -30 "$OUTDIR/torch.txt"
+	$SUDO "$TOOL" --summary -- python3 scripts/gpu/torch_alloc.py >"$OUTDIR/torch.summary" 2>&1
+	tail -60 "$OUTDIR/torch.summary"
+	notes+=("torch ran")
+else
+	echo "skip: PyTorch with CUDA not importable"
+fi
+
+# Launch rate: empty kernels (KERNEL_NS=0) so the CPU-side launch path is
+# what is measured; alternate untraced and traced runs, median of 3 each.
+if [ -x "$S/launch_heavy" ]; then
+	N=${LAUNCHES:-200000}
+	rate() { grep -o 'launches_per_s=[0-9.]*' | tail -1 | cut -d= -f2; }
+	un=(); tr=(); nd=()
+	for i in 1 2 3; do
+		un+=("$("$S/launch_heavy" "$N" 4 0 64 | rate)")
+		$SUDO "$TOOL" -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy.txt" 2>"$OUTDIR/launch_heavy.err"
+		tr+=("$(rate <"$OUTDIR/launch_heavy.txt")")
+		tail -1 "$OUTDIR/launch_heavy.err"
+		# The same with --no-driver (runtime probes only).
+		$SUDO "$TOOL" --no-driver -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy_nd.txt" 2>/dev/null
+		nd+=("$(rate <"$OUTDIR/launch_heavy_nd.txt")")
+	done
+	for b in "$S/launch_heavy_shared"; do
+		[ -x "$b" ] || continue
+		us=$("$b" "$N" 4 0 64 | rate)
+		$SUDO "$TOOL" -- "$b" "$N" 4 0 64 >"$OUTDIR/launch_heavy_shared.txt" 2>/dev/null
+		ts_=$(rate <"$OUTDIR/launch_heavy_shared.txt")
+		echo "launch_heavy_shared: untraced $us/s traced $ts_/s"
+	done
+	med() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+	U=$(med "${un[@]}"); T=$(med "${tr[@]}"); D=$(med "${nd[@]}")
+	ratio=$(python3 -c "print(f'{$T/$U:.3f}')" 2>/dev/null || echo "?")
+	ratio_nd=$(python3 -c "print(f'{$D/$U:.3f}')" 2>/dev/null || echo "?")
+	echo "launch_heavy $N launches: untraced ${un[*]} /s, traced ${tr[*]} /s, traced --no-driver ${nd[*]} /s"
+	echo "launch rate ratio (median): $ratio default, $ratio_nd with --no-driver (goal >= 0.8)"
+	grep -h RESULT "$OUTDIR/launch_heavy.txt" | tail -1
+	notes+=("launch ratio $ratio (--no-driver $ratio_nd)")
+else
+	echo "skip: no $S/launch_heavy"
+fi
+
+if [ $fail -eq 0 ]; then echo "SUMMARY: PASS ${notes[*]}"; else echo "SUMMARY: FAIL ${notes[*]}"; fi
+exit $fail

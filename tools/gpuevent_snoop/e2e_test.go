@@ -1,0 +1,571 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
+)
+
+// Built once per test binary: the tool and the fake-CUDA programs.
+var (
+	buildOnce sync.Once
+	buildErr  error
+	workDir   string
+	toolBin   string
+)
+
+func build(t *testing.T) {
+	t.Helper()
+	testenv.Root(t)
+	gcc := testenv.Tool(t, "gcc")
+	buildOnce.Do(func() {
+		workDir, buildErr = os.MkdirTemp("", "gpuevent_snoop_test")
+		if buildErr != nil {
+			return
+		}
+		td, _ := filepath.Abs("testdata")
+		toolBin = filepath.Join(workDir, "gpuevent_snoop")
+		steps := [][]string{
+			{"go", "build", "-o", toolBin, "."},
+			{gcc, "-O2", "-fPIC", "-shared", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(workDir, "libcuda.so.1"), filepath.Join(td, "fakecuda_driver.c")},
+			{gcc, "-O2", "-fPIC", "-shared", "-Wl,-soname,libcudart.so.12", "-o", filepath.Join(workDir, "libcudart.so.12"),
+				filepath.Join(td, "fakecuda_runtime.c"), "-L" + workDir, "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN"},
+			{gcc, "-O2", "-o", filepath.Join(workDir, "app_shared"), filepath.Join(td, "app.c"), "-I" + td, "-L" + workDir,
+				"-l:libcudart.so.12", "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN", "-lpthread"},
+			{gcc, "-O2", "-o", filepath.Join(workDir, "app_static"), filepath.Join(td, "app.c"),
+				filepath.Join(td, "fakecuda_runtime.c"), filepath.Join(td, "fakecuda_driver.c"), "-I" + td, "-lpthread"},
+		}
+		for _, s := range steps {
+			out, err := exec.Command(s[0], s[1:]...).CombinedOutput()
+			if err != nil {
+				buildErr = fmt.Errorf("%s: %v\n%s", strings.Join(s, " "), err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+}
+
+type record map[string]any
+
+func (r record) str(k string) string { s, _ := r[k].(string); return s }
+func (r record) num(k string) float64 {
+	f, _ := r[k].(float64)
+	return f
+}
+
+func parseJSONLines(t *testing.T, out []byte) []record {
+	t.Helper()
+	var recs []record
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "{") {
+			continue // the traced program's own output passes through
+		}
+		var r record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("bad JSON line %q: %v", line, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// expected is the exact call sequence app.c makes, as the tool must report
+// it: runtime calls once (their driver calls folded), driver calls made
+// directly by the program reported as driver calls.
+var expected = []struct{ api, detail string }{
+	{"cudaMalloc", "size=1048576"},
+	{"cudaMalloc", "size=4096"},
+	{"cudaMalloc", "size=12345 leak"},
+	{"cudaMemcpy", "H2D 1048576"},
+	{"cudaMemcpy", "D2H 65536"},
+	{"cudaMemcpyAsync", "D2D 4096"},
+	{"cudaMemset", "1000"},
+	{"cudaLaunchKernel", "vecAdd"},
+	{"cudaMalloc", "fails"},
+	{"cuMemAlloc_v2", "size=777"},
+	{"cuLaunchKernel", "0xf00"},
+	{"cuMemFree_v2", ""},
+	{"cudaMalloc", "size=2048 (thread)"},
+	{"cudaFree", "(thread)"},
+	{"cudaFree", ""},
+	{"cudaFree", ""},
+}
+
+func checkAppTrace(t *testing.T, recs []record, pid int, exe string, withArgs bool) {
+	t.Helper()
+	var events []record
+	var leaks []record
+	var account record
+	for _, r := range recs {
+		switch r.str("type") {
+		case "leak":
+			if int(r.num("pid")) == pid {
+				leaks = append(leaks, r)
+			}
+		case "account":
+			account = r
+		case "summary", "kernel":
+		default:
+			if int(r.num("pid")) == pid {
+				events = append(events, r)
+			}
+		}
+	}
+	// The worker thread's two calls may interleave with the main thread's
+	// only where app.c allows: it runs between cuMemFree_v2 and the last
+	// two frees, so the order is fixed.
+	if len(events) != len(expected) {
+		for _, e := range events {
+			t.Logf("event: %v", e)
+		}
+		t.Fatalf("got %d events, want exactly %d", len(events), len(expected))
+	}
+	for i, want := range expected {
+		if got := events[i].str("api"); got != want.api {
+			t.Errorf("event %d: api %s, want %s", i, got, want.api)
+		}
+	}
+	e := events
+	wantNum := func(i int, k string, v float64) {
+		t.Helper()
+		if got := e[i].num(k); got != v {
+			t.Errorf("event %d (%s): %s = %v, want %v", i, e[i].str("api"), k, got, v)
+		}
+	}
+	wantStr := func(i int, k, v string) {
+		t.Helper()
+		if got := e[i].str(k); got != v {
+			t.Errorf("event %d (%s): %s = %q, want %q", i, e[i].str("api"), k, got, v)
+		}
+	}
+	wantNum(0, "size", 1<<20)
+	wantStr(0, "ptr", "0x7f0000000000")
+	wantNum(1, "size", 4096)
+	wantNum(2, "size", 12345)
+	if !strings.HasPrefix(e[2].str("caller"), "leaky_alloc+") {
+		t.Errorf("leaky allocation's caller = %q, want leaky_alloc+...", e[2].str("caller"))
+	}
+	wantStr(3, "kind", "H2D")
+	wantNum(3, "bytes", 1<<20)
+	wantStr(4, "kind", "D2H")
+	wantNum(4, "bytes", 65536)
+	wantStr(5, "kind", "D2D")
+	wantNum(5, "bytes", 4096)
+	wantStr(5, "stream", "0x1234")
+	if e[5]["sync"] != false || e[3]["sync"] != true {
+		t.Errorf("sync flags: cudaMemcpy %v, cudaMemcpyAsync %v", e[3]["sync"], e[5]["sync"])
+	}
+	wantNum(6, "bytes", 1000)
+	wantNum(6, "value", 7)
+	wantStr(7, "kernel", "vecAdd(float const*, float const*, float*, int)")
+	wantStr(7, "kernel_mangled", "_Z6vecAddPKfS0_Pfi")
+	if fmt.Sprint(e[7]["grid"]) != "[4 2 1]" || fmt.Sprint(e[7]["block"]) != "[256 1 1]" {
+		t.Errorf("launch dims grid %v block %v, want [4 2 1] [256 1 1]", e[7]["grid"], e[7]["block"])
+	}
+	wantNum(7, "shmem", 128)
+	wantStr(7, "stream", "0x1234")
+	if withArgs && fmt.Sprint(e[7]["args"]) != "[0x7f0000000000 0x7f0000100000 0x7f0000000000]" {
+		t.Errorf("kernel args (-a 3) %v, want the three device pointers", e[7]["args"])
+	}
+	if !withArgs && e[7]["args"] != nil {
+		t.Errorf("kernel args %v without -a", e[7]["args"])
+	}
+	wantNum(8, "ret", 2)
+	wantStr(8, "error", "cudaErrorMemoryAllocation")
+	wantNum(8, "size", 1<<40)
+	wantStr(9, "layer", "driver")
+	wantNum(9, "size", 777)
+	wantStr(10, "kernel", "CUfunction:0xf00")
+	if fmt.Sprint(e[10]["grid"]) != "[1 2 3]" || fmt.Sprint(e[10]["block"]) != "[32 4 1]" {
+		t.Errorf("cuLaunchKernel dims grid %v block %v, want [1 2 3] [32 4 1]", e[10]["grid"], e[10]["block"])
+	}
+	wantNum(10, "shmem", 64)
+	wantStr(10, "stream", "0x55")
+	wantNum(11, "size", 777)
+	wantNum(12, "size", 2048)
+	if e[12].num("tid") == float64(pid) {
+		t.Errorf("the worker thread's cudaMalloc reports the main thread's TID")
+	}
+	wantNum(13, "size", 2048)
+	wantNum(14, "size", 1<<20)
+	wantNum(15, "size", 4096)
+	for i := range e {
+		if i != 8 {
+			wantNum(i, "ret", 0)
+		}
+		if e[i].num("dur_ns") <= 0 {
+			t.Errorf("event %d: no duration", i)
+		}
+	}
+
+	if len(leaks) != 1 {
+		t.Fatalf("leak report: %v, want exactly the planted leak", leaks)
+	}
+	l := leaks[0]
+	if l.num("bytes") != 12345 || l.num("allocs") != 1 || !strings.HasPrefix(l.str("site"), "leaky_alloc+") ||
+		!strings.Contains(l.str("site"), "("+exe+")") {
+		t.Errorf("leak %v: want 1 allocation of 12345 bytes at leaky_alloc+... (%s)", l, exe)
+	}
+	if account == nil {
+		t.Fatal("no account line")
+	}
+	if account.num("processes") > 1 {
+		return // tracing all: other processes' calls count too
+	}
+	if account.num("events") != 16 || account.num("dropped_ringbuf") != 0 || account.num("lost_inflight") != 0 {
+		t.Errorf("account %v: want 16 events, none dropped or lost", account)
+	}
+	// Each runtime call of the fake cudart calls one driver function except
+	// cudaMemset (5 mallocs, 3 copies, 1 launch, 3 frees).
+	if account.num("nested_folded") != 12 {
+		t.Errorf("account %v: want 12 nested driver calls folded", account)
+	}
+}
+
+func runTool(t *testing.T, args ...string) (stdout, stderr []byte, code int) {
+	t.Helper()
+	cmd := exec.Command(toolBin, args...)
+	cmd.Dir = workDir
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	code = cmd.ProcessState.ExitCode()
+	if err != nil && code < 0 {
+		t.Fatalf("running the tool: %v", err)
+	}
+	return o.Bytes(), e.Bytes(), code
+}
+
+func TestCommandSharedCudart(t *testing.T) { testCommand(t, "app_shared") }
+func TestCommandStaticCudart(t *testing.T) { testCommand(t, "app_static") }
+
+func testCommand(t *testing.T, app string) {
+	build(t)
+	out, errOut, code := runTool(t, "-j", "-a", "3", "--", "./"+app)
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", code, errOut)
+	}
+	if !bytes.Contains(out, []byte("app done")) {
+		t.Errorf("the traced program's stdout did not pass through: %s", out)
+	}
+	recs := parseJSONLines(t, out)
+	pid := 0
+	for _, r := range recs {
+		if r.str("comm") == app {
+			pid = int(r.num("pid"))
+			break
+		}
+	}
+	if pid == 0 {
+		t.Fatalf("no event from %s\nstdout: %s\nstderr: %s", app, out, errOut)
+	}
+	checkAppTrace(t, recs, pid, app, true)
+	if !bytes.Contains(errOut, []byte("gpuevent_snoop: 16 events")) {
+		t.Errorf("stderr lacks the account line: %s", errOut)
+	}
+}
+
+// The text stream and leak table, as a user sees them.
+func TestTextStream(t *testing.T) {
+	build(t)
+	out, errOut, code := runTool(t, "-T", "--", "./app_static")
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", code, errOut)
+	}
+	s := string(out)
+	for _, want := range []string{
+		"TIME(s)", "cudaMemcpy             OK   H2D 1048576 bytes sync",
+		"cudaLaunchKernel       OK   vecAdd grid=(4,2,1) block=(256,1,1) shmem=128 stream=0x1234",
+		"FAIL cudaErrorMemoryAllocation(2) size=1099511627776",
+		"Leaks: 1 device allocations (12.06 KiB) never freed",
+		"leaky_alloc+",
+	} {
+		if !strings.Contains(s, want) {
+			t.Errorf("output lacks %q:\n%s", want, s)
+		}
+	}
+	if !strings.Contains(string(errOut), "Tracing CUDA malloc, free, memcpy, memset, launch, graph calls in PID") ||
+		!strings.Contains(string(errOut), "Hit Ctrl-C to end.") {
+		t.Errorf("no start line on stderr: %s", errOut)
+	}
+}
+
+// Filters: -e, --min-size, -k.
+func TestFilters(t *testing.T) {
+	build(t)
+	out, errOut, code := runTool(t, "-j", "-e", "malloc,launch", "--min-size", "4K", "-k", "vecAdd", "--", "./app_shared")
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", code, errOut)
+	}
+	var got []string
+	for _, r := range parseJSONLines(t, out) {
+		switch r.str("type") {
+		case "malloc", "launch":
+			got = append(got, fmt.Sprintf("%s:%v", r.str("api"), r["size"]))
+		case "free", "memcpy", "memset":
+			t.Errorf("-e malloc,launch let through %v", r)
+		}
+	}
+	// 777 and 2048 bytes are under 4 KiB; cuLaunchKernel's handle is no vecAdd.
+	want := "[cudaMalloc:1.048576e+06 cudaMalloc:4096 cudaMalloc:12345 cudaLaunchKernel:<nil> cudaMalloc:1.099511627776e+12]"
+	if fmt.Sprint(got) != want {
+		t.Errorf("filtered events %v, want %s", got, want)
+	}
+}
+
+// -p: attach to a running process, which waits on stdin until the tool is up.
+func TestAttachPID(t *testing.T) {
+	build(t)
+	app := exec.Command(filepath.Join(workDir, "app_shared"), "wait")
+	stdin, _ := app.StdinPipe()
+	var appOut bytes.Buffer
+	app.Stdout = &appOut
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer app.Process.Kill()
+	// Wait for the dynamic linker to map the libraries.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		maps, _ := os.ReadFile(fmt.Sprintf("/proc/%d/maps", app.Process.Pid))
+		if bytes.Contains(maps, []byte("libcudart.so.12")) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	tool := exec.Command(toolBin, "-j", "-p", fmt.Sprint(app.Process.Pid))
+	var out bytes.Buffer
+	tool.Stdout = &out
+	errPipe, _ := tool.StderrPipe()
+	if err := tool.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The start line (stderr) comes once every probe is attached.
+	errr := bufio.NewReader(errPipe)
+	line, err := errr.ReadString('\n')
+	if err != nil || !strings.Contains(line, "Hit Ctrl-C to end.") {
+		t.Fatalf("start line %q: %v", line, err)
+	}
+	stdin.Write([]byte("x"))
+	stdin.Close()
+	if err := app.Wait(); err != nil {
+		t.Fatalf("app: %v", err)
+	}
+	// The tool ends by itself once every traced process has exited.
+	errb, _ := io.ReadAll(errr)
+	done := make(chan error, 1)
+	go func() { done <- tool.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("tool: %v\n%s", err, errb)
+		}
+	case <-time.After(10 * time.Second):
+		tool.Process.Signal(syscall.SIGINT)
+		t.Fatalf("the tool did not end after the traced process exited")
+	}
+	checkAppTrace(t, parseJSONLines(t, out.Bytes()), app.Process.Pid, "app_shared", false)
+}
+
+func TestErrors(t *testing.T) {
+	build(t)
+	cases := []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"-p", "999999999"}, 1, "process 999999999 does not exist"},
+		{[]string{"-e", "mallocs"}, 2, `unknown event kind "mallocs"`},
+		{[]string{"-p", "1", "--", "true"}, 2, "not both"},
+		{[]string{"--min-size", "lots"}, 2, "not a byte count"},
+		{[]string{"-a", "9"}, 2, "0 to 8"},
+		{[]string{"-e", "launch", "-k", "gemm*", "--", "./app_static"}, 1, "no launched kernel matched -k gemm*; kernels launched: CUfunction:0xf00, vecAdd"},
+	}
+	for _, c := range cases {
+		_, errOut, code := runTool(t, c.args...)
+		if code != c.code || !strings.Contains(string(errOut), c.msg) {
+			t.Errorf("%v: exit %d, stderr %q; want exit %d with %q", c.args, code, errOut, c.code, c.msg)
+		}
+	}
+	// A process that is no CUDA program: say what was looked for.
+	sleep := exec.Command("sleep", "30")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer sleep.Process.Kill()
+	time.Sleep(50 * time.Millisecond)
+	_, errOut, code := runTool(t, "-p", fmt.Sprint(sleep.Process.Pid))
+	if code != 1 || !strings.Contains(string(errOut), "no CUDA library found") || !strings.Contains(string(errOut), "libcudart.so*") {
+		t.Errorf("non-CUDA -p: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// A real nvcc-built program with static cudart (nvcc's default) on a machine
+// without a GPU: its calls fail, and must be reported with the CUDA error
+// name. Runs only where nvcc is installed and works.
+func TestNvccStaticCudartFailures(t *testing.T) {
+	build(t)
+	nvcc := testenv.Lookup("nvcc")
+	if nvcc == "" {
+		t.Skip("nvcc not found")
+	}
+	if _, err := os.Stat("/dev/nvidiactl"); err == nil {
+		t.Skip("a GPU is present: the calls would succeed; scripts/gpu/gpuevent_snoop-check.sh covers that")
+	}
+	src := filepath.Join(workDir, "nv.cu")
+	os.WriteFile(src, []byte(`#include <cstdio>
+__global__ void scale(float *x, float a, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] *= a; }
+int main() {
+  float *d = 0;
+  cudaError_t e = cudaMalloc(&d, 1 << 20);
+  printf("cudaMalloc: %s\n", cudaGetErrorName(e));
+  scale<<<4, 256>>>(d, 2.0f, 1000);
+  return 0;
+}
+`), 0o644)
+	bin := filepath.Join(workDir, "nv")
+	// Debian's usr/bin/nvcc is a wrapper that execs the real one at an
+	// absolute path; an unpacked (not installed) toolkit has it beside.
+	nvccs := []string{nvcc, filepath.Join(filepath.Dir(nvcc), "../lib/nvidia-cuda-toolkit/bin/nvcc")}
+	var built bool
+	for _, nv := range nvccs {
+		for _, extra := range [][]string{nil, {"-ccbin", "clang-14"}} {
+			if built {
+				break
+			}
+			args := append(append([]string{}, extra...), "-o", bin, src)
+			if out, err := exec.Command(nv, args...).CombinedOutput(); err == nil {
+				built = true
+			} else {
+				t.Logf("%s %v: %v\n%s", nv, args, err, out)
+			}
+		}
+	}
+	if !built {
+		t.Skip("nvcc is present but cannot build here")
+	}
+	out, errOut, code := runTool(t, "-j", "--", bin)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var malloc, launch record
+	for _, r := range parseJSONLines(t, out) {
+		switch r.str("api") {
+		case "cudaMalloc":
+			malloc = r
+		case "cudaLaunchKernel":
+			launch = r
+		}
+	}
+	appSays := ""
+	for _, l := range strings.Split(string(out), "\n") {
+		if s, ok := strings.CutPrefix(l, "cudaMalloc: "); ok {
+			appSays = s
+		}
+	}
+	if malloc == nil || malloc.str("error") != appSays || malloc.num("ret") == 0 {
+		t.Errorf("cudaMalloc event %v; the program itself got %q", malloc, appSays)
+	}
+	if launch == nil || launch.str("kernel") != "scale(float*, float, int)" || fmt.Sprint(launch["grid"]) != "[4 1 1]" {
+		t.Errorf("launch event %v, want scale(float*, float, int) with grid [4 1 1]", launch)
+	}
+}
+
+// No -p and no command: every process, including one that starts after the
+// tool and maps a libcudart the tool found by its /proc rescan.
+func TestTraceAll(t *testing.T) {
+	build(t)
+	tool := exec.Command(toolBin, "-j", "-d", "4")
+	var out bytes.Buffer
+	tool.Stdout = &out
+	errPipe, _ := tool.StderrPipe()
+	if err := tool.Start(); err != nil {
+		t.Fatal(err)
+	}
+	errr := bufio.NewReader(errPipe)
+	if line, err := errr.ReadString('\n'); err != nil || !strings.Contains(line, "in all processes") {
+		t.Fatalf("start line %q: %v", line, err)
+	}
+	app := exec.Command(filepath.Join(workDir, "app_shared"), "wait")
+	stdin, _ := app.StdinPipe()
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer app.Process.Kill()
+	// Let the once-a-second rescan find the library the program maps.
+	time.Sleep(2200 * time.Millisecond)
+	stdin.Write([]byte("x"))
+	stdin.Close()
+	app.Wait()
+	io.ReadAll(errr)
+	if err := tool.Wait(); err != nil {
+		t.Fatalf("tool: %v", err)
+	}
+	checkAppTrace(t, parseJSONLines(t, out.Bytes()), app.Process.Pid, "app_shared", false)
+}
+
+// A reader that falls behind must cost events, never block the program, and
+// every lost event must be counted: shown + dropped == calls made.
+func TestRingBufferDropsCounted(t *testing.T) {
+	build(t)
+	const calls = 100000
+	tool := exec.Command(toolBin, "-j", "-b", "1", "--", "./app_static", "loop", fmt.Sprint(calls))
+	tool.Dir = workDir
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	tool.Stdout, tool.Stderr = pw, &errb
+	if err := tool.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pw.Close()
+	// Do not read for a while: the tool blocks on a full pipe, its 1 MiB
+	// ring buffer (about 2500 events) fills, the BPF side drops.
+	time.Sleep(3 * time.Second)
+	out, _ := io.ReadAll(pr)
+	if err := tool.Wait(); err != nil {
+		t.Fatalf("tool: %v\n%s", err, errb.Bytes())
+	}
+	var launches int
+	var acc record
+	for _, r := range parseJSONLines(t, out) {
+		switch r.str("type") {
+		case "launch":
+			launches++
+		case "account":
+			acc = r
+		}
+	}
+	if acc == nil {
+		t.Fatalf("no account line; stderr %s", errb.Bytes())
+	}
+	dropped := int(acc.num("dropped_ringbuf"))
+	if launches+dropped != calls || int(acc.num("events")) != launches {
+		t.Errorf("%d launches shown + %d dropped != %d calls (account %v)", launches, dropped, calls, acc)
+	}
+	if dropped == 0 {
+		t.Errorf("no drops although the reader was stalled (account %v)", acc)
+	}
+	if !strings.Contains(errb.String(), fmt.Sprintf("%d dropped (ring buffer full", dropped)) {
+		t.Errorf("stderr account lacks the drops: %s", errb.String())
+	}
+}

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"path"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpubpf/gpubpf/pkg/procmaps"
+	"github.com/gpubpf/gpubpf/pkg/symbolize"
+)
+
+// Resolver names addresses of traced processes: kernel host stubs and call
+// sites. Results are cached per (pid, address), so a hot loop costs one map
+// lookup per event. Mappings are re-read when an address falls outside the
+// known ones (a library loaded since), and kept after the process exits so
+// late events still resolve.
+type Resolver struct {
+	mu    sync.Mutex
+	sym   *symbolize.Symbolizer
+	procs map[uint32]*procInfo
+	names map[pidAddr]*Kernel
+	sites map[pidAddr]string
+	// objects gives the probed object an event's cookie names, for the
+	// fallback when the process's mappings cannot be read (it exited).
+	objects func(i int) (*symbolize.Object, string)
+}
+
+type pidAddr struct {
+	pid  uint32
+	addr uint64
+}
+
+type procInfo struct {
+	maps   procmaps.Maps
+	readAt time.Time
+	gone   bool
+}
+
+// Kernel is a launched function's name.
+type Kernel struct {
+	Mangled   string // symbol as in the binary, "" when unknown
+	Demangled string // with parameters
+	Short     string // without parameters: what the live stream shows
+}
+
+// NewResolver returns an empty resolver.
+func NewResolver() *Resolver {
+	return &Resolver{
+		sym:   symbolize.New(),
+		procs: map[uint32]*procInfo{},
+		names: map[pidAddr]*Kernel{},
+		sites: map[pidAddr]string{},
+	}
+}
+
+// Prime reads (or re-reads) a process's mappings now, while it is alive.
+func (r *Resolver) Prime(pid uint32) {
+	ms, err := procmaps.Read(int(pid))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pi := r.procs[pid]
+	if pi == nil {
+		pi = &procInfo{}
+		r.procs[pid] = pi
+	}
+	if err != nil {
+		pi.gone = true
+		return
+	}
+	pi.maps, pi.readAt, pi.gone = ms, time.Now(), false
+}
+
+// Refresh re-reads the mappings of a process the resolver already knows
+// (one that has sent events), so that libraries it loads are known before
+// it exits. A started command is not read before its first event: until its
+// exec, its mappings are those of the shell that waits to exec it.
+func (r *Resolver) Refresh(pid uint32) {
+	r.mu.Lock()
+	pi := r.procs[pid]
+	r.mu.Unlock()
+	if pi != nil && !pi.gone {
+		r.Prime(pid)
+	}
+}
+
+// frameE is frame with a fallback for processes already gone: addresses in
+// the object that holds the probed function are named through its load bias
+// (static cudart: the executable, with the kernel stubs and call sites).
+func (r *Resolver) frameE(e *Event, addr uint64) symbolize.Frame {
+	fr := r.frame(e.PID, addr)
+	if fr.Module != "" || r.objects == nil || e.IP == 0 {
+		return fr
+	}
+	o, mod := r.objects(e.Obj)
+	if o == nil {
+		return fr
+	}
+	fv, ok := o.Symbol(e.API.Name)
+	if !ok {
+		return fr
+	}
+	if fb, ok := o.ResolveWithBias(mod, e.IP-fv, addr); ok {
+		return fb
+	}
+	return fr
+}
+
+func (r *Resolver) frame(pid uint32, addr uint64) symbolize.Frame {
+	r.mu.Lock()
+	pi := r.procs[pid]
+	r.mu.Unlock()
+	if pi == nil {
+		r.Prime(pid)
+	} else if m := pi.maps.Find(addr); (m == nil || !m.File()) && !pi.gone {
+		// Not in the mappings known: the process exec'd or loaded a library
+		// since they were read. Results are cached per address, so this
+		// re-read happens once per unknown address.
+		r.Prime(pid)
+	}
+	r.mu.Lock()
+	pi = r.procs[pid]
+	ms := pi.maps
+	r.mu.Unlock()
+	return r.sym.Resolve(int(pid), ms, addr)
+}
+
+// KernelName names the function a launch started. Runtime launches pass the
+// host stub, which carries the kernel's mangled name; driver launches pass an
+// opaque CUfunction handle that has no host symbol.
+func (r *Resolver) KernelName(e *Event) *Kernel {
+	key := pidAddr{e.PID, e.Func}
+	if e.API.Driver {
+		key.addr |= 1 << 63 // handles and stub addresses must not share cache slots
+	}
+	if k, ok := r.names[key]; ok {
+		return k
+	}
+	k := &Kernel{}
+	switch {
+	case e.API.Kind == KindGraph:
+		k.Short = "graph:0x" + hex(e.Func)
+		k.Demangled = k.Short
+	case e.API.Driver:
+		k.Short = "CUfunction:0x" + hex(e.Func)
+		k.Demangled = k.Short
+	default:
+		fr := r.frameE(e, e.Func)
+		if fr.Name != "" && fr.Offset == 0 {
+			k.Mangled = fr.Name
+			k.Demangled = symbolize.Demangle(fr.Name)
+			k.Short = symbolize.DemangledBase(fr.Name)
+		} else {
+			k.Short = fr.String()
+			k.Demangled = k.Short
+		}
+	}
+	r.names[key] = k
+	return k
+}
+
+// Site names a call site (a return address) of event e's process as
+// "func+0xoff (module)".
+func (r *Resolver) Site(e *Event, addr uint64) string {
+	key := pidAddr{e.PID, addr}
+	if s, ok := r.sites[key]; ok {
+		return s
+	}
+	fr := r.frameE(e, addr)
+	s := fr.String()
+	if fr.Name != "" && fr.Module != "" {
+		s += " (" + symbolize.Short(fr.Module) + ")"
+	}
+	r.sites[key] = s
+	return s
+}
+
+// matchKernel reports whether a kernel name matches any -k pattern
+// (mangled, demangled with or without parameters, or a glob of those).
+func matchKernel(k *Kernel, pats []string) bool {
+	if len(pats) == 0 {
+		return true
+	}
+	for _, p := range pats {
+		for _, n := range []string{k.Mangled, k.Demangled, k.Short} {
+			if n == "" {
+				continue
+			}
+			if n == p {
+				return true
+			}
+			if ok, _ := path.Match(p, n); ok {
+				return true
+			}
+		}
+		// A bare name matches a kernel in a namespace: "gemm" ~ "ns::gemm<float>".
+		if !strings.ContainsAny(p, "*?[") && k.Short != "" {
+			base := k.Short
+			if i := strings.IndexByte(base, '<'); i >= 0 {
+				base = base[:i]
+			}
+			if j := strings.LastIndex(base, "::"); j >= 0 {
+				base = base[j+2:]
+			}
+			if base == p {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Stack names a user stack's frames, stopping at the first address that is
+// in no file mapping: without frame pointers the kernel's unwinder walks into
+// data, and what follows is noise.
+func (r *Resolver) Stack(e *Event, pcs []uint64) []string {
+	out := make([]string, 0, len(pcs))
+	for _, pc := range pcs {
+		s := r.Site(e, pc)
+		if strings.HasPrefix(s, "0x") {
+			break
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// CallSite names where an allocation was made. When the direct caller is
+// one of cuda_runtime.h's inline wrappers (cudaMalloc<float>, emitted as a
+// function in unoptimised code) every allocation would share its name, so
+// the wrapper's own caller is used, if it resolves.
+func (r *Resolver) CallSite(e *Event) string {
+	s := r.Site(e, e.Caller)
+	if e.Caller2 != 0 && isWrapper(s, e.API.Name) {
+		if s2 := r.Site(e, e.Caller2); !strings.HasPrefix(s2, "0x") {
+			return s2
+		}
+	}
+	return s
+}
+
+func isWrapper(site, api string) bool {
+	// Demangled: "cudaError cudaMalloc<float>(float**, unsigned long)+0x1d (app)".
+	i := strings.Index(site, api+"<")
+	return i >= 0 && i < 16
+}
