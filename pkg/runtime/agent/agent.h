@@ -1,0 +1,178 @@
+/* gpubpf agent: internal declarations shared by its C files. */
+#ifndef GPUBPF_AGENT_H
+#define GPUBPF_AGENT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "cudefs.h"
+
+#define AGENT_VERSION "0.1.0"
+#define PROTO_VERSION 1u
+#define PROTO_MAX_FRAME (64u << 20)
+#define HIDDEN __attribute__((visibility("hidden")))
+#define EXPORT __attribute__((visibility("default")))
+#define LIKELY(x) __builtin_expect(!!(x), 1)
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+extern int g_debug;
+#define DBG(...)                                                      \
+	do {                                                              \
+		if (UNLIKELY(g_debug)) {                                      \
+			fprintf(stderr, "gpubpf-agent[%d]: ", (int)getpid());     \
+			fprintf(stderr, __VA_ARGS__);                             \
+			fputc('\n', stderr);                                      \
+		}                                                             \
+	} while (0)
+
+/* Driver entry points the agent itself calls (real ones, never wrappers). */
+struct drv {
+	int ready;
+	int version;
+	CUresult (*cuDriverGetVersion)(int *);
+	CUresult (*cuDeviceGetCount)(int *);
+	CUresult (*cuDeviceGet)(CUdevice *, int);
+	CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+	CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+	CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+	CUresult (*cuCtxGetCurrent)(CUcontext *);
+	CUresult (*cuCtxSetCurrent)(CUcontext);
+	CUresult (*cuCtxGetDevice)(CUdevice *);
+	CUresult (*cuCtxSynchronize)(void);
+	CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, CUjit_option *, void **);
+	CUresult (*cuModuleUnload)(CUmodule);
+	CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+	CUresult (*cuModuleGetGlobal)(CUdeviceptr *, size_t *, CUmodule, const char *);
+	CUresult (*cuLibraryGetGlobal)(CUdeviceptr *, size_t *, CUlibrary, const char *);
+	CUresult (*cuKernelGetName)(const char **, CUkernel);
+	CUresult (*cuFuncGetName)(const char **, CUfunction);
+	CUresult (*cuKernelGetAttribute)(int *, int, CUkernel, CUdevice);
+	CUresult (*cuFuncGetAttribute)(int *, int, CUfunction);
+	CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+	CUresult (*cuLibraryGetKernelCount)(unsigned *, CUlibrary);
+	CUresult (*cuLibraryEnumerateKernels)(CUkernel *, unsigned, CUlibrary);
+	CUresult (*cuModuleGetFunctionCount)(unsigned *, CUmodule);
+	CUresult (*cuModuleEnumerateFunctions)(CUfunction *, unsigned, CUmodule);
+	CUresult (*cuEventCreate)(CUevent *, unsigned);
+	CUresult (*cuEventRecord)(CUevent, CUstream);
+	CUresult (*cuEventSynchronize)(CUevent);
+	CUresult (*cuEventDestroy)(CUevent);
+	CUresult (*cuStreamIsCapturing)(CUstream, int *);
+	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+	CUresult (*cuMemFree)(CUdeviceptr);
+	CUresult (*cuMemsetD8)(CUdeviceptr, unsigned char, size_t);
+	CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+	CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+	CUresult (*cuMemHostRegister)(void *, size_t, unsigned);
+	CUresult (*cuMemHostUnregister)(void *);
+	CUresult (*cuMemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned);
+	CUresult (*cuStreamCreate)(CUstream *, unsigned);
+	CUresult (*cuStreamDestroy)(CUstream);
+	CUresult (*cuStreamSynchronize)(CUstream);
+	CUresult (*cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+	CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+	CUresult (*cuThreadExchangeStreamCaptureMode)(int *);
+	CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+};
+extern struct drv D;
+HIDDEN int drv_init(void);         /* 0 when the driver entry points are usable */
+HIDDEN int cuda_loaded(void);      /* libcuda present in the process */
+
+/* ---- inventory (inventory.c) ---- */
+enum mod_kind { MK_LIBRARY_DATA = 1, MK_LIBRARY_FILE, MK_MODULE_DATA, MK_MODULE_FILE, MK_MODULE_FATBIN };
+enum img_fmt { IF_UNKNOWN = 0, IF_FATBIN = 1, IF_ELF = 2, IF_PTX = 3 };
+enum kern_kind { KK_KERNEL = 1, KK_FUNCTION = 2 };
+
+struct module {
+	uint64_t id;
+	int kind;
+	void *handle; /* CUlibrary or CUmodule */
+	CUcontext ctx;
+	int fmt;
+	const uint8_t *image; /* borrowed or owned (owned_image) */
+	uint64_t size;
+	int owned_image;
+	int unloaded;
+	char *path;
+};
+
+struct kernel {
+	void *handle;
+	int kind;
+	uint64_t module_id;
+	CUcontext ctx;
+	void *parent; /* CUkernel of a CUfunction from cuKernelGetFunction */
+	char *name;
+};
+
+extern pthread_mutex_t g_mu; /* inventory, sessions, clones */
+extern pthread_cond_t g_cond;
+extern struct module *g_mods;
+extern size_t g_nmods;
+extern struct kernel *g_kerns;
+extern size_t g_nkerns;
+
+HIDDEN uint64_t inv_add_module(int kind, void *handle, const void *image, const char *path);
+HIDDEN void inv_module_unloaded(void *handle);
+HIDDEN void inv_add_kernel(void *handle, int kind, void *module_handle, void *parent, const char *name);
+HIDDEN struct module *inv_module_by_id(uint64_t id);   /* g_mu held */
+HIDDEN struct kernel *inv_kernel_by_handle(void *h);   /* g_mu held */
+HIDDEN void inv_enumerate(void);                       /* g_mu held */
+HIDDEN void inv_reset(void);
+
+/* ---- probes (probes.c) ---- */
+struct clone {
+	uint64_t id;
+	struct session *owner;
+	CUmodule mod;
+	CUcontext ctx;
+	int pinned;   /* referenced by a graph: never unloaded */
+	int overflow; /* more streams than events: synchronise the context */
+	pthread_mutex_t evmu;
+	int nev;
+	struct {
+		CUstream s;
+		CUevent e;
+	} ev[16];
+	struct clone *next;
+};
+
+struct activation {
+	void *handle;     /* what the tool named */
+	CUcontext ctx;    /* the clone's context */
+	CUfunction fn;    /* instrumented function */
+	struct clone *clone;
+	struct session *owner;
+	uint64_t launches, failures; /* atomics */
+	int last_err;
+	int disabled;
+	struct activation *next;
+};
+
+extern int g_active; /* fast-path flag: any activation present */
+extern pthread_rwlock_t g_rw;
+HIDDEN CUfunction probe_lookup(void *f, struct activation **out); /* g_rw read held */
+HIDDEN void probe_rebuild(void);                                  /* g_rw write held, g_mu held */
+HIDDEN void probe_after_launch(struct activation *a, CUstream s, CUresult r);
+HIDDEN void probe_pin(struct activation *a);
+HIDDEN void probes_reset(void);
+extern struct activation *g_acts;
+
+/* ---- server (server.c) ---- */
+struct session;
+HIDDEN void server_start(void);
+HIDDEN void server_ensure(void);
+HIDDEN void server_notify_module(uint64_t id);
+HIDDEN void server_notify_failure(struct activation *a, CUresult r);
+HIDDEN void server_hold(uint64_t id);
+HIDDEN void server_atfork_child(void);
+
+/* ---- interposition (interpose.c) ---- */
+extern void *(*real_dlsym)(void *, const char *);
+HIDDEN void *libcuda_handle(void);
+
+#endif

@@ -1,0 +1,729 @@
+/* Interposition of the CUDA driver API: dlsym, every cuGetProcAddress
+ * flavour, and direct exported definitions of the wrapped entry points.
+ *
+ * The launch wrappers are the hot path: with no probe active they cost one
+ * relaxed atomic load and one predictable branch before forwarding. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+void *(*real_dlsym)(void *, const char *);
+struct drv D;
+int g_debug;
+
+#define LOADP(p) __atomic_load_n(&(p), __ATOMIC_ACQUIRE)
+#define STOREP(p, v) __atomic_store_n(&(p), (v), __ATOMIC_RELEASE)
+
+static void resolve_real_dlsym(void)
+{
+	if (real_dlsym)
+		return;
+	void *p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+	if (!p)
+		p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+	STOREP(real_dlsym, (void *(*)(void *, const char *))p);
+}
+
+void *libcuda_handle(void)
+{
+	static void *h;
+	void *x = LOADP(h);
+	if (x)
+		return x;
+	x = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+	if (!x)
+		x = dlopen("libcuda.so", RTLD_LAZY | RTLD_NOLOAD);
+	if (x)
+		STOREP(h, x);
+	return x;
+}
+
+int cuda_loaded(void) { return libcuda_handle() != NULL; }
+
+/* Looks a symbol up in libcuda itself (never our own definitions). */
+static void *cuda_sym(const char *name)
+{
+	resolve_real_dlsym();
+	void *h = libcuda_handle();
+	if (!h || !real_dlsym)
+		return NULL;
+	return real_dlsym(h, name);
+}
+
+typedef CUresult (*gpa2_t)(const char *, void **, int, uint64_t, int *);
+typedef CUresult (*gpa1_t)(const char *, void **, int, uint64_t);
+
+/* Real cuGetProcAddress pointers (set at first sight or resolved). */
+static gpa2_t real_gpa2;
+static gpa1_t real_gpa1;
+
+static void *drv_get(const char *name)
+{
+	gpa2_t g = LOADP(real_gpa2);
+	if (!g)
+		g = (gpa2_t)cuda_sym("cuGetProcAddress_v2");
+	/* Ask for the CUDA 12.0 ABI our prototypes follow: newer drivers map
+	 * some names to later versions with other signatures (CUDA 13:
+	 * cuCtxGetDevice_v2 takes a context). Entry points added after 12.0
+	 * have one version only: try 12.9 for those. */
+	static const int vers[] = {12000, 12090};
+	for (int i = 0; g && i < 2; i++) {
+		void *p = NULL;
+		int st = 0;
+		if (g(name, &p, vers[i], 0, &st) == CUDA_SUCCESS && p)
+			return p;
+	}
+	return g ? NULL : cuda_sym(name);
+}
+
+int drv_init(void)
+{
+	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+	if (LOADP(D.ready))
+		return 0;
+	if (!cuda_loaded())
+		return -1;
+	pthread_mutex_lock(&mu);
+	if (D.ready) {
+		pthread_mutex_unlock(&mu);
+		return 0;
+	}
+	D.cuDriverGetVersion = cuda_sym("cuDriverGetVersion");
+	if (!D.cuDriverGetVersion || D.cuDriverGetVersion(&D.version) != CUDA_SUCCESS)
+		D.version = 12000;
+#define G(n) D.n = drv_get(#n)
+	G(cuDeviceGetCount);
+	G(cuDeviceGet);
+	G(cuDeviceGetName);
+	G(cuDeviceGetAttribute);
+	G(cuDevicePrimaryCtxRetain);
+	G(cuDevicePrimaryCtxRelease);
+	G(cuCtxGetCurrent);
+	G(cuCtxSetCurrent);
+	G(cuCtxGetDevice);
+	G(cuCtxSynchronize);
+	G(cuModuleLoadDataEx);
+	G(cuModuleUnload);
+	G(cuModuleGetFunction);
+	G(cuModuleGetGlobal);
+	G(cuLibraryGetGlobal);
+	G(cuKernelGetName);
+	G(cuFuncGetName);
+	G(cuKernelGetAttribute);
+	G(cuFuncGetAttribute);
+	G(cuFuncSetAttribute);
+	G(cuLibraryGetKernelCount);
+	G(cuLibraryEnumerateKernels);
+	G(cuModuleGetFunctionCount);
+	G(cuModuleEnumerateFunctions);
+	G(cuEventCreate);
+	G(cuEventRecord);
+	G(cuEventSynchronize);
+	G(cuEventDestroy);
+	G(cuStreamIsCapturing);
+	G(cuMemAlloc);
+	G(cuMemFree);
+	G(cuMemsetD8);
+	G(cuMemcpyHtoD);
+	G(cuMemcpyDtoH);
+	G(cuMemHostRegister);
+	G(cuMemHostUnregister);
+	G(cuMemHostGetDevicePointer);
+	G(cuStreamCreate);
+	G(cuStreamDestroy);
+	G(cuStreamSynchronize);
+	G(cuMemsetD8Async);
+	G(cuMemcpyHtoDAsync);
+	G(cuMemcpyDtoHAsync);
+	G(cuThreadExchangeStreamCaptureMode);
+	G(cuStreamWaitEvent);
+#undef G
+	int ok = D.cuCtxGetCurrent && D.cuCtxSetCurrent && D.cuModuleLoadDataEx && D.cuModuleUnload &&
+		 D.cuModuleGetFunction && D.cuDeviceGetCount && D.cuDeviceGet && D.cuStreamCreate &&
+		 D.cuStreamDestroy && D.cuStreamSynchronize && D.cuMemsetD8Async && D.cuMemcpyHtoDAsync &&
+		 D.cuMemcpyDtoHAsync && D.cuMemAlloc && D.cuMemFree;
+	if (ok)
+		STOREP(D.ready, 1);
+	pthread_mutex_unlock(&mu);
+	return ok ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ */
+/* Real pointers of the wrapped entry points (one per exported name).  */
+
+typedef CUresult (*launch_t)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+			     CUstream, void **, void **);
+typedef CUresult (*launchcoop_t)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+				 CUstream, void **);
+typedef CUresult (*launchex_t)(const CUlaunchConfig *, CUfunction, void **, void **);
+typedef CUresult (*libload_t)(CUlibrary *, const void *, CUjit_option *, void **, unsigned, CUlibraryOption *,
+			      void **, unsigned);
+typedef CUresult (*libfile_t)(CUlibrary *, const char *, CUjit_option *, void **, unsigned, CUlibraryOption *,
+			      void **, unsigned);
+typedef CUresult (*libunload_t)(CUlibrary);
+typedef CUresult (*modload_t)(CUmodule *, const void *);
+typedef CUresult (*modloadex_t)(CUmodule *, const void *, unsigned, CUjit_option *, void **);
+typedef CUresult (*modfile_t)(CUmodule *, const char *);
+typedef CUresult (*modunload_t)(CUmodule);
+typedef CUresult (*libgetkernel_t)(CUkernel *, CUlibrary, const char *);
+typedef CUresult (*kernelgetfn_t)(CUfunction *, CUkernel);
+typedef CUresult (*modgetfn_t)(CUfunction *, CUmodule, const char *);
+typedef CUresult (*graphadd_t)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const void *);
+typedef CUresult (*graphset_t)(CUgraphNode, const void *);
+typedef CUresult (*graphexecset_t)(CUgraphExec, CUgraphNode, const void *);
+
+enum {
+	R_cuGetProcAddress,
+	R_cuGetProcAddress_v2,
+	R_cuLibraryLoadData,
+	R_cuLibraryLoadFromFile,
+	R_cuLibraryUnload,
+	R_cuModuleLoadData,
+	R_cuModuleLoadDataEx,
+	R_cuModuleLoadFatBinary,
+	R_cuModuleLoad,
+	R_cuModuleUnload,
+	R_cuLibraryGetKernel,
+	R_cuKernelGetFunction,
+	R_cuModuleGetFunction,
+	R_cuLaunchKernel,
+	R_cuLaunchKernel_ptsz,
+	R_cuLaunchKernelEx,
+	R_cuLaunchKernelEx_ptsz,
+	R_cuLaunchCooperativeKernel,
+	R_cuLaunchCooperativeKernel_ptsz,
+	R_cuGraphAddKernelNode,
+	R_cuGraphAddKernelNode_v2,
+	R_cuGraphKernelNodeSetParams,
+	R_cuGraphKernelNodeSetParams_v2,
+	R_cuGraphExecKernelNodeSetParams,
+	R_cuGraphExecKernelNodeSetParams_v2,
+	R_COUNT
+};
+
+static void *reals[R_COUNT];
+static const char *const real_names[R_COUNT] = {
+#define N(x) [R_##x] = #x
+	N(cuGetProcAddress),
+	N(cuGetProcAddress_v2),
+	N(cuLibraryLoadData),
+	N(cuLibraryLoadFromFile),
+	N(cuLibraryUnload),
+	N(cuModuleLoadData),
+	N(cuModuleLoadDataEx),
+	N(cuModuleLoadFatBinary),
+	N(cuModuleLoad),
+	N(cuModuleUnload),
+	N(cuLibraryGetKernel),
+	N(cuKernelGetFunction),
+	N(cuModuleGetFunction),
+	N(cuLaunchKernel),
+	N(cuLaunchKernel_ptsz),
+	N(cuLaunchKernelEx),
+	N(cuLaunchKernelEx_ptsz),
+	N(cuLaunchCooperativeKernel),
+	N(cuLaunchCooperativeKernel_ptsz),
+	N(cuGraphAddKernelNode),
+	N(cuGraphAddKernelNode_v2),
+	N(cuGraphKernelNodeSetParams),
+	N(cuGraphKernelNodeSetParams_v2),
+	N(cuGraphExecKernelNodeSetParams),
+	N(cuGraphExecKernelNodeSetParams_v2),
+#undef N
+};
+static void *wrappers[R_COUNT];
+
+static inline void *real(int i)
+{
+	void *p = LOADP(reals[i]);
+	if (LIKELY(p != NULL))
+		return p;
+	p = cuda_sym(real_names[i]);
+	if (p && p != wrappers[i])
+		STOREP(reals[i], p);
+	return p == wrappers[i] ? NULL : p;
+}
+
+#define REAL(T, n) ((T)real(R_##n))
+#define NOFUNC 999 /* CUDA_ERROR_UNKNOWN: libcuda missing entirely */
+
+/* ---------------- module loads ---------------- */
+
+EXPORT CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jo, void **jv, unsigned nj,
+				  CUlibraryOption *lo, void **lv, unsigned nl)
+{
+	libload_t f = REAL(libload_t, cuLibraryLoadData);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(lib, code, jo, jv, nj, lo, lv, nl);
+	if (r == CUDA_SUCCESS && lib)
+		server_hold(inv_add_module(MK_LIBRARY_DATA, *lib, code, NULL));
+	return r;
+}
+
+EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *file, CUjit_option *jo, void **jv, unsigned nj,
+				      CUlibraryOption *lo, void **lv, unsigned nl)
+{
+	libfile_t f = REAL(libfile_t, cuLibraryLoadFromFile);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(lib, file, jo, jv, nj, lo, lv, nl);
+	if (r == CUDA_SUCCESS && lib)
+		server_hold(inv_add_module(MK_LIBRARY_FILE, *lib, NULL, file));
+	return r;
+}
+
+EXPORT CUresult cuLibraryUnload(CUlibrary lib)
+{
+	libunload_t f = REAL(libunload_t, cuLibraryUnload);
+	if (!f)
+		return NOFUNC;
+	inv_module_unloaded(lib);
+	return f(lib);
+}
+
+EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image)
+{
+	modload_t f = REAL(modload_t, cuModuleLoadData);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(m, image);
+	if (r == CUDA_SUCCESS && m)
+		server_hold(inv_add_module(MK_MODULE_DATA, *m, image, NULL));
+	return r;
+}
+
+EXPORT CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, CUjit_option *o, void **v)
+{
+	modloadex_t f = REAL(modloadex_t, cuModuleLoadDataEx);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(m, image, n, o, v);
+	if (r == CUDA_SUCCESS && m)
+		server_hold(inv_add_module(MK_MODULE_DATA, *m, image, NULL));
+	return r;
+}
+
+EXPORT CUresult cuModuleLoadFatBinary(CUmodule *m, const void *fatbin)
+{
+	modload_t f = REAL(modload_t, cuModuleLoadFatBinary);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(m, fatbin);
+	if (r == CUDA_SUCCESS && m)
+		server_hold(inv_add_module(MK_MODULE_FATBIN, *m, fatbin, NULL));
+	return r;
+}
+
+EXPORT CUresult cuModuleLoad(CUmodule *m, const char *fname)
+{
+	modfile_t f = REAL(modfile_t, cuModuleLoad);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(m, fname);
+	if (r == CUDA_SUCCESS && m)
+		server_hold(inv_add_module(MK_MODULE_FILE, *m, NULL, fname));
+	return r;
+}
+
+EXPORT CUresult cuModuleUnload(CUmodule m)
+{
+	modunload_t f = REAL(modunload_t, cuModuleUnload);
+	if (!f)
+		return NOFUNC;
+	inv_module_unloaded(m);
+	return f(m);
+}
+
+/* ---------------- kernel handles ---------------- */
+
+EXPORT CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary lib, const char *name)
+{
+	libgetkernel_t f = REAL(libgetkernel_t, cuLibraryGetKernel);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(k, lib, name);
+	if (r == CUDA_SUCCESS && k)
+		inv_add_kernel(*k, KK_KERNEL, lib, NULL, name);
+	return r;
+}
+
+EXPORT CUresult cuKernelGetFunction(CUfunction *fn, CUkernel k)
+{
+	kernelgetfn_t f = REAL(kernelgetfn_t, cuKernelGetFunction);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(fn, k);
+	if (r == CUDA_SUCCESS && fn)
+		inv_add_kernel(*fn, KK_FUNCTION, NULL, k, NULL);
+	return r;
+}
+
+EXPORT CUresult cuModuleGetFunction(CUfunction *fn, CUmodule m, const char *name)
+{
+	modgetfn_t f = REAL(modgetfn_t, cuModuleGetFunction);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(fn, m, name);
+	if (r == CUDA_SUCCESS && fn)
+		inv_add_kernel(*fn, KK_FUNCTION, m, NULL, name);
+	return r;
+}
+
+/* ---------------- launches ---------------- */
+
+/* The stream an event must be recorded on to follow a launch: the
+ * per-thread default stream when a _ptsz entry point got stream 0. */
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
+static inline CUstream ev_stream(CUstream s, int ptds) { return (!s && ptds) ? CU_STREAM_PER_THREAD : s; }
+
+static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds, CUfunction f, unsigned gx,
+						      unsigned gy, unsigned gz, unsigned bx, unsigned by,
+						      unsigned bz, unsigned sh, CUstream s, void **p, void **e)
+{
+	struct activation *a = NULL;
+	pthread_rwlock_rdlock(&g_rw);
+	CUfunction c = probe_lookup(f, &a);
+	CUresult r;
+	if (c) {
+		r = real_fn(c, gx, gy, gz, bx, by, bz, sh, s, p, e);
+		probe_after_launch(a, ev_stream(s, ptds), r);
+		if (r != CUDA_SUCCESS) /* never harm the app: run the original */
+			r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+	} else {
+		r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+	}
+	pthread_rwlock_unlock(&g_rw);
+	return r;
+}
+
+#define LAUNCH_WRAPPER(NAME, PTDS)                                                                             \
+	EXPORT CUresult NAME(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,     \
+			     unsigned bz, unsigned sh, CUstream s, void **p, void **e)                          \
+	{                                                                                                       \
+		launch_t r = (launch_t)LOADP(reals[R_##NAME]);                                                  \
+		if (UNLIKELY(!r) && !(r = REAL(launch_t, NAME)))                                                \
+			return NOFUNC;                                                                          \
+		if (LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)))                                      \
+			return r(f, gx, gy, gz, bx, by, bz, sh, s, p, e);                                       \
+		return launch_slow(r, PTDS, f, gx, gy, gz, bx, by, bz, sh, s, p, e);                           \
+	}
+LAUNCH_WRAPPER(cuLaunchKernel, 0)
+LAUNCH_WRAPPER(cuLaunchKernel_ptsz, 1)
+
+static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int ptds, CUfunction f, unsigned gx,
+						    unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+						    unsigned sh, CUstream s, void **p)
+{
+	struct activation *a = NULL;
+	pthread_rwlock_rdlock(&g_rw);
+	CUfunction c = probe_lookup(f, &a);
+	CUresult r;
+	if (c) {
+		r = real_fn(c, gx, gy, gz, bx, by, bz, sh, s, p);
+		probe_after_launch(a, ev_stream(s, ptds), r);
+		if (r != CUDA_SUCCESS)
+			r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p);
+	} else {
+		r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p);
+	}
+	pthread_rwlock_unlock(&g_rw);
+	return r;
+}
+
+#define COOP_WRAPPER(NAME, PTDS)                                                                               \
+	EXPORT CUresult NAME(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,     \
+			     unsigned bz, unsigned sh, CUstream s, void **p)                                    \
+	{                                                                                                       \
+		launchcoop_t r = (launchcoop_t)LOADP(reals[R_##NAME]);                                          \
+		if (UNLIKELY(!r) && !(r = REAL(launchcoop_t, NAME)))                                            \
+			return NOFUNC;                                                                          \
+		if (LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)))                                      \
+			return r(f, gx, gy, gz, bx, by, bz, sh, s, p);                                          \
+		return coop_slow(r, PTDS, f, gx, gy, gz, bx, by, bz, sh, s, p);                                \
+	}
+COOP_WRAPPER(cuLaunchCooperativeKernel, 0)
+COOP_WRAPPER(cuLaunchCooperativeKernel_ptsz, 1)
+
+static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, const CUlaunchConfig *cfg,
+						  CUfunction f, void **p, void **e)
+{
+	struct activation *a = NULL;
+	pthread_rwlock_rdlock(&g_rw);
+	CUfunction c = probe_lookup(f, &a);
+	CUresult r;
+	if (c) {
+		r = real_fn(cfg, c, p, e);
+		probe_after_launch(a, ev_stream(cfg ? cfg->hStream : NULL, ptds), r);
+		if (r != CUDA_SUCCESS)
+			r = real_fn(cfg, f, p, e);
+	} else {
+		r = real_fn(cfg, f, p, e);
+	}
+	pthread_rwlock_unlock(&g_rw);
+	return r;
+}
+
+#define EX_WRAPPER(NAME, PTDS)                                                                                 \
+	EXPORT CUresult NAME(const CUlaunchConfig *cfg, CUfunction f, void **p, void **e)                       \
+	{                                                                                                       \
+		launchex_t r = (launchex_t)LOADP(reals[R_##NAME]);                                              \
+		if (UNLIKELY(!r) && !(r = REAL(launchex_t, NAME)))                                              \
+			return NOFUNC;                                                                          \
+		if (LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)))                                      \
+			return r(cfg, f, p, e);                                                                 \
+		return ex_slow(r, PTDS, cfg, f, p, e);                                                          \
+	}
+EX_WRAPPER(cuLaunchKernelEx, 0)
+EX_WRAPPER(cuLaunchKernelEx_ptsz, 1)
+
+/* ---------------- graph kernel nodes ---------------- */
+
+/* Copies params and swaps the function when the kernel has an active
+ * probe; the clone is pinned (graphs may be relaunched at any time). */
+static const void *graph_params(const void *params, int v2, CUDA_KERNEL_NODE_PARAMS_v2 *tmp)
+{
+	if (!params || LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)))
+		return params;
+	const CUDA_KERNEL_NODE_PARAMS_v2 *in = params;
+	void *h = (void *)in->func;
+	if (!h && v2)
+		h = (void *)in->kern;
+	if (!h)
+		return params;
+	const void *out = params;
+	struct activation *a = NULL;
+	pthread_rwlock_rdlock(&g_rw);
+	CUfunction c = probe_lookup(h, &a);
+	if (c) {
+		memset(tmp, 0, sizeof(*tmp));
+		memcpy(tmp, in, v2 ? sizeof(CUDA_KERNEL_NODE_PARAMS_v2) : sizeof(CUDA_KERNEL_NODE_PARAMS_v1));
+		tmp->func = c;
+		if (v2) {
+			tmp->kern = NULL;
+			tmp->ctx = NULL;
+		}
+		probe_pin(a);
+		out = tmp;
+	}
+	pthread_rwlock_unlock(&g_rw);
+	return out;
+}
+
+#define GRAPH_ADD(NAME, V2)                                                                                    \
+	EXPORT CUresult NAME(CUgraphNode *n, CUgraph g, const CUgraphNode *d, size_t nd, const void *params)    \
+	{                                                                                                       \
+		graphadd_t r = REAL(graphadd_t, NAME);                                                          \
+		if (!r)                                                                                         \
+			return NOFUNC;                                                                          \
+		CUDA_KERNEL_NODE_PARAMS_v2 tmp;                                                                 \
+		return r(n, g, d, nd, graph_params(params, V2, &tmp));                                          \
+	}
+GRAPH_ADD(cuGraphAddKernelNode, 0)
+GRAPH_ADD(cuGraphAddKernelNode_v2, 1)
+
+#define GRAPH_SET(NAME, V2)                                                                                    \
+	EXPORT CUresult NAME(CUgraphNode n, const void *params)                                                 \
+	{                                                                                                       \
+		graphset_t r = REAL(graphset_t, NAME);                                                          \
+		if (!r)                                                                                         \
+			return NOFUNC;                                                                          \
+		CUDA_KERNEL_NODE_PARAMS_v2 tmp;                                                                 \
+		return r(n, graph_params(params, V2, &tmp));                                                    \
+	}
+GRAPH_SET(cuGraphKernelNodeSetParams, 0)
+GRAPH_SET(cuGraphKernelNodeSetParams_v2, 1)
+
+#define GRAPH_EXECSET(NAME, V2)                                                                                \
+	EXPORT CUresult NAME(CUgraphExec x, CUgraphNode n, const void *params)                                  \
+	{                                                                                                       \
+		graphexecset_t r = REAL(graphexecset_t, NAME);                                                  \
+		if (!r)                                                                                         \
+			return NOFUNC;                                                                          \
+		CUDA_KERNEL_NODE_PARAMS_v2 tmp;                                                                 \
+		return r(x, n, graph_params(params, V2, &tmp));                                                 \
+	}
+GRAPH_EXECSET(cuGraphExecKernelNodeSetParams, 0)
+GRAPH_EXECSET(cuGraphExecKernelNodeSetParams_v2, 1)
+
+/* ---------------- cuGetProcAddress ---------------- */
+
+static int wrapped_index(const char *name)
+{
+	if (!name || name[0] != 'c' || name[1] != 'u')
+		return -1;
+	for (int i = 0; i < R_COUNT; i++)
+		if (strcmp(name, real_names[i]) == 0)
+			return i;
+	return -1;
+}
+
+/* Which exported name a cuGetProcAddress(symbol, version, flags) lookup
+ * stands for. */
+static int gpa_index(const char *sym, int ver, uint64_t flags)
+{
+	int i = wrapped_index(sym);
+	if (i < 0)
+		return -1;
+	int ptds = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) != 0;
+	switch (i) {
+	case R_cuGetProcAddress:
+		return ver >= 12000 ? R_cuGetProcAddress_v2 : R_cuGetProcAddress;
+	case R_cuLaunchKernel:
+		return ptds ? R_cuLaunchKernel_ptsz : i;
+	case R_cuLaunchKernelEx:
+		return ptds ? R_cuLaunchKernelEx_ptsz : i;
+	case R_cuLaunchCooperativeKernel:
+		return ptds ? R_cuLaunchCooperativeKernel_ptsz : i;
+	case R_cuGraphAddKernelNode:
+		return ver >= 12000 ? R_cuGraphAddKernelNode_v2 : i;
+	case R_cuGraphKernelNodeSetParams:
+		return ver >= 12000 ? R_cuGraphKernelNodeSetParams_v2 : i;
+	case R_cuGraphExecKernelNodeSetParams:
+		return ver >= 12000 ? R_cuGraphExecKernelNodeSetParams_v2 : i;
+	default:
+		return i;
+	}
+}
+
+/* Records the real pointer for slot i and returns our wrapper instead. */
+static void *swap_in(int i, void *realp)
+{
+	if (!realp || i < 0)
+		return realp;
+	for (int j = 0; j < R_COUNT; j++)
+		if (realp == wrappers[j])
+			return realp; /* already ours */
+	void *old = NULL;
+	__atomic_compare_exchange_n(&reals[i], &old, realp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	gpa2_t none2 = NULL;
+	gpa1_t none1 = NULL;
+	if (i == R_cuGetProcAddress_v2)
+		__atomic_compare_exchange_n(&real_gpa2, &none2, (gpa2_t)realp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	if (i == R_cuGetProcAddress)
+		__atomic_compare_exchange_n(&real_gpa1, &none1, (gpa1_t)realp, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+	/* The driver may hand out another pointer for a name already seen
+	 * (e.g. its internal cuGetProcAddress): the same entry point, so the
+	 * first one stays the one we forward to. Versioned ABIs (graph node
+	 * params, cuGetProcAddress) have their own slots (gpa_index). */
+	return wrappers[i];
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status)
+{
+	server_ensure();
+	gpa2_t g = REAL(gpa2_t, cuGetProcAddress_v2);
+	if (!g)
+		return NOFUNC;
+	CUresult r = g(sym, pfn, ver, flags, status);
+	if (r == CUDA_SUCCESS && pfn && *pfn) {
+		int i = gpa_index(sym, ver, flags);
+		if (i >= 0)
+			*pfn = swap_in(i, *pfn);
+	}
+	return r;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, uint64_t flags)
+{
+	server_ensure();
+	gpa1_t g = REAL(gpa1_t, cuGetProcAddress);
+	if (!g)
+		return NOFUNC;
+	CUresult r = g(sym, pfn, ver, flags);
+	if (r == CUDA_SUCCESS && pfn && *pfn) {
+		int i = gpa_index(sym, ver, flags);
+		if (i >= 0)
+			*pfn = swap_in(i, *pfn);
+	}
+	return r;
+}
+
+/* ---------------- dlsym ---------------- */
+
+EXPORT void *dlsym(void *handle, const char *name)
+{
+	resolve_real_dlsym();
+	if (!real_dlsym)
+		return NULL;
+	void *p = real_dlsym(handle, name);
+	const char *volatile nm = name; /* callers do pass NULL sometimes */
+	if (p && nm && nm[0] == 'c' && nm[1] == 'u') {
+		int i = wrapped_index(name);
+		if (i >= 0) {
+			server_ensure();
+			p = swap_in(i, p);
+		}
+	}
+	return p;
+}
+
+/* ---------------- setup ---------------- */
+
+static void fill_wrappers(void)
+{
+#define W(x) wrappers[R_##x] = (void *)&x
+	W(cuGetProcAddress);
+	W(cuGetProcAddress_v2);
+	W(cuLibraryLoadData);
+	W(cuLibraryLoadFromFile);
+	W(cuLibraryUnload);
+	W(cuModuleLoadData);
+	W(cuModuleLoadDataEx);
+	W(cuModuleLoadFatBinary);
+	W(cuModuleLoad);
+	W(cuModuleUnload);
+	W(cuLibraryGetKernel);
+	W(cuKernelGetFunction);
+	W(cuModuleGetFunction);
+	W(cuLaunchKernel);
+	W(cuLaunchKernel_ptsz);
+	W(cuLaunchKernelEx);
+	W(cuLaunchKernelEx_ptsz);
+	W(cuLaunchCooperativeKernel);
+	W(cuLaunchCooperativeKernel_ptsz);
+	W(cuGraphAddKernelNode);
+	W(cuGraphAddKernelNode_v2);
+	W(cuGraphKernelNodeSetParams);
+	W(cuGraphKernelNodeSetParams_v2);
+	W(cuGraphExecKernelNodeSetParams);
+	W(cuGraphExecKernelNodeSetParams_v2);
+#undef W
+}
+
+static void atfork_prepare(void)
+{
+	pthread_mutex_lock(&g_mu);
+}
+static void atfork_parent(void)
+{
+	pthread_mutex_unlock(&g_mu);
+}
+static void atfork_child(void)
+{
+	pthread_mutex_init(&g_mu, NULL);
+	pthread_cond_init(&g_cond, NULL);
+	pthread_rwlock_init(&g_rw, NULL);
+	/* The child cannot use its parent's CUDA contexts: drop everything
+	 * inherited and serve its own socket once it touches the driver. */
+	probes_reset();
+	inv_reset();
+	server_atfork_child();
+}
+
+__attribute__((constructor)) static void agent_init(void)
+{
+	const char *d = getenv("GPUBPF_AGENT_DEBUG");
+	g_debug = d && d[0] == '1';
+	fill_wrappers();
+	resolve_real_dlsym();
+	if (!real_dlsym) {
+		DBG("cannot find the real dlsym; CUDA calls made through dlsym are not traced");
+	}
+	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+	server_start();
+}

@@ -1,0 +1,173 @@
+/* Active probes: which launched handle (in which context) runs which
+ * instrumented function, and the bookkeeping that lets a clone be unloaded
+ * only once its launches have finished. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+int g_active;
+pthread_rwlock_t g_rw = PTHREAD_RWLOCK_INITIALIZER;
+struct activation *g_acts;
+
+struct slot {
+	void *h;
+	CUcontext ctx;
+	struct activation *a;
+};
+static struct slot *g_tab;
+static size_t g_tabcap;
+
+static size_t hptr(void *p) { return (size_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull); }
+
+static void tab_put(struct slot *t, size_t cap, void *h, struct activation *a)
+{
+	size_t m = cap - 1, i = hptr(h) & m;
+	while (t[i].h) {
+		if (t[i].h == h && t[i].ctx == a->ctx)
+			return; /* first activation wins */
+		i = (i + 1) & m;
+	}
+	t[i].h = h;
+	t[i].ctx = a->ctx;
+	t[i].a = a;
+}
+
+/* Rebuilds the lookup table from g_acts: the named handle, plus the
+ * CUkernel <-> CUfunction aliases the inventory knows in that context. */
+void probe_rebuild(void)
+{
+	size_t n = 0;
+	for (struct activation *a = g_acts; a; a = a->next)
+		if (!a->disabled)
+			n++;
+	if (n == 0) {
+		__atomic_store_n(&g_active, 0, __ATOMIC_RELEASE);
+		free(g_tab);
+		g_tab = NULL;
+		g_tabcap = 0;
+		return;
+	}
+	/* count aliases */
+	size_t want = n;
+	for (size_t i = 0; i < g_nkerns; i++)
+		if (g_kerns[i].parent)
+			want++;
+	size_t cap = 64;
+	while (cap < want * 2)
+		cap <<= 1;
+	struct slot *t = calloc(cap, sizeof(*t));
+	if (!t) {
+		/* cannot route safely: switch everything off */
+		__atomic_store_n(&g_active, 0, __ATOMIC_RELEASE);
+		free(g_tab);
+		g_tab = NULL;
+		g_tabcap = 0;
+		return;
+	}
+	for (struct activation *a = g_acts; a; a = a->next) {
+		if (a->disabled)
+			continue;
+		tab_put(t, cap, a->handle, a);
+		struct kernel *k = inv_kernel_by_handle(a->handle);
+		void *kern = NULL;
+		if (k && k->kind == KK_KERNEL)
+			kern = k->handle;
+		else if (k && k->parent)
+			kern = k->parent;
+		if (kern) {
+			tab_put(t, cap, kern, a);
+			for (size_t i = 0; i < g_nkerns; i++)
+				if (g_kerns[i].parent == kern && (g_kerns[i].ctx == a->ctx || !g_kerns[i].ctx))
+					tab_put(t, cap, g_kerns[i].handle, a);
+		}
+	}
+	free(g_tab);
+	g_tab = t;
+	g_tabcap = cap;
+	__atomic_store_n(&g_active, 1, __ATOMIC_RELEASE);
+}
+
+CUfunction probe_lookup(void *f, struct activation **out)
+{
+	if (!g_tab || !f)
+		return NULL;
+	CUcontext cur = NULL;
+	if (D.cuCtxGetCurrent(&cur) != CUDA_SUCCESS)
+		return NULL;
+	size_t m = g_tabcap - 1, i = hptr(f) & m;
+	while (g_tab[i].h) {
+		if (g_tab[i].h == f && g_tab[i].ctx == cur) {
+			struct activation *a = g_tab[i].a;
+			if (__atomic_load_n(&a->disabled, __ATOMIC_RELAXED))
+				return NULL;
+			*out = a;
+			return a->fn;
+		}
+		i = (i + 1) & m;
+	}
+	return NULL;
+}
+
+void probe_pin(struct activation *a)
+{
+	__atomic_store_n(&a->clone->pinned, 1, __ATOMIC_RELAXED);
+}
+
+/* Called with g_rw read-held after the instrumented launch. */
+void probe_after_launch(struct activation *a, CUstream s, CUresult r)
+{
+	if (r != CUDA_SUCCESS) {
+		__atomic_add_fetch(&a->failures, 1, __ATOMIC_RELAXED);
+		a->last_err = r;
+		/* an instrumented copy that cannot launch is switched off */
+		__atomic_store_n(&a->disabled, 1, __ATOMIC_RELAXED);
+		server_notify_failure(a, r);
+		return;
+	}
+	__atomic_add_fetch(&a->launches, 1, __ATOMIC_RELAXED);
+	struct clone *c = a->clone;
+	int capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+	if (D.cuStreamIsCapturing && D.cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS &&
+	    capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+		/* captured into a graph: it may run at any later time */
+		probe_pin(a);
+		return;
+	}
+	if (!D.cuEventRecord || !D.cuEventCreate) {
+		c->overflow = 1;
+		return;
+	}
+	pthread_mutex_lock(&c->evmu);
+	int i;
+	for (i = 0; i < c->nev; i++)
+		if (c->ev[i].s == s)
+			break;
+	if (i == c->nev) {
+		if (c->nev == (int)(sizeof(c->ev) / sizeof(c->ev[0]))) {
+			c->overflow = 1;
+			pthread_mutex_unlock(&c->evmu);
+			return;
+		}
+		if (D.cuEventCreate(&c->ev[i].e, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
+			c->overflow = 1;
+			pthread_mutex_unlock(&c->evmu);
+			return;
+		}
+		c->ev[i].s = s;
+		c->nev++;
+	}
+	if (D.cuEventRecord(c->ev[i].e, s) != CUDA_SUCCESS)
+		c->overflow = 1;
+	pthread_mutex_unlock(&c->evmu);
+}
+
+void probes_reset(void)
+{
+	g_acts = NULL;
+	g_tab = NULL;
+	g_tabcap = 0;
+	g_active = 0;
+}

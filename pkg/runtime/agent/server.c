@@ -1,0 +1,1659 @@
+/* Control socket: listener, one thread per connected tool, the protocol
+ * of docs/agent-protocol.md, and cleanup when a tool goes away. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent.h"
+
+/* ---------------- wire encoding ---------------- */
+
+enum {
+	OP_HELLO = 1,
+	OP_LIST = 2,
+	OP_FETCH = 3,
+	OP_GLOBALS = 4,
+	OP_LOAD = 5,
+	OP_UNLOAD = 6,
+	OP_ALLOC = 7,
+	OP_FREE = 8,
+	OP_MEMSET = 9,
+	OP_WRITE = 10,
+	OP_READ = 11,
+	OP_REGISTER_HOST = 12,
+	OP_UNREGISTER_HOST = 13,
+	OP_SNAPSHOT = 14,
+	OP_ACTIVATE = 15,
+	OP_DEACTIVATE = 16,
+	OP_DETACH = 17,
+	OP_STATS = 18,
+	OP_CONTINUE = 19,
+	NOTE_MODULE = 0x40,
+	NOTE_PROBE_FAILED = 0x41,
+};
+
+enum { ST_OK = 0, ST_BAD_REQUEST = 1, ST_NOT_FOUND = 2, ST_CUDA = 3, ST_UNSUPPORTED = 4, ST_INTERNAL = 5 };
+
+struct wbuf {
+	uint8_t *p;
+	size_t n, cap;
+	int oom;
+};
+
+static void wb_need(struct wbuf *w, size_t k)
+{
+	if (w->oom)
+		return;
+	if (w->n + k <= w->cap)
+		return;
+	size_t nc = w->cap ? w->cap : 256;
+	while (nc < w->n + k)
+		nc *= 2;
+	if (nc > PROTO_MAX_FRAME + 16) {
+		w->oom = 1;
+		return;
+	}
+	uint8_t *q = realloc(w->p, nc);
+	if (!q) {
+		w->oom = 1;
+		return;
+	}
+	w->p = q;
+	w->cap = nc;
+}
+static void wb_raw(struct wbuf *w, const void *d, size_t k)
+{
+	wb_need(w, k);
+	if (w->oom)
+		return;
+	if (k)
+		memcpy(w->p + w->n, d, k);
+	w->n += k;
+}
+static void wb_u32(struct wbuf *w, uint32_t v) { wb_raw(w, &v, 4); } /* little endian hosts only */
+static void wb_u64(struct wbuf *w, uint64_t v) { wb_raw(w, &v, 8); }
+static void wb_i32(struct wbuf *w, int32_t v) { wb_raw(w, &v, 4); }
+static void wb_bytes(struct wbuf *w, const void *d, size_t k)
+{
+	wb_u32(w, (uint32_t)k);
+	wb_raw(w, d, k);
+}
+static void wb_str(struct wbuf *w, const char *s) { wb_bytes(w, s ? s : "", s ? strlen(s) : 0); }
+
+struct rbuf {
+	const uint8_t *p;
+	size_t n, off;
+	int err;
+};
+static int rb_raw(struct rbuf *r, void *d, size_t k)
+{
+	if (r->err || r->n - r->off < k) {
+		r->err = 1;
+		memset(d, 0, k);
+		return -1;
+	}
+	memcpy(d, r->p + r->off, k);
+	r->off += k;
+	return 0;
+}
+static uint32_t rb_u32(struct rbuf *r)
+{
+	uint32_t v;
+	rb_raw(r, &v, 4);
+	return v;
+}
+static uint64_t rb_u64(struct rbuf *r)
+{
+	uint64_t v;
+	rb_raw(r, &v, 8);
+	return v;
+}
+static int32_t rb_i32(struct rbuf *r) { return (int32_t)rb_u32(r); }
+/* Returns a pointer into the frame (not NUL-terminated) and its length. */
+static const uint8_t *rb_bytes(struct rbuf *r, size_t *len)
+{
+	uint32_t k = rb_u32(r);
+	if (r->err || r->n - r->off < k) {
+		r->err = 1;
+		*len = 0;
+		return NULL;
+	}
+	const uint8_t *p = r->p + r->off;
+	r->off += k;
+	*len = k;
+	return p;
+}
+/* A NUL-terminated copy (caller frees). */
+static char *rb_str(struct rbuf *r)
+{
+	size_t k;
+	const uint8_t *p = rb_bytes(r, &k);
+	if (!p)
+		return NULL;
+	if (memchr(p, 0, k)) {
+		r->err = 1;
+		return NULL;
+	}
+	char *s = malloc(k + 1);
+	if (!s) {
+		r->err = 1;
+		return NULL;
+	}
+	memcpy(s, p, k);
+	s[k] = 0;
+	return s;
+}
+
+/* ---------------- sessions ---------------- */
+
+struct alloc {
+	CUdeviceptr p;
+	CUcontext ctx;
+	struct alloc *next;
+};
+struct region {
+	uint64_t id;
+	void *host;
+	size_t size;
+	CUdeviceptr dev;
+	CUcontext ctx;
+	int registered;
+	struct region *next;
+};
+struct failure {
+	uint64_t handle;
+	int32_t err;
+};
+
+struct session {
+	int fd;
+	int efd; /* eventfd: wakes the thread for notifications */
+	uid_t uid;
+	int hello;
+	int hold;
+	uint64_t sent_mod; /* modules notified up to this id */
+	uint64_t acked_mod;
+	int pending_fd;
+	struct clone *clones;
+	struct alloc *allocs;
+	struct region *regions;
+	CUcontext prim[64];
+	struct {
+		CUcontext ctx;
+		CUstream s;
+	} streams[16]; /* our own non-blocking stream per context */
+	int nfail;
+	struct failure fails[32];
+	struct session *next;
+};
+
+static struct session *g_sessions; /* g_mu */
+static uint64_t g_next_id = 1;     /* clones, regions */
+static int g_listen_fd = -1;
+static char g_sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+static pid_t g_sock_pid;
+static int g_started;     /* server thread running for this process */
+static int g_need_start;  /* after fork: start at next driver call */
+static int g_hold_env;    /* GPUBPF_AGENT_HOLD=1 */
+static int g_hold_waited; /* waited once for a tool to connect */
+static long g_hold_ms = 10000;
+
+static void wake(struct session *s)
+{
+	uint64_t one = 1;
+	ssize_t w = write(s->efd, &one, 8);
+	(void)w;
+}
+
+void server_notify_module(uint64_t id)
+{
+	(void)id;
+	pthread_mutex_lock(&g_mu);
+	for (struct session *s = g_sessions; s; s = s->next)
+		if (s->hello)
+			wake(s);
+	pthread_mutex_unlock(&g_mu);
+}
+
+void server_notify_failure(struct activation *a, CUresult r)
+{
+	pthread_mutex_lock(&g_mu);
+	for (struct session *s = g_sessions; s; s = s->next) {
+		if (s == a->owner && s->nfail < 32) {
+			s->fails[s->nfail].handle = (uint64_t)(uintptr_t)a->handle;
+			s->fails[s->nfail].err = r;
+			s->nfail++;
+			wake(s);
+		}
+	}
+	pthread_mutex_unlock(&g_mu);
+}
+
+static int hold_pending(uint64_t id)
+{
+	int any = 0;
+	for (struct session *s = g_sessions; s; s = s->next)
+		if (s->hold) {
+			any = 1;
+			if (s->acked_mod < id)
+				return 1;
+		}
+	if (!any && g_hold_env && !g_hold_waited)
+		return 1;
+	return 0;
+}
+
+/* Holds the loading thread until every tool that asked for it has seen
+ * (and instrumented) the module, or the timeout passes. */
+void server_hold(uint64_t id)
+{
+	if (!id)
+		return;
+	if (!g_hold_env && !__atomic_load_n(&g_sessions, __ATOMIC_RELAXED))
+		return;
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += g_hold_ms / 1000;
+	dl.tv_nsec += (g_hold_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&g_mu);
+	while (hold_pending(id))
+		if (pthread_cond_timedwait(&g_cond, &g_mu, &dl) == ETIMEDOUT)
+			break;
+	g_hold_waited = 1;
+	pthread_mutex_unlock(&g_mu);
+}
+
+/* ---------------- frames ---------------- */
+
+static int write_all(int fd, const void *p, size_t n)
+{
+	const uint8_t *b = p;
+	while (n) {
+		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		b += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+	uint8_t *b = p;
+	while (n) {
+		ssize_t r = read(fd, b, n);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		if (r == 0)
+			return -1;
+		b += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+static int send_frame(struct session *s, uint16_t type, uint32_t req, struct wbuf *body)
+{
+	if (body->oom)
+		return -1;
+	uint8_t h[12];
+	uint32_t len = (uint32_t)body->n;
+	uint16_t flags = 0;
+	memcpy(h, &len, 4);
+	memcpy(h + 4, &type, 2);
+	memcpy(h + 6, &flags, 2);
+	memcpy(h + 8, &req, 4);
+	if (write_all(s->fd, h, 12) < 0)
+		return -1;
+	return write_all(s->fd, body->p, body->n);
+}
+
+static int send_error(struct session *s, uint16_t type, uint32_t req, int st, int cu, const char *fmt, ...)
+	__attribute__((format(printf, 6, 7)));
+static int send_error(struct session *s, uint16_t type, uint32_t req, int st, int cu, const char *fmt, ...)
+{
+	char msg[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	struct wbuf w = {0};
+	wb_i32(&w, st);
+	wb_i32(&w, cu);
+	wb_str(&w, msg);
+	int r = send_frame(s, type, req, &w);
+	free(w.p);
+	return r;
+}
+
+/* Reads one frame; an fd passed with it lands in s->pending_fd. */
+static int recv_frame(struct session *s, uint16_t *type, uint32_t *req, uint8_t **body, uint32_t *len)
+{
+	uint8_t h[12];
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+		struct cmsghdr align;
+	} cm;
+	struct iovec iov = {h, sizeof(h)};
+	struct msghdr mh = {0};
+	mh.msg_iov = &iov;
+	mh.msg_iovlen = 1;
+	mh.msg_control = cm.buf;
+	mh.msg_controllen = sizeof(cm.buf);
+	ssize_t r;
+	do
+		r = recvmsg(s->fd, &mh, MSG_CMSG_CLOEXEC);
+	while (r < 0 && errno == EINTR);
+	if (r <= 0)
+		return -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			int nfd = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			int *fds = (int *)CMSG_DATA(c);
+			for (int i = 0; i < nfd; i++) {
+				if (i == 0) {
+					if (s->pending_fd >= 0)
+						close(s->pending_fd);
+					s->pending_fd = fds[0];
+				} else {
+					close(fds[i]);
+				}
+			}
+		}
+	}
+	if (r < (ssize_t)sizeof(h) && read_all(s->fd, h + r, sizeof(h) - (size_t)r) < 0)
+		return -1;
+	memcpy(len, h, 4);
+	memcpy(type, h + 4, 2);
+	memcpy(req, h + 8, 4);
+	if (*len > PROTO_MAX_FRAME)
+		return -1;
+	*body = malloc(*len ? *len : 1);
+	if (!*body)
+		return -1;
+	if (read_all(s->fd, *body, *len) < 0) {
+		free(*body);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---------------- contexts ---------------- */
+
+/* Makes ctx current, or the primary context of dev when ctx is 0. */
+static CUresult use_ctx(struct session *s, int dev, uint64_t ctx, CUcontext *out)
+{
+	if (drv_init() != 0)
+		return CUDA_ERROR_NOT_INITIALIZED;
+	CUcontext c = (CUcontext)(uintptr_t)ctx;
+	if (!c) {
+		if (dev < 0 || dev >= 64)
+			return CUDA_ERROR_INVALID_VALUE;
+		if (!s->prim[dev]) {
+			CUdevice d;
+			CUresult r = D.cuDeviceGet(&d, dev);
+			if (r != CUDA_SUCCESS)
+				return r;
+			if (!D.cuDevicePrimaryCtxRetain)
+				return CUDA_ERROR_NOT_SUPPORTED;
+			r = D.cuDevicePrimaryCtxRetain(&s->prim[dev], d);
+			if (r != CUDA_SUCCESS)
+				return r;
+		}
+		c = s->prim[dev];
+	}
+	CUresult r = D.cuCtxSetCurrent(c);
+	if (r == CUDA_SUCCESS && out)
+		*out = c;
+	return r;
+}
+
+/* The session's own non-blocking stream in the current context c: memory
+ * ops never touch the legacy stream, so they neither wait for the app's
+ * work nor break an app's stream capture (cudaErrorStreamCaptureImplicit). */
+static CUstream op_stream(struct session *s, CUcontext c, CUresult *err)
+{
+	int i, free_i = -1;
+	for (i = 0; i < 16; i++) {
+		if (s->streams[i].ctx == c && s->streams[i].s)
+			return s->streams[i].s;
+		if (!s->streams[i].s && free_i < 0)
+			free_i = i;
+	}
+	if (free_i < 0) {
+		*err = CUDA_ERROR_NOT_SUPPORTED;
+		return NULL;
+	}
+	CUstream st = NULL;
+	*err = D.cuStreamCreate(&st, 1 /* CU_STREAM_NON_BLOCKING */);
+	if (*err != CUDA_SUCCESS)
+		return NULL;
+	s->streams[free_i].ctx = c;
+	s->streams[free_i].s = st;
+	return st;
+}
+
+/* Orders work on st after every instrumented launch this session's clones
+ * in context c have recorded so far (reads and snapshots then see complete
+ * kernels), without a host wait and without the legacy stream. */
+static void after_clone_launches(struct session *s, CUcontext c, CUstream st)
+{
+	if (!D.cuStreamWaitEvent)
+		return;
+	for (struct clone *cl = s->clones; cl; cl = cl->next) {
+		if (cl->ctx != c)
+			continue;
+		pthread_mutex_lock(&cl->evmu);
+		for (int i = 0; i < cl->nev; i++)
+			D.cuStreamWaitEvent(st, cl->ev[i].e, 0);
+		pthread_mutex_unlock(&cl->evmu);
+	}
+}
+
+/* ---------------- cleanup ---------------- */
+
+static void clone_unload(struct clone *c)
+{
+	if (__atomic_load_n(&c->pinned, __ATOMIC_RELAXED)) {
+		DBG("clone %llu is referenced by a CUDA graph: kept loaded", (unsigned long long)c->id);
+		return;
+	}
+	if (D.cuCtxSetCurrent(c->ctx) != CUDA_SUCCESS)
+		return;
+	pthread_mutex_lock(&c->evmu);
+	for (int i = 0; i < c->nev; i++) {
+		D.cuEventSynchronize(c->ev[i].e);
+		D.cuEventDestroy(c->ev[i].e);
+	}
+	c->nev = 0;
+	pthread_mutex_unlock(&c->evmu);
+	if (c->overflow && D.cuCtxSynchronize)
+		D.cuCtxSynchronize();
+	CUresult r = D.cuModuleUnload(c->mod);
+	DBG("clone %llu unloaded: %d", (unsigned long long)c->id, r);
+	(void)r;
+}
+
+/* Removes the session's activations matching handle (all when NULL). */
+static int deactivate(struct session *s, void *handle)
+{
+	int n = 0;
+	pthread_rwlock_wrlock(&g_rw);
+	pthread_mutex_lock(&g_mu);
+	struct activation **pp = &g_acts;
+	while (*pp) {
+		struct activation *a = *pp;
+		if (a->owner == s && (!handle || a->handle == handle)) {
+			*pp = a->next;
+			free(a);
+			n++;
+		} else {
+			pp = &a->next;
+		}
+	}
+	probe_rebuild();
+	pthread_mutex_unlock(&g_mu);
+	pthread_rwlock_unlock(&g_rw);
+	return n;
+}
+
+static int clones_pinned(struct session *s)
+{
+	for (struct clone *c = s->clones; c; c = c->next)
+		if (__atomic_load_n(&c->pinned, __ATOMIC_RELAXED))
+			return 1;
+	return 0;
+}
+
+/* Everything back as it was: probes off, clones unloaded once their
+ * launches finished, memory freed (kept when a graph may still use it). */
+static void detach_all(struct session *s)
+{
+	deactivate(s, NULL);
+	if (!D.ready) {
+		s->clones = NULL;
+		return;
+	}
+	int pinned = clones_pinned(s);
+	CUcontext saved = NULL;
+	D.cuCtxGetCurrent(&saved);
+	while (s->clones) {
+		struct clone *c = s->clones;
+		s->clones = c->next;
+		clone_unload(c);
+		if (!c->pinned)
+			free(c);
+	}
+	while (s->regions) {
+		struct region *g = s->regions;
+		s->regions = g->next;
+		if (!pinned) {
+			if (g->registered && D.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
+				D.cuMemHostUnregister(g->host);
+			munmap(g->host, g->size);
+		}
+		free(g);
+	}
+	while (s->allocs) {
+		struct alloc *a = s->allocs;
+		s->allocs = a->next;
+		if (!pinned && D.cuCtxSetCurrent(a->ctx) == CUDA_SUCCESS)
+			D.cuMemFree(a->p);
+		free(a);
+	}
+	for (int i = 0; i < 16; i++)
+		if (s->streams[i].s) {
+			if (D.cuCtxSetCurrent(s->streams[i].ctx) == CUDA_SUCCESS)
+				D.cuStreamDestroy(s->streams[i].s);
+			s->streams[i].s = NULL;
+			s->streams[i].ctx = NULL;
+		}
+	for (int d = 0; d < 64; d++)
+		if (s->prim[d]) {
+			CUdevice dev;
+			if (D.cuDevicePrimaryCtxRelease && D.cuDeviceGet(&dev, d) == CUDA_SUCCESS)
+				D.cuDevicePrimaryCtxRelease(dev);
+			s->prim[d] = NULL;
+		}
+	D.cuCtxSetCurrent(saved);
+}
+
+/* ---------------- operations ---------------- */
+
+static int ptx_isa_max(int v)
+{
+	int maj = v / 1000, min = (v % 1000) / 10;
+	if (maj < 11)
+		return 0;
+	if (maj == 11)
+		return 70 + (min > 8 ? 8 : min);
+	if (maj == 12) {
+		static const int t[] = {80, 81, 82, 83, 84, 85, 85, 86, 87, 88};
+		return t[min > 9 ? 9 : min];
+	}
+	return 90 + (maj - 13) * 10 + (min > 9 ? 9 : min);
+}
+
+static void op_hello(struct session *s, struct rbuf *r, struct wbuf *w)
+{
+	uint32_t ver = rb_u32(r);
+	uint32_t flags = rb_u32(r);
+	free(rb_str(r));
+	(void)ver;
+	pthread_mutex_lock(&g_mu);
+	s->hello = 1;
+	s->hold = (flags & 1) != 0;
+	pthread_cond_broadcast(&g_cond);
+	pthread_mutex_unlock(&g_mu);
+	wake(s);
+	char exe[PATH_MAX] = "";
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	exe[n > 0 ? n : 0] = 0;
+	wb_i32(w, ST_OK);
+	wb_u32(w, PROTO_VERSION);
+	wb_u32(w, (uint32_t)getpid());
+	wb_u32(w, (uint32_t)getuid());
+	wb_str(w, exe);
+	wb_str(w, AGENT_VERSION);
+	int ready = drv_init() == 0;
+	int count = 0;
+	if (ready && D.cuDeviceGetCount(&count) != CUDA_SUCCESS) {
+		ready = 0;
+		count = 0;
+	}
+	wb_i32(w, ready ? D.version : 0);
+	wb_u32(w, ready ? (uint32_t)ptx_isa_max(D.version) : 0);
+	wb_u32(w, (uint32_t)ready);
+	wb_u32(w, (uint32_t)count);
+	for (int i = 0; i < count; i++) {
+		CUdevice d = 0;
+		char name[256] = "";
+		int maj = 0, min = 0;
+		D.cuDeviceGet(&d, i);
+		if (D.cuDeviceGetName)
+			D.cuDeviceGetName(name, sizeof(name), d);
+		if (D.cuDeviceGetAttribute) {
+			D.cuDeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+			D.cuDeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+		}
+		wb_i32(w, i);
+		wb_str(w, name);
+		wb_i32(w, maj);
+		wb_i32(w, min);
+	}
+}
+
+static void put_module(struct wbuf *w, const struct module *m)
+{
+	wb_u64(w, m->id);
+	wb_u32(w, (uint32_t)m->kind);
+	wb_u64(w, (uint64_t)(uintptr_t)m->handle);
+	wb_u64(w, (uint64_t)(uintptr_t)m->ctx);
+	wb_u32(w, (uint32_t)m->fmt);
+	wb_u64(w, m->size);
+	wb_u32(w, (uint32_t)m->unloaded);
+	wb_str(w, m->path);
+}
+
+static void op_list(struct session *s, struct rbuf *r, struct wbuf *w)
+{
+	uint32_t flags = rb_u32(r);
+	(void)s;
+	CUcontext saved = NULL;
+	int ready = drv_init() == 0;
+	if (ready)
+		D.cuCtxGetCurrent(&saved);
+	pthread_mutex_lock(&g_mu);
+	if (ready && !(flags & 1))
+		inv_enumerate();
+	wb_i32(w, ST_OK);
+	wb_u32(w, (uint32_t)g_nmods);
+	for (size_t i = 0; i < g_nmods; i++)
+		put_module(w, &g_mods[i]);
+	wb_u32(w, (uint32_t)g_nkerns);
+	for (size_t i = 0; i < g_nkerns; i++) {
+		struct kernel *k = &g_kerns[i];
+		wb_u64(w, (uint64_t)(uintptr_t)k->handle);
+		wb_u32(w, (uint32_t)k->kind);
+		wb_u64(w, k->module_id);
+		wb_u64(w, (uint64_t)(uintptr_t)k->ctx);
+		wb_u64(w, (uint64_t)(uintptr_t)k->parent);
+		wb_str(w, k->name);
+	}
+	pthread_mutex_unlock(&g_mu);
+	if (ready)
+		D.cuCtxSetCurrent(saved);
+}
+
+/* Copies n bytes of our own memory without faulting if it has gone. */
+static int safe_copy(void *dst, const void *src, size_t n)
+{
+	struct iovec l = {dst, n}, rm = {(void *)src, n};
+	ssize_t k = process_vm_readv(getpid(), &l, 1, &rm, 1, 0);
+	if (k == (ssize_t)n)
+		return 0;
+	if (k < 0 && errno == ENOSYS) {
+		memcpy(dst, src, n);
+		return 0;
+	}
+	return -1;
+}
+
+static int op_fetch(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w)
+{
+	uint64_t id = rb_u64(r), off = rb_u64(r);
+	uint32_t max = rb_u32(r);
+	if (r->err)
+		return send_error(s, OP_FETCH, req, ST_BAD_REQUEST, 0, "malformed fetch request");
+	if (max > (16u << 20))
+		max = 16u << 20;
+	pthread_mutex_lock(&g_mu);
+	struct module *m = inv_module_by_id(id);
+	if (!m || m->unloaded || !m->image || !m->size) {
+		int unl = m && m->unloaded;
+		pthread_mutex_unlock(&g_mu);
+		if (!m)
+			return send_error(s, OP_FETCH, req, ST_NOT_FOUND, 0, "no module %llu", (unsigned long long)id);
+		return send_error(s, OP_FETCH, req, ST_NOT_FOUND, 0, "module %llu has %s", (unsigned long long)id,
+				  unl ? "been unloaded" : "no image in memory (loaded from a file: read its path)");
+	}
+	uint64_t total = m->size;
+	uint64_t n = off >= total ? 0 : total - off;
+	if (n > max)
+		n = max;
+	wb_i32(w, ST_OK);
+	wb_u64(w, total);
+	wb_u32(w, (uint32_t)n);
+	wb_need(w, n);
+	int bad = 0;
+	if (!w->oom && n) {
+		bad = safe_copy(w->p + w->n, m->image + off, n);
+		w->n += n;
+	}
+	pthread_mutex_unlock(&g_mu);
+	if (bad)
+		return send_error(s, OP_FETCH, req, ST_INTERNAL, 0, "module %llu image is no longer readable",
+				  (unsigned long long)id);
+	return 1;
+}
+
+static int op_globals(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w)
+{
+	uint64_t id = rb_u64(r);
+	int dev = rb_i32(r);
+	uint64_t ctx = rb_u64(r);
+	uint32_t n = rb_u32(r);
+	if (r->err || n > 65536)
+		return send_error(s, OP_GLOBALS, req, ST_BAD_REQUEST, 0, "malformed globals request");
+	pthread_mutex_lock(&g_mu);
+	struct module *m = inv_module_by_id(id);
+	void *h = m && !m->unloaded ? m->handle : NULL;
+	int islib = m && m->kind <= MK_LIBRARY_FILE;
+	CUcontext mctx = m ? m->ctx : NULL;
+	pthread_mutex_unlock(&g_mu);
+	if (!h)
+		return send_error(s, OP_GLOBALS, req, ST_NOT_FOUND, 0, "no loaded module %llu", (unsigned long long)id);
+	if (!ctx && !islib && mctx)
+		ctx = (uint64_t)(uintptr_t)mctx;
+	CUcontext saved = NULL;
+	D.cuCtxGetCurrent(&saved);
+	CUresult cr = use_ctx(s, dev, ctx, NULL);
+	if (cr != CUDA_SUCCESS) {
+		D.cuCtxSetCurrent(saved);
+		return send_error(s, OP_GLOBALS, req, ST_CUDA, cr, "cannot make the context of device %d current", dev);
+	}
+	wb_i32(w, ST_OK);
+	wb_u32(w, n);
+	for (uint32_t i = 0; i < n; i++) {
+		char *name = rb_str(r);
+		CUdeviceptr p = 0;
+		size_t sz = 0;
+		CUresult e = CUDA_ERROR_INVALID_VALUE;
+		if (name) {
+			if (islib && D.cuLibraryGetGlobal)
+				e = D.cuLibraryGetGlobal(&p, &sz, h, name);
+			else if (!islib && D.cuModuleGetGlobal)
+				e = D.cuModuleGetGlobal(&p, &sz, h, name);
+			else
+				e = CUDA_ERROR_NOT_SUPPORTED;
+		}
+		wb_str(w, name);
+		wb_i32(w, e);
+		wb_u64(w, p);
+		wb_u64(w, sz);
+		free(name);
+	}
+	D.cuCtxSetCurrent(saved);
+	if (r->err)
+		return send_error(s, OP_GLOBALS, req, ST_BAD_REQUEST, 0, "malformed globals request");
+	return 1;
+}
+
+static int op_load(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w)
+{
+	int dev = rb_i32(r);
+	uint64_t ctx = rb_u64(r);
+	size_t plen;
+	const uint8_t *ptx = rb_bytes(r, &plen);
+	uint32_t nf = rb_u32(r);
+	if (r->err || !ptx || nf > 65536)
+		return send_error(s, OP_LOAD, req, ST_BAD_REQUEST, 0, "malformed load request");
+	char *text = malloc(plen + 1);
+	if (!text)
+		return send_error(s, OP_LOAD, req, ST_INTERNAL, 0, "out of memory for %zu bytes of PTX", plen);
+	memcpy(text, ptx, plen);
+	text[plen] = 0;
+	CUcontext saved = NULL, c = NULL;
+	D.cuCtxGetCurrent(&saved);
+	CUresult cr = use_ctx(s, dev, ctx, &c);
+	if (cr != CUDA_SUCCESS) {
+		free(text);
+		D.cuCtxSetCurrent(saved);
+		return send_error(s, OP_LOAD, req, ST_CUDA, cr, "cannot make the context of device %d current", dev);
+	}
+	enum { LOGSZ = 1 << 16 };
+	char *elog = calloc(1, LOGSZ), *ilog = calloc(1, LOGSZ);
+	CUjit_option o[4] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+			     CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
+	void *v[4] = {elog, (void *)(uintptr_t)LOGSZ, ilog, (void *)(uintptr_t)LOGSZ};
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CUmodule mod = NULL;
+	cr = D.cuModuleLoadDataEx(&mod, text, (elog && ilog) ? 4 : 0, o, v);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	free(text);
+	uint64_t ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)(t1.tv_nsec - t0.tv_nsec);
+	if (cr != CUDA_SUCCESS) {
+		D.cuCtxSetCurrent(saved);
+		struct wbuf e = {0};
+		wb_i32(&e, ST_CUDA);
+		wb_i32(&e, cr);
+		char head[96];
+		snprintf(head, sizeof(head), "the driver JIT rejected the PTX (CUresult %d): ", cr);
+		wb_u32(&e, (uint32_t)(strlen(head) + (elog ? strnlen(elog, LOGSZ) : 0)));
+		wb_raw(&e, head, strlen(head));
+		if (elog)
+			wb_raw(&e, elog, strnlen(elog, LOGSZ));
+		free(elog);
+		free(ilog);
+		int rr = send_frame(s, OP_LOAD, req, &e);
+		free(e.p);
+		return rr;
+	}
+	struct clone *cl = calloc(1, sizeof(*cl));
+	if (!cl) {
+		D.cuModuleUnload(mod);
+		D.cuCtxSetCurrent(saved);
+		free(elog);
+		free(ilog);
+		return send_error(s, OP_LOAD, req, ST_INTERNAL, 0, "out of memory");
+	}
+	pthread_mutex_init(&cl->evmu, NULL);
+	cl->mod = mod;
+	cl->ctx = c;
+	cl->owner = s;
+	pthread_mutex_lock(&g_mu);
+	cl->id = g_next_id++;
+	pthread_mutex_unlock(&g_mu);
+	wb_i32(w, ST_OK);
+	wb_u64(w, cl->id);
+	wb_u64(w, (uint64_t)(uintptr_t)c);
+	wb_u64(w, ns);
+	wb_str(w, ilog);
+	wb_u32(w, nf);
+	int missing = 0;
+	char miss[256] = "";
+	for (uint32_t i = 0; i < nf; i++) {
+		char *name = rb_str(r);
+		CUfunction f = NULL;
+		CUresult e = name ? D.cuModuleGetFunction(&f, mod, name) : CUDA_ERROR_INVALID_VALUE;
+		if (e != CUDA_SUCCESS && !missing) {
+			missing = 1;
+			snprintf(miss, sizeof(miss), "%s", name ? name : "?");
+		}
+		wb_str(w, name);
+		wb_u64(w, (uint64_t)(uintptr_t)f);
+		free(name);
+	}
+	free(elog);
+	free(ilog);
+	if (missing || r->err) {
+		D.cuModuleUnload(mod);
+		D.cuCtxSetCurrent(saved);
+		pthread_mutex_destroy(&cl->evmu);
+		free(cl);
+		if (r->err)
+			return send_error(s, OP_LOAD, req, ST_BAD_REQUEST, 0, "malformed load request");
+		return send_error(s, OP_LOAD, req, ST_NOT_FOUND, CUDA_ERROR_NOT_FOUND,
+				  "the loaded PTX has no entry named %s", miss);
+	}
+	D.cuCtxSetCurrent(saved);
+	cl->next = s->clones;
+	s->clones = cl;
+	DBG("clone %llu loaded in %.2f ms", (unsigned long long)cl->id, ns / 1e6);
+	return 1;
+}
+
+static struct clone *find_clone(struct session *s, uint64_t id, struct clone ***prev)
+{
+	for (struct clone **pp = &s->clones; *pp; pp = &(*pp)->next)
+		if ((*pp)->id == id) {
+			if (prev)
+				*prev = pp;
+			return *pp;
+		}
+	return NULL;
+}
+
+static int op_unload(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w)
+{
+	uint64_t id = rb_u64(r);
+	struct clone **pp;
+	struct clone *c = find_clone(s, id, &pp);
+	if (r->err || !c)
+		return send_error(s, OP_UNLOAD, req, ST_NOT_FOUND, 0, "no instrumented module %llu in this session",
+				  (unsigned long long)id);
+	/* drop activations that use it first */
+	pthread_rwlock_wrlock(&g_rw);
+	pthread_mutex_lock(&g_mu);
+	struct activation **ap = &g_acts;
+	while (*ap) {
+		if ((*ap)->clone == c) {
+			struct activation *a = *ap;
+			*ap = a->next;
+			free(a);
+		} else {
+			ap = &(*ap)->next;
+		}
+	}
+	probe_rebuild();
+	pthread_mutex_unlock(&g_mu);
+	pthread_rwlock_unlock(&g_rw);
+	*pp = c->next;
+	CUcontext saved = NULL;
+	D.cuCtxGetCurrent(&saved);
+	clone_unload(c);
+	D.cuCtxSetCurrent(saved);
+	if (!c->pinned)
+		free(c);
+	wb_i32(w, ST_OK);
+	return 1;
+}
+
+static int op_mem(struct session *s, uint16_t op, uint32_t req, struct rbuf *r, struct wbuf *w)
+{
+	int dev = rb_i32(r);
+	uint64_t ctx = rb_u64(r);
+	if (r->err)
+		return send_error(s, op, req, ST_BAD_REQUEST, 0, "malformed request");
+	CUcontext saved = NULL, c = NULL;
+	D.cuCtxGetCurrent(&saved);
+	CUresult cr = use_ctx(s, dev, ctx, &c);
+	if (cr != CUDA_SUCCESS) {
+		D.cuCtxSetCurrent(saved);
+		return send_error(s, op, req, ST_CUDA, cr, "cannot make the context of device %d current", dev);
+	}
+	int ret = 1;
+	CUstream st = op_stream(s, c, &cr);
+	if (!st) {
+		D.cuCtxSetCurrent(saved);
+		return send_error(s, op, req, ST_CUDA, cr, "cannot create the agent's stream on device %d", dev);
+	}
+	switch (op) {
+	case OP_ALLOC: {
+		uint64_t size = rb_u64(r);
+		CUdeviceptr p = 0;
+		struct alloc *a = calloc(1, sizeof(*a));
+		if (r->err || !size || !a) {
+			free(a);
+			ret = send_error(s, op, req, ST_BAD_REQUEST, 0, "bad allocation size");
+			break;
+		}
+		cr = D.cuMemAlloc(&p, size);
+		if (cr == CUDA_SUCCESS)
+			cr = D.cuMemsetD8Async(p, 0, size, st);
+		if (cr == CUDA_SUCCESS)
+			cr = D.cuStreamSynchronize(st);
+		if (cr != CUDA_SUCCESS) {
+			if (p)
+				D.cuMemFree(p);
+			free(a);
+			ret = send_error(s, op, req, ST_CUDA, cr, "cuMemAlloc of %llu bytes failed",
+					 (unsigned long long)size);
+			break;
+		}
+		a->p = p;
+		a->ctx = c;
+		a->next = s->allocs;
+		s->allocs = a;
+		wb_i32(w, ST_OK);
+		wb_u64(w, p);
+		break;
+	}
+	case OP_FREE: {
+		uint64_t p = rb_u64(r);
+		struct alloc **pp = &s->allocs;
+		while (*pp && (*pp)->p != p)
+			pp = &(*pp)->next;
+		if (!*pp) {
+			ret = send_error(s, op, req, ST_NOT_FOUND, 0, "0x%llx was not allocated by this session",
+					 (unsigned long long)p);
+			break;
+		}
+		if (clones_pinned(s)) {
+			ret = send_error(s, op, req, ST_UNSUPPORTED, 0,
+					 "memory kept: a CUDA graph may still use the instrumented code");
+			break;
+		}
+		struct alloc *a = *pp;
+		*pp = a->next;
+		/* launches that may use it finish first */
+		for (struct clone *cl = s->clones; cl; cl = cl->next) {
+			pthread_mutex_lock(&cl->evmu);
+			for (int i = 0; i < cl->nev; i++)
+				D.cuEventSynchronize(cl->ev[i].e);
+			pthread_mutex_unlock(&cl->evmu);
+		}
+		D.cuCtxSetCurrent(a->ctx);
+		cr = D.cuMemFree(a->p);
+		free(a);
+		if (cr != CUDA_SUCCESS) {
+			ret = send_error(s, op, req, ST_CUDA, cr, "cuMemFree failed");
+			break;
+		}
+		wb_i32(w, ST_OK);
+		break;
+	}
+	case OP_MEMSET: {
+		uint64_t p = rb_u64(r);
+		uint32_t v = rb_u32(r);
+		uint64_t n = rb_u64(r);
+		if (r->err) {
+			ret = send_error(s, op, req, ST_BAD_REQUEST, 0, "malformed memset request");
+			break;
+		}
+		cr = D.cuMemsetD8Async(p, (unsigned char)v, n, st);
+		if (cr == CUDA_SUCCESS)
+			cr = D.cuStreamSynchronize(st);
+		if (cr != CUDA_SUCCESS) {
+			ret = send_error(s, op, req, ST_CUDA, cr, "cuMemsetD8 failed");
+			break;
+		}
+		wb_i32(w, ST_OK);
+		break;
+	}
+	case OP_WRITE: {
+		uint64_t p = rb_u64(r);
+		size_t n;
+		const uint8_t *d = rb_bytes(r, &n);
+		if (r->err) {
+			ret = send_error(s, op, req, ST_BAD_REQUEST, 0, "malformed write request");
+			break;
+		}
+		cr = n ? D.cuMemcpyHtoDAsync(p, d, n, st) : CUDA_SUCCESS;
+		if (cr == CUDA_SUCCESS)
+			cr = D.cuStreamSynchronize(st);
+		if (cr != CUDA_SUCCESS) {
+			ret = send_error(s, op, req, ST_CUDA, cr, "cuMemcpyHtoD failed");
+			break;
+		}
+		wb_i32(w, ST_OK);
+		break;
+	}
+	case OP_READ: {
+		uint64_t p = rb_u64(r);
+		uint32_t n = rb_u32(r);
+		if (r->err || n > (16u << 20)) {
+			ret = send_error(s, op, req, ST_BAD_REQUEST, 0, "read of at most 16 MiB at a time");
+			break;
+		}
+		wb_i32(w, ST_OK);
+		wb_u32(w, n);
+		wb_need(w, n);
+		if (w->oom) {
+			ret = send_error(s, op, req, ST_INTERNAL, 0, "out of memory");
+			break;
+		}
+		after_clone_launches(s, c, st);
+		cr = n ? D.cuMemcpyDtoHAsync(w->p + w->n, p, n, st) : CUDA_SUCCESS;
+		if (cr == CUDA_SUCCESS)
+			cr = D.cuStreamSynchronize(st);
+		if (cr != CUDA_SUCCESS) {
+			ret = send_error(s, op, req, ST_CUDA, cr, "cuMemcpyDtoH failed");
+			break;
+		}
+		w->n += n;
+		break;
+	}
+	case OP_REGISTER_HOST: {
+		uint32_t kind = rb_u32(r);
+		uint64_t size = rb_u64(r), off = rb_u64(r);
+		int fd = s->pending_fd;
+		s->pending_fd = -1;
+		if (r->err || fd < 0 || !size || (off & 4095) || kind < 1 || kind > 2) {
+			if (fd >= 0)
+				close(fd);
+			ret = send_error(s, op, req, ST_BAD_REQUEST, 0,
+					 fd < 0 ? "no file descriptor came with the request (SCM_RIGHTS)"
+						: "bad kind, size or offset (offset must be page aligned)");
+			break;
+		}
+		size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+		size_t msize = (size + ps - 1) & ~(ps - 1);
+		void *h = mmap(NULL, msize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
+		int merr = errno;
+		close(fd);
+		if (h == MAP_FAILED) {
+			ret = send_error(s, op, req, ST_INTERNAL, 0, "mmap of the %s failed: %s",
+					 kind == 2 ? "BPF map (is it BPF_F_MMAPABLE?)" : "memfd", strerror(merr));
+			break;
+		}
+		CUdeviceptr dp = 0;
+		cr = D.cuMemHostRegister ? D.cuMemHostRegister(h, msize, CU_MEMHOSTREGISTER_DEVICEMAP |
+									  CU_MEMHOSTREGISTER_PORTABLE)
+					 : CUDA_ERROR_NOT_SUPPORTED;
+		if (cr == CUDA_SUCCESS) {
+			cr = D.cuMemHostGetDevicePointer(&dp, h, 0);
+			if (cr != CUDA_SUCCESS)
+				D.cuMemHostUnregister(h);
+		}
+		struct region *g = cr == CUDA_SUCCESS ? calloc(1, sizeof(*g)) : NULL;
+		if (!g) {
+			munmap(h, msize);
+			ret = send_error(s, op, req, ST_CUDA, cr, "cuMemHostRegister/GetDevicePointer failed");
+			break;
+		}
+		g->host = h;
+		g->size = msize;
+		g->dev = dp;
+		g->ctx = c;
+		g->registered = 1;
+		pthread_mutex_lock(&g_mu);
+		g->id = g_next_id++;
+		pthread_mutex_unlock(&g_mu);
+		g->next = s->regions;
+		s->regions = g;
+		wb_i32(w, ST_OK);
+		wb_u64(w, g->id);
+		wb_u64(w, dp);
+		wb_u64(w, (uint64_t)(uintptr_t)h);
+		break;
+	}
+	case OP_SNAPSHOT: {
+		uint64_t src = rb_u64(r), rid = rb_u64(r), roff = rb_u64(r), n = rb_u64(r);
+		struct region *g = s->regions;
+		while (g && g->id != rid)
+			g = g->next;
+		if (r->err || !g || roff > g->size || n > g->size - roff) {
+			ret = send_error(s, op, req, ST_BAD_REQUEST, 0, "no such region or range outside it");
+			break;
+		}
+		after_clone_launches(s, c, st);
+		cr = D.cuMemcpyDtoHAsync((uint8_t *)g->host + roff, src, n, st);
+		if (cr == CUDA_SUCCESS)
+			cr = D.cuStreamSynchronize(st);
+		if (cr != CUDA_SUCCESS) {
+			ret = send_error(s, op, req, ST_CUDA, cr, "cuMemcpyDtoH failed");
+			break;
+		}
+		wb_i32(w, ST_OK);
+		break;
+	}
+	}
+	D.cuCtxSetCurrent(saved);
+	return ret;
+}
+
+static int op_unregister(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w)
+{
+	uint64_t id = rb_u64(r);
+	struct region **pp = &s->regions;
+	while (*pp && (*pp)->id != id)
+		pp = &(*pp)->next;
+	if (r->err || !*pp)
+		return send_error(s, OP_UNREGISTER_HOST, req, ST_NOT_FOUND, 0, "no region %llu", (unsigned long long)id);
+	if (clones_pinned(s))
+		return send_error(s, OP_UNREGISTER_HOST, req, ST_UNSUPPORTED, 0,
+				  "region kept: a CUDA graph may still use the instrumented code");
+	struct region *g = *pp;
+	*pp = g->next;
+	for (struct clone *cl = s->clones; cl; cl = cl->next) {
+		pthread_mutex_lock(&cl->evmu);
+		for (int i = 0; i < cl->nev; i++)
+			D.cuEventSynchronize(cl->ev[i].e);
+		pthread_mutex_unlock(&cl->evmu);
+	}
+	CUcontext saved = NULL;
+	D.cuCtxGetCurrent(&saved);
+	if (D.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
+		D.cuMemHostUnregister(g->host);
+	D.cuCtxSetCurrent(saved);
+	munmap(g->host, g->size);
+	free(g);
+	wb_i32(w, ST_OK);
+	return 1;
+}
+
+static int op_activate(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w)
+{
+	uint64_t h = rb_u64(r), cid = rb_u64(r), fn = rb_u64(r);
+	if (r->err || !h || !fn)
+		return send_error(s, OP_ACTIVATE, req, ST_BAD_REQUEST, 0, "malformed activate request");
+	struct clone *c = find_clone(s, cid, NULL);
+	if (!c)
+		return send_error(s, OP_ACTIVATE, req, ST_NOT_FOUND, 0, "no instrumented module %llu in this session",
+				  (unsigned long long)cid);
+	pthread_mutex_lock(&g_mu);
+	struct kernel *k = inv_kernel_by_handle((void *)(uintptr_t)h);
+	int kind = k ? k->kind : 0;
+	pthread_mutex_unlock(&g_mu);
+	if (!k)
+		return send_error(s, OP_ACTIVATE, req, ST_NOT_FOUND, 0,
+				  "kernel handle 0x%llx is not known to the agent (list kernels first)",
+				  (unsigned long long)h);
+	/* Carry the original's dynamic shared memory opt-in over to the clone. */
+	CUcontext saved = NULL;
+	D.cuCtxGetCurrent(&saved);
+	if (D.cuCtxSetCurrent(c->ctx) == CUDA_SUCCESS && D.cuFuncSetAttribute) {
+		int v = 0;
+		CUdevice dev = 0;
+		if (kind == KK_KERNEL && D.cuKernelGetAttribute && D.cuCtxGetDevice && D.cuCtxGetDevice(&dev) == 0)
+			D.cuKernelGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (CUkernel)(uintptr_t)h,
+					       dev);
+		else if (kind == KK_FUNCTION && D.cuFuncGetAttribute)
+			D.cuFuncGetAttribute(&v, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+					     (CUfunction)(uintptr_t)h);
+		if (v > 0)
+			D.cuFuncSetAttribute((CUfunction)(uintptr_t)fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+					     v);
+	}
+	D.cuCtxSetCurrent(saved);
+	struct activation *a = calloc(1, sizeof(*a));
+	if (!a)
+		return send_error(s, OP_ACTIVATE, req, ST_INTERNAL, 0, "out of memory");
+	a->handle = (void *)(uintptr_t)h;
+	a->ctx = c->ctx;
+	a->fn = (CUfunction)(uintptr_t)fn;
+	a->clone = c;
+	a->owner = s;
+	pthread_rwlock_wrlock(&g_rw);
+	pthread_mutex_lock(&g_mu);
+	/* replace an earlier activation of the same handle in that context */
+	struct activation **pp = &g_acts;
+	while (*pp) {
+		if ((*pp)->owner == s && (*pp)->handle == a->handle && (*pp)->ctx == a->ctx) {
+			struct activation *old = *pp;
+			*pp = old->next;
+			free(old);
+		} else {
+			pp = &(*pp)->next;
+		}
+	}
+	a->next = g_acts;
+	g_acts = a;
+	probe_rebuild();
+	int on = g_active;
+	pthread_mutex_unlock(&g_mu);
+	pthread_rwlock_unlock(&g_rw);
+	if (!on)
+		return send_error(s, OP_ACTIVATE, req, ST_INTERNAL, 0, "out of memory for the probe table");
+	wb_i32(w, ST_OK);
+	return 1;
+}
+
+static void op_stats(struct session *s, struct wbuf *w)
+{
+	pthread_rwlock_rdlock(&g_rw);
+	uint32_t n = 0;
+	for (struct activation *a = g_acts; a; a = a->next)
+		if (a->owner == s)
+			n++;
+	wb_i32(w, ST_OK);
+	wb_u32(w, n);
+	for (struct activation *a = g_acts; a; a = a->next) {
+		if (a->owner != s)
+			continue;
+		wb_u64(w, (uint64_t)(uintptr_t)a->handle);
+		wb_u64(w, a->clone->id);
+		wb_u64(w, (uint64_t)(uintptr_t)a->ctx);
+		wb_u64(w, __atomic_load_n(&a->launches, __ATOMIC_RELAXED));
+		wb_u64(w, __atomic_load_n(&a->failures, __ATOMIC_RELAXED));
+		wb_i32(w, a->last_err);
+		wb_u32(w, (uint32_t)__atomic_load_n(&a->disabled, __ATOMIC_RELAXED));
+	}
+	pthread_rwlock_unlock(&g_rw);
+}
+
+static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body, uint32_t len)
+{
+	struct rbuf r = {body, len, 0, 0};
+	struct wbuf w = {0};
+	int ret = 0;
+	DBG("request %u (%u bytes)", type, len);
+	if (D.ready && D.cuThreadExchangeStreamCaptureMode) {
+		/* the app may be capturing a graph in global mode: our calls
+		 * must neither fail nor invalidate its capture */
+		int mode = 2; /* CU_STREAM_CAPTURE_MODE_RELAXED */
+		D.cuThreadExchangeStreamCaptureMode(&mode);
+	}
+	if (!s->hello && type != OP_HELLO)
+		return send_error(s, type, req, ST_BAD_REQUEST, 0, "say hello first");
+	if (type != OP_HELLO && type != OP_LIST && type != OP_FETCH && type != OP_STATS && type != OP_CONTINUE &&
+	    type != OP_DEACTIVATE && type != OP_DETACH && drv_init() != 0)
+		return send_error(s, type, req, ST_UNSUPPORTED, CUDA_ERROR_NOT_INITIALIZED,
+				  "the process has not initialised CUDA yet");
+	switch (type) {
+	case OP_HELLO:
+		op_hello(s, &r, &w);
+		break;
+	case OP_LIST:
+		op_list(s, &r, &w);
+		break;
+	case OP_FETCH:
+		ret = op_fetch(s, req, &r, &w);
+		break;
+	case OP_GLOBALS:
+		ret = op_globals(s, req, &r, &w);
+		break;
+	case OP_LOAD:
+		ret = op_load(s, req, &r, &w);
+		break;
+	case OP_UNLOAD:
+		ret = op_unload(s, req, &r, &w);
+		break;
+	case OP_ALLOC:
+	case OP_FREE:
+	case OP_MEMSET:
+	case OP_WRITE:
+	case OP_READ:
+	case OP_REGISTER_HOST:
+	case OP_SNAPSHOT:
+		ret = op_mem(s, type, req, &r, &w);
+		break;
+	case OP_UNREGISTER_HOST:
+		ret = op_unregister(s, req, &r, &w);
+		break;
+	case OP_ACTIVATE:
+		ret = op_activate(s, req, &r, &w);
+		break;
+	case OP_DEACTIVATE: {
+		uint64_t h = rb_u64(&r);
+		int n = deactivate(s, (void *)(uintptr_t)h);
+		wb_i32(&w, ST_OK);
+		wb_u32(&w, (uint32_t)n);
+		break;
+	}
+	case OP_DETACH:
+		detach_all(s);
+		wb_i32(&w, ST_OK);
+		break;
+	case OP_STATS:
+		op_stats(s, &w);
+		break;
+	case OP_CONTINUE: {
+		uint64_t id = rb_u64(&r);
+		pthread_mutex_lock(&g_mu);
+		if (id > s->acked_mod)
+			s->acked_mod = id;
+		pthread_cond_broadcast(&g_cond);
+		pthread_mutex_unlock(&g_mu);
+		wb_i32(&w, ST_OK);
+		break;
+	}
+	default:
+		ret = send_error(s, type, req, ST_UNSUPPORTED, 0, "unknown operation %u (agent %s, protocol %u)", type,
+				 AGENT_VERSION, PROTO_VERSION);
+	}
+	if (ret == 0) {
+		if (w.oom)
+			ret = send_error(s, type, req, ST_INTERNAL, 0, "reply too large or out of memory");
+		else
+			ret = send_frame(s, type, req, &w);
+	} else if (ret > 0) {
+		ret = w.oom ? send_error(s, type, req, ST_INTERNAL, 0, "reply too large or out of memory")
+			    : send_frame(s, type, req, &w);
+	}
+	free(w.p);
+	return ret < 0 ? -1 : 0;
+}
+
+/* Sends module-loaded and probe-failed notifications that are due. */
+static int flush_notes(struct session *s)
+{
+	for (;;) {
+		struct wbuf w = {0};
+		int have = 0;
+		pthread_mutex_lock(&g_mu);
+		for (size_t i = 0; i < g_nmods; i++)
+			if (g_mods[i].id > s->sent_mod) {
+				put_module(&w, &g_mods[i]);
+				s->sent_mod = g_mods[i].id;
+				have = NOTE_MODULE;
+				break;
+			}
+		if (!have && s->nfail) {
+			s->nfail--;
+			wb_u64(&w, s->fails[s->nfail].handle);
+			wb_i32(&w, s->fails[s->nfail].err);
+			have = NOTE_PROBE_FAILED;
+		}
+		pthread_mutex_unlock(&g_mu);
+		if (!have) {
+			free(w.p);
+			return 0;
+		}
+		int r = send_frame(s, (uint16_t)have, 0, &w);
+		free(w.p);
+		if (r < 0)
+			return -1;
+	}
+}
+
+static void *session_main(void *arg)
+{
+	struct session *s = arg;
+	for (;;) {
+		struct pollfd p[2] = {{s->fd, POLLIN, 0}, {s->efd, POLLIN, 0}};
+		int n = poll(p, 2, -1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (p[1].revents & POLLIN) {
+			uint64_t v;
+			ssize_t rr = read(s->efd, &v, 8);
+			(void)rr;
+			if (s->hello && flush_notes(s) < 0)
+				break;
+		}
+		if (p[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+			uint16_t type;
+			uint32_t req, len;
+			uint8_t *body;
+			if (recv_frame(s, &type, &req, &body, &len) < 0)
+				break;
+			int r = handle(s, type, req, body, len);
+			free(body);
+			if (r < 0)
+				break;
+		}
+	}
+	/* The tool is gone (exit, crash or SIGKILL): put everything back. */
+	DBG("tool disconnected: restoring original kernels");
+	detach_all(s);
+	pthread_mutex_lock(&g_mu);
+	for (struct session **pp = &g_sessions; *pp; pp = &(*pp)->next)
+		if (*pp == s) {
+			*pp = s->next;
+			break;
+		}
+	pthread_cond_broadcast(&g_cond);
+	pthread_mutex_unlock(&g_mu);
+	close(s->fd);
+	close(s->efd);
+	if (s->pending_fd >= 0)
+		close(s->pending_fd);
+	free(s);
+	return NULL;
+}
+
+/* ---------------- listener ---------------- */
+
+static int make_dir(const char *dir)
+{
+	if (mkdir(dir, 0700) == 0)
+		return 0;
+	if (errno != EEXIST)
+		return -1;
+	struct stat st;
+	if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+		return -1;
+	if (st.st_uid != 0 && st.st_uid != geteuid())
+		return -1; /* somebody else's directory: not ours to trust */
+	return 0;
+}
+
+static int bind_socket(void)
+{
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	struct sockaddr_un a = {0};
+	a.sun_family = AF_UNIX;
+	const char *dir = getenv("GPUBPF_AGENT_SOCKET_DIR");
+	if (!dir || !*dir)
+		dir = "/run/gpubpf";
+	int n = snprintf(a.sun_path, sizeof(a.sun_path), "%s/%d.sock", dir, (int)getpid());
+	if (n > 0 && (size_t)n < sizeof(a.sun_path) && make_dir(dir) == 0) {
+		unlink(a.sun_path);
+		mode_t old = umask(0);
+		int br = bind(fd, (struct sockaddr *)&a, sizeof(a));
+		umask(old);
+		if (br == 0) {
+			snprintf(g_sock_path, sizeof(g_sock_path), "%s", a.sun_path);
+			g_sock_pid = getpid();
+			return fd;
+		}
+	}
+	/* Fallback: abstract socket "@gpubpf/<pid>" (same peer checks). */
+	memset(&a, 0, sizeof(a));
+	a.sun_family = AF_UNIX;
+	n = snprintf(a.sun_path + 1, sizeof(a.sun_path) - 1, "gpubpf/%d", (int)getpid());
+	if (bind(fd, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + n)) == 0) {
+		g_sock_path[0] = 0;
+		return fd;
+	}
+	close(fd);
+	return -1;
+}
+
+static void *listener_main(void *arg)
+{
+	int lfd = (int)(intptr_t)arg;
+	static int refused_logged;
+	for (;;) {
+		int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (c < 0) {
+			if (errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE ||
+			    errno == ENOBUFS || errno == ENOMEM) {
+				if (errno != EINTR && errno != ECONNABORTED)
+					usleep(100000);
+				continue;
+			}
+			DBG("accept: %s; control socket closed", strerror(errno));
+			return NULL;
+		}
+		struct ucred cr;
+		socklen_t cl = sizeof(cr);
+		if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &cl) != 0 || (cr.uid != 0 && cr.uid != geteuid())) {
+			if (!refused_logged) {
+				refused_logged = 1;
+				fprintf(stderr,
+					"gpubpf-agent[%d]: refused a control connection from uid %d (pid %d): only root "
+					"or uid %d may attach\n",
+					(int)getpid(), (int)cr.uid, (int)cr.pid, (int)geteuid());
+			}
+			close(c);
+			continue;
+		}
+		struct session *s = calloc(1, sizeof(*s));
+		int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (!s || efd < 0) {
+			free(s);
+			if (efd >= 0)
+				close(efd);
+			close(c);
+			continue;
+		}
+		s->fd = c;
+		s->efd = efd;
+		s->uid = cr.uid;
+		s->pending_fd = -1;
+		pthread_mutex_lock(&g_mu);
+		s->next = g_sessions;
+		g_sessions = s;
+		pthread_mutex_unlock(&g_mu);
+		pthread_t th;
+		pthread_attr_t at;
+		pthread_attr_init(&at);
+		pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+		pthread_attr_setstacksize(&at, 256 << 10);
+		if (pthread_create(&th, &at, session_main, s) != 0) {
+			pthread_mutex_lock(&g_mu);
+			for (struct session **pp = &g_sessions; *pp; pp = &(*pp)->next)
+				if (*pp == s) {
+					*pp = s->next;
+					break;
+				}
+			pthread_mutex_unlock(&g_mu);
+			close(c);
+			close(efd);
+			free(s);
+		}
+		pthread_attr_destroy(&at);
+	}
+}
+
+static void cleanup_socket(void)
+{
+	if (g_sock_path[0] && g_sock_pid == getpid())
+		unlink(g_sock_path);
+}
+
+void server_start(void)
+{
+	if (__atomic_exchange_n(&g_started, 1, __ATOMIC_ACQ_REL))
+		return;
+	const char *off = getenv("GPUBPF_AGENT_DISABLE");
+	if (off && off[0] == '1')
+		return;
+	const char *h = getenv("GPUBPF_AGENT_HOLD");
+	g_hold_env = h && h[0] == '1';
+	const char *hm = getenv("GPUBPF_AGENT_HOLD_MS");
+	if (hm && atol(hm) > 0)
+		g_hold_ms = atol(hm);
+	int fd = bind_socket();
+	if (fd < 0 || listen(fd, 16) != 0) {
+		DBG("cannot serve a control socket: %s", strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	g_listen_fd = fd;
+	/* our threads take no signals meant for the application */
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	pthread_t th;
+	pthread_attr_t at;
+	pthread_attr_init(&at);
+	pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&at, 128 << 10);
+	int e = pthread_create(&th, &at, listener_main, (void *)(intptr_t)fd);
+	pthread_attr_destroy(&at);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (e != 0) {
+		close(fd);
+		g_listen_fd = -1;
+		cleanup_socket();
+		return;
+	}
+	static int registered;
+	if (!registered) {
+		registered = 1;
+		atexit(cleanup_socket);
+	}
+	DBG("serving %s", g_sock_path[0] ? g_sock_path : "abstract socket @gpubpf/<pid>");
+}
+
+void server_ensure(void)
+{
+	if (UNLIKELY(__atomic_load_n(&g_need_start, __ATOMIC_RELAXED))) {
+		__atomic_store_n(&g_need_start, 0, __ATOMIC_RELAXED);
+		server_start();
+	}
+}
+
+void server_atfork_child(void)
+{
+	/* Sessions and the listener belong to the parent. */
+	for (struct session *s = g_sessions; s; s = s->next) {
+		close(s->fd);
+		close(s->efd);
+	}
+	g_sessions = NULL;
+	if (g_listen_fd >= 0)
+		close(g_listen_fd);
+	g_listen_fd = -1;
+	g_sock_path[0] = 0;
+	g_hold_waited = 0;
+	__atomic_store_n(&g_started, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&g_need_start, 1, __ATOMIC_RELAXED);
+}

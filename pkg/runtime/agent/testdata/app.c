@@ -1,0 +1,88 @@
+/* A tiny "CUDA application" for the agent's CI tests: reaches the driver
+ * the way cudart does (dlsym of cuGetProcAddress_v2, then everything
+ * through cuGetProcAddress) and launches on command from stdin. */
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+typedef int CUresult;
+typedef CUresult (*gpa_t)(const char *, void **, int, uint64_t, int *);
+typedef CUresult (*launch_t)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+			     void **, void **);
+
+/* A fatbin wrapper as nvcc emits it, pointing at a (tiny) fatbin. */
+static const struct {
+	uint32_t magic, version;
+	uint64_t size;
+	unsigned char payload[32];
+} fatbin = {0xBA55ED50u, 0x00100001u, 32, "fake fatbin payload 0123456789"};
+static const struct {
+	uint32_t magic, version;
+	const void *data, *unused;
+} wrapper = {0x466243b1u, 1, &fatbin, NULL};
+
+static gpa_t gpa;
+static void *get(const char *n, uint64_t flags)
+{
+	void *p = NULL;
+	int st;
+	if (gpa(n, &p, 12080, flags, &st) != 0 || !p) {
+		fprintf(stderr, "app: no %s\n", n);
+		exit(2);
+	}
+	return p;
+}
+
+int main(void)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW);
+	if (!h) {
+		fprintf(stderr, "app: %s\n", dlerror());
+		return 2;
+	}
+	gpa_t g0 = (gpa_t)dlsym(h, "cuGetProcAddress_v2");
+	if (!g0 || g0("cuGetProcAddress", (void **)&gpa, 12080, 0, NULL) != 0)
+		return 2;
+	CUresult (*init)(unsigned) = get("cuInit", 0);
+	CUresult (*retain)(void **, int) = get("cuDevicePrimaryCtxRetain", 0);
+	CUresult (*setcur)(void *) = get("cuCtxSetCurrent", 0);
+	CUresult (*libload)(void **, const void *, void *, void *, unsigned, void *, void *, unsigned) =
+		get("cuLibraryLoadData", 0);
+	CUresult (*getk)(void **, void *, const char *) = get("cuLibraryGetKernel", 0);
+	launch_t launch = get("cuLaunchKernel", 0);
+	launch_t launchp = get("cuLaunchKernel", 2);
+	void *ctx, *lib, *k;
+	if (init(0) || retain(&ctx, 0) || setcur(ctx) || libload(&lib, &wrapper, 0, 0, 0, 0, 0, 0) ||
+	    getk(&k, lib, "_Z6vecAddPfi"))
+		return 3;
+	printf("READY\n");
+	fflush(stdout);
+	char line[64];
+	while (fgets(line, sizeof(line), stdin)) {
+		if (!strcmp(line, "launch\n"))
+			launch(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+		else if (!strcmp(line, "launchp\n"))
+			launchp(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+		else if (!strcmp(line, "fork\n")) {
+			pid_t c = fork();
+			if (c == 0) {
+				/* the child touches the driver again: gets its own socket */
+				dlsym(h, "cuGetProcAddress_v2");
+				launch(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+				printf("CHILD %d\n", (int)getpid());
+				fflush(stdout);
+				sleep(3);
+				_exit(0);
+			}
+			printf("FORKED %d\n", (int)c);
+		} else if (!strcmp(line, "quit\n"))
+			break;
+		printf("DONE\n");
+		fflush(stdout);
+	}
+	return 0;
+}

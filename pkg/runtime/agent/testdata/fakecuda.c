@@ -1,0 +1,211 @@
+/* A fake libcuda.so.1 for CI machines without a GPU: just enough of the
+ * driver API for the agent's tests. Launches print "LAUNCH <name>" on
+ * stdout; clone unloads print "UNLOAD <name>". Test double only. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef struct obj {
+	int magic;
+	char name[64];
+} obj;
+
+static obj ctx0 = {1, "ctx0"};
+static obj lib0 = {2, "lib0"};
+static obj kerns[2] = {{3, "_Z6vecAddPfi"}, {3, "_Z5otherv"}};
+static obj funcs[2] = {{4, "_Z6vecAddPfi"}, {4, "_Z5otherv"}};
+static __thread void *cur;
+static int d_N = 1000;
+
+struct mod {
+	obj o;
+	int n;
+	obj fn[8];
+};
+
+CUresult cuInit(unsigned f) { return 0; }
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
+CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
+CUresult cuDeviceGet(int *d, int o) { if (o != 0) return 101; *d = 0; return 0; }
+CUresult cuDeviceGetName(char *n, int l, int d) { snprintf(n, l, "Fake GPU"); return 0; }
+CUresult cuDeviceGetAttribute(int *v, int a, int d)
+{
+	*v = a == 75 ? 9 : a == 76 ? 0 : 0;
+	return 0;
+}
+CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = &ctx0; return 0; }
+CUresult cuDevicePrimaryCtxRelease(int d) { return 0; }
+CUresult cuCtxGetCurrent(void **c) { *c = cur; return 0; }
+CUresult cuCtxSetCurrent(void *c) { cur = c; return 0; }
+CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
+CUresult cuCtxSynchronize(void) { return 0; }
+CUresult cuLibraryLoadData(void **lib, const void *code, void *a, void *b, unsigned c, void *d, void *e, unsigned f)
+{
+	*lib = &lib0;
+	return 0;
+}
+CUresult cuLibraryUnload(void *l) { return 0; }
+CUresult cuLibraryGetKernel(void **k, void *lib, const char *name)
+{
+	for (int i = 0; i < 2; i++)
+		if (!strcmp(kerns[i].name, name)) {
+			*k = &kerns[i];
+			return 0;
+		}
+	return 500;
+}
+CUresult cuLibraryGetKernelCount(unsigned *n, void *lib) { *n = 2; return 0; }
+CUresult cuLibraryEnumerateKernels(void **ks, unsigned n, void *lib)
+{
+	for (unsigned i = 0; i < n && i < 2; i++)
+		ks[i] = &kerns[i];
+	return 0;
+}
+CUresult cuKernelGetName(const char **n, void *k) { *n = ((obj *)k)->name; return 0; }
+CUresult cuKernelGetFunction(void **f, void *k) { *f = &funcs[(obj *)k - kerns]; return 0; }
+CUresult cuKernelGetAttribute(int *v, int a, void *k, int d) { *v = 0; return 0; }
+CUresult cuFuncGetAttribute(int *v, int a, void *f) { *v = 0; return 0; }
+CUresult cuFuncSetAttribute(void *f, int a, int v) { return 0; }
+CUresult cuFuncGetName(const char **n, void *f)
+{
+	if (((obj *)f)->magic != 4)
+		return 400;
+	*n = ((obj *)f)->name;
+	return 0;
+}
+CUresult cuLibraryGetGlobal(uint64_t *p, size_t *s, void *lib, const char *name)
+{
+	if (strcmp(name, "d_N"))
+		return 500;
+	*p = (uint64_t)(uintptr_t)&d_N;
+	*s = 4;
+	return 0;
+}
+CUresult cuModuleGetGlobal(uint64_t *p, size_t *s, void *m, const char *name) { return 500; }
+CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, int *o, void **v)
+{
+	const char *t = img;
+	if (strstr(t, "SYNTAX_ERROR")) {
+		for (unsigned i = 0; i < n; i++)
+			if (o[i] == 5)
+				snprintf(v[i], 64, "ptxas fatal: syntax error at line 1");
+		return 218;
+	}
+	struct mod *md = calloc(1, sizeof(*md));
+	md->o.magic = 5;
+	const char *p = t;
+	while ((p = strstr(p, ".entry ")) && md->n < 8) {
+		p += 7;
+		obj *f = &md->fn[md->n++];
+		f->magic = 4;
+		int k = 0;
+		while (*p && *p != '(' && *p != ' ' && *p != '\n' && k < 63)
+			f->name[k++] = *p++;
+	}
+	*m = md;
+	return 0;
+}
+CUresult cuModuleLoadData(void **m, const void *img) { return cuModuleLoadDataEx(m, img, 0, NULL, NULL); }
+CUresult cuModuleGetFunction(void **f, void *m, const char *name)
+{
+	struct mod *md = m;
+	for (int i = 0; i < md->n; i++)
+		if (!strcmp(md->fn[i].name, name)) {
+			*f = &md->fn[i];
+			return 0;
+		}
+	return 500;
+}
+CUresult cuModuleUnload(void *m)
+{
+	struct mod *md = m;
+	printf("UNLOAD %s\n", md->n ? md->fn[0].name : "?");
+	fflush(stdout);
+	free(md);
+	return 0;
+}
+static CUresult launch(void *f)
+{
+	printf("LAUNCH %s\n", ((obj *)f)->name);
+	fflush(stdout);
+	return 0;
+}
+CUresult cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
+			unsigned sh, void *s, void **p, void **x)
+{
+	return launch(f);
+}
+CUresult cuLaunchKernel_ptsz(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
+			     unsigned sh, void *s, void **p, void **x)
+{
+	return launch(f);
+}
+CUresult cuMemAlloc(uint64_t *p, size_t n) { *p = (uint64_t)(uintptr_t)calloc(1, n); return 0; }
+CUresult cuMemFree(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
+CUresult cuMemsetD8(uint64_t p, unsigned char v, size_t n) { memset((void *)(uintptr_t)p, v, n); return 0; }
+CUresult cuMemcpyHtoD(uint64_t d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
+CUresult cuMemcpyDtoH(void *d, uint64_t s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
+CUresult cuMemHostRegister(void *p, size_t n, unsigned f) { return 0; }
+CUresult cuMemHostUnregister(void *p) { return 0; }
+CUresult cuMemHostGetDevicePointer(uint64_t *d, void *p, unsigned f) { *d = (uint64_t)(uintptr_t)p; return 0; }
+CUresult cuEventCreate(void **e, unsigned f) { *e = malloc(1); return 0; }
+CUresult cuEventRecord(void *e, void *s) { return 0; }
+CUresult cuEventSynchronize(void *e) { return 0; }
+CUresult cuEventDestroy(void *e) { free(e); return 0; }
+CUresult cuStreamIsCapturing(void *s, int *st) { *st = 0; return 0; }
+CUresult cuStreamCreate(void **s, unsigned f) { *s = malloc(1); return 0; }
+CUresult cuStreamDestroy(void *s) { free(s); return 0; }
+CUresult cuStreamSynchronize(void *s) { return 0; }
+CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) { return cuMemsetD8(p, v, n); }
+CUresult cuMemcpyHtoDAsync(uint64_t d, const void *src, size_t n, void *s) { return cuMemcpyHtoD(d, src, n); }
+CUresult cuMemcpyDtoHAsync(void *d, uint64_t src, size_t n, void *s) { return cuMemcpyDtoH(d, src, n); }
+CUresult cuThreadExchangeStreamCaptureMode(int *m) { *m = 0; return 0; }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { return 0; }
+
+#define E(n) {#n, (void *)n}
+static const struct {
+	const char *n;
+	void *p;
+} table[] = {
+	E(cuInit), E(cuDriverGetVersion), E(cuDeviceGetCount), E(cuDeviceGet), E(cuDeviceGetName),
+	E(cuDeviceGetAttribute), E(cuDevicePrimaryCtxRetain), E(cuDevicePrimaryCtxRelease), E(cuCtxGetCurrent),
+	E(cuCtxSetCurrent), E(cuCtxGetDevice), E(cuCtxSynchronize), E(cuLibraryLoadData), E(cuLibraryUnload),
+	E(cuLibraryGetKernel), E(cuLibraryGetKernelCount), E(cuLibraryEnumerateKernels), E(cuKernelGetName),
+	E(cuKernelGetFunction), E(cuKernelGetAttribute), E(cuFuncGetAttribute), E(cuFuncSetAttribute),
+	E(cuFuncGetName), E(cuLibraryGetGlobal), E(cuModuleGetGlobal), E(cuModuleLoadDataEx), E(cuModuleLoadData),
+	E(cuModuleGetFunction), E(cuModuleUnload), E(cuLaunchKernel), E(cuMemAlloc), E(cuMemFree), E(cuMemsetD8),
+	E(cuMemcpyHtoD), E(cuMemcpyDtoH), E(cuMemHostRegister), E(cuMemHostUnregister), E(cuMemHostGetDevicePointer),
+	E(cuEventCreate), E(cuEventRecord), E(cuEventSynchronize), E(cuEventDestroy), E(cuStreamIsCapturing),
+	E(cuStreamCreate), E(cuStreamDestroy), E(cuStreamSynchronize), E(cuMemsetD8Async), E(cuMemcpyHtoDAsync),
+	E(cuMemcpyDtoHAsync), E(cuThreadExchangeStreamCaptureMode), E(cuStreamWaitEvent),
+};
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *st);
+CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, uint64_t flags)
+{
+	return cuGetProcAddress_v2(sym, pfn, ver, flags, NULL);
+}
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *st)
+{
+	if (st)
+		*st = 0;
+	if (!strcmp(sym, "cuGetProcAddress")) {
+		*pfn = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+		return 0;
+	}
+	if (!strcmp(sym, "cuLaunchKernel") && (flags & 2)) {
+		*pfn = (void *)cuLaunchKernel_ptsz;
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
+		if (!strcmp(table[i].n, sym)) {
+			*pfn = table[i].p;
+			return 0;
+		}
+	*pfn = NULL;
+	if (st)
+		*st = 1;
+	return 500;
+}

@@ -1,0 +1,185 @@
+package agentclient
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
+)
+
+// Target re-exports agentproto.Target: Device's primary context, or Ctx
+// when non-zero.
+type Target = agentproto.Target
+
+// OnDevice is the primary context of device ordinal dev.
+func OnDevice(dev int) Target { return Target{Device: int32(dev)} }
+
+// InContext is the context ctx (a handle from List).
+func InContext(ctx uint64) Target { return Target{Ctx: ctx} }
+
+// Inventory lists modules and kernels. With enumerate, the agent also asks
+// the driver for kernels the application has not looked up yet (lazy
+// loading) and for missing names.
+func (c *Conn) Inventory(enumerate bool) (*agentproto.Inventory, error) {
+	var flags uint32
+	if !enumerate {
+		flags = agentproto.ListNoEnumerate
+	}
+	inv := &agentproto.Inventory{}
+	if err := c.call(agentproto.OpList, &agentproto.ListRequest{Flags: flags}, inv, nil); err != nil {
+		return nil, err
+	}
+	return inv, nil
+}
+
+// FetchImage returns a module's image (fatbin, cubin or PTX) in full.
+func (c *Conn) FetchImage(moduleID uint64) ([]byte, error) {
+	const chunk = 8 << 20
+	var out []byte
+	for {
+		var r agentproto.FetchReply
+		err := c.call(agentproto.OpFetch, &agentproto.FetchRequest{ModuleID: moduleID, Offset: uint64(len(out)), Max: chunk}, &r, nil)
+		if err != nil {
+			return nil, err
+		}
+		if out == nil && r.Total <= 1<<34 {
+			out = make([]byte, 0, r.Total)
+		}
+		out = append(out, r.Data...)
+		if uint64(len(out)) >= r.Total {
+			return out, nil
+		}
+		if len(r.Data) == 0 {
+			return nil, fmt.Errorf("agent fetch: module %d image stopped at %d of %d bytes", moduleID, len(out), r.Total)
+		}
+	}
+}
+
+// Globals returns the device addresses of a module's globals by name
+// (__device__ and __constant__ variables), in t's context. A global that
+// does not exist has CUResult != 0.
+func (c *Conn) Globals(moduleID uint64, t Target, names ...string) ([]agentproto.Global, error) {
+	var r agentproto.GlobalsReply
+	if err := c.call(agentproto.OpGlobals, &agentproto.GlobalsRequest{ModuleID: moduleID, Target: t, Names: names}, &r, nil); err != nil {
+		return nil, err
+	}
+	return r.Globals, nil
+}
+
+// LoadPTX loads an instrumented module with the driver JIT in t's context
+// and resolves functions. A JIT failure comes back as *agentproto.Error
+// whose Message holds the JIT error log.
+func (c *Conn) LoadPTX(t Target, ptx []byte, functions ...string) (*agentproto.LoadReply, error) {
+	r := &agentproto.LoadReply{}
+	if err := c.call(agentproto.OpLoad, &agentproto.LoadRequest{Target: t, PTX: ptx, Functions: functions}, r, nil); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Unload deactivates the clone's probes and unloads it once its launches
+// have finished.
+func (c *Conn) Unload(cloneID uint64) error {
+	return c.call(agentproto.OpUnload, &agentproto.IDRequest{ID: cloneID}, nil, nil)
+}
+
+// Alloc allocates size bytes of zeroed device memory, freed at detach.
+func (c *Conn) Alloc(t Target, size uint64) (uint64, error) {
+	var r agentproto.AddrReply
+	if err := c.call(agentproto.OpAlloc, &agentproto.AllocRequest{Target: t, Size: size}, &r, nil); err != nil {
+		return 0, err
+	}
+	return r.Addr, nil
+}
+
+// Free frees memory from Alloc (after launches that may use it finish).
+func (c *Conn) Free(t Target, addr uint64) error {
+	return c.call(agentproto.OpFree, &agentproto.FreeRequest{Target: t, Addr: addr}, nil, nil)
+}
+
+// Memset sets size bytes at addr to value.
+func (c *Conn) Memset(t Target, addr uint64, value byte, size uint64) error {
+	return c.call(agentproto.OpMemset, &agentproto.MemsetRequest{Target: t, Addr: addr, Value: uint32(value), Size: size}, nil, nil)
+}
+
+// Write copies data to device memory at addr.
+func (c *Conn) Write(t Target, addr uint64, data []byte) error {
+	return c.call(agentproto.OpWrite, &agentproto.WriteRequest{Target: t, Addr: addr, Data: data}, nil, nil)
+}
+
+// Read copies size bytes (at most 16 MiB) of device memory at addr.
+func (c *Conn) Read(t Target, addr uint64, size uint32) ([]byte, error) {
+	var r agentproto.DataReply
+	if err := c.call(agentproto.OpRead, &agentproto.ReadRequest{Target: t, Addr: addr, Size: size}, &r, nil); err != nil {
+		return nil, err
+	}
+	return r.Data, nil
+}
+
+// RegisterMemfd shares a memfd (or any mmappable file) with the process:
+// the agent maps size bytes at offset and registers them for device
+// access. The caller keeps its own fd.
+func (c *Conn) RegisterMemfd(t Target, f *os.File, size, offset uint64) (*agentproto.RegisterHostReply, error) {
+	return c.registerHost(t, agentproto.HostMemfd, int(f.Fd()), size, offset)
+}
+
+// RegisterBPFMap shares a BPF_F_MMAPABLE array map (its fd) with the GPU;
+// size is the map's mmap size (value size x entries, page rounded).
+func (c *Conn) RegisterBPFMap(t Target, mapFD int, size uint64) (*agentproto.RegisterHostReply, error) {
+	return c.registerHost(t, agentproto.HostBPFMap, mapFD, size, 0)
+}
+
+func (c *Conn) registerHost(t Target, kind uint32, fd int, size, offset uint64) (*agentproto.RegisterHostReply, error) {
+	r := &agentproto.RegisterHostReply{}
+	err := c.call(agentproto.OpRegisterHost, &agentproto.RegisterHostRequest{Target: t, Kind: kind, Size: size, Offset: offset}, r, []int{fd})
+	if err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// UnregisterHost undoes RegisterMemfd/RegisterBPFMap.
+func (c *Conn) UnregisterHost(regionID uint64) error {
+	return c.call(agentproto.OpUnregisterHost, &agentproto.IDRequest{ID: regionID}, nil, nil)
+}
+
+// Snapshot copies size bytes of device memory at src into a registered
+// host region at regionOffset (synchronously).
+func (c *Conn) Snapshot(t Target, src, regionID, regionOffset, size uint64) error {
+	return c.call(agentproto.OpSnapshot, &agentproto.SnapshotRequest{Target: t, Src: src, RegionID: regionID, RegionOffset: regionOffset, Size: size}, nil, nil)
+}
+
+// Activate makes launches of kernel (a CUkernel or CUfunction handle from
+// Inventory) in the clone's context run function (from LoadPTX) instead.
+func (c *Conn) Activate(kernel, cloneID, function uint64) error {
+	return c.call(agentproto.OpActivate, &agentproto.ActivateRequest{Kernel: kernel, CloneID: cloneID, Function: function}, nil, nil)
+}
+
+// Deactivate restores kernel's original (0: every kernel of this
+// session) and returns how many probes were removed.
+func (c *Conn) Deactivate(kernel uint64) (int, error) {
+	var r agentproto.CountReply
+	if err := c.call(agentproto.OpDeactivate, &agentproto.IDRequest{ID: kernel}, &r, nil); err != nil {
+		return 0, err
+	}
+	return int(r.Count), nil
+}
+
+// Detach restores every kernel, unloads clones once their launches have
+// finished, and frees this session's memory; the session stays open.
+func (c *Conn) Detach() error { return c.call(agentproto.OpDetach, nil, nil, nil) }
+
+// Stats returns this session's probes with their launch counts.
+func (c *Conn) Stats() ([]agentproto.ProbeStat, error) {
+	var r agentproto.Stats
+	if err := c.call(agentproto.OpStats, nil, &r, nil); err != nil {
+		return nil, err
+	}
+	return r.Probes, nil
+}
+
+// Continue lets a module load held for this session (Options.Hold) return
+// to the application; ids up to moduleID are released.
+func (c *Conn) Continue(moduleID uint64) error {
+	return c.call(agentproto.OpContinue, &agentproto.IDRequest{ID: moduleID}, nil, nil)
+}

@@ -1,0 +1,754 @@
+package agentproto
+
+import "fmt"
+
+// Message is a request, reply or notification payload.
+type Message interface {
+	Encode(e *Encoder)
+	Decode(d *Decoder)
+}
+
+// Marshal encodes m as a payload.
+func Marshal(m Message) []byte {
+	var e Encoder
+	m.Encode(&e)
+	return e.B
+}
+
+// Unmarshal decodes a payload with no status word (requests, notifications).
+func Unmarshal(p []byte, m Message) error {
+	d := NewDecoder(p)
+	m.Decode(d)
+	return d.Finish()
+}
+
+// Reply status codes (first word of every reply).
+const (
+	StatusOK          = 0
+	StatusBadRequest  = 1
+	StatusNotFound    = 2
+	StatusCUDA        = 3
+	StatusUnsupported = 4
+	StatusInternal    = 5
+)
+
+// Error is an error reply from the agent.
+type Error struct {
+	Op       Op
+	Status   int32
+	CUResult int32 // CUresult when Status is StatusCUDA, else usually 0
+	Message  string
+}
+
+func (e *Error) Error() string {
+	if e.CUResult != 0 {
+		return fmt.Sprintf("agent %s: %s (CUresult %d)", e.Op, e.Message, e.CUResult)
+	}
+	return fmt.Sprintf("agent %s: %s", e.Op, e.Message)
+}
+
+// MarshalReply encodes a successful reply (status 0 then m).
+func MarshalReply(m Message) []byte {
+	var e Encoder
+	e.I32(StatusOK)
+	if m != nil {
+		m.Encode(&e)
+	}
+	return e.B
+}
+
+// MarshalError encodes an error reply.
+func MarshalError(status, cu int32, msg string) []byte {
+	var e Encoder
+	e.I32(status)
+	e.I32(cu)
+	e.Str(msg)
+	return e.B
+}
+
+// UnmarshalReply decodes a reply to op into m (nil for replies without
+// fields); an error reply comes back as *Error.
+func UnmarshalReply(op Op, p []byte, m Message) error {
+	d := NewDecoder(p)
+	st := d.I32()
+	if d.Err() != nil {
+		return d.Err()
+	}
+	if st != StatusOK {
+		e := &Error{Op: op, Status: st, CUResult: d.I32(), Message: d.Str()}
+		if err := d.Finish(); err != nil {
+			return err
+		}
+		return e
+	}
+	if m != nil {
+		m.Decode(d)
+	}
+	return d.Finish()
+}
+
+// Empty is a payload with no fields.
+type Empty struct{}
+
+func (*Empty) Encode(*Encoder) {}
+func (*Empty) Decode(*Decoder) {}
+
+// HelloRequest opens a session. FlagHold asks the agent to hold each
+// module load until this tool sends Continue for it (or a timeout).
+type HelloRequest struct {
+	Version uint32
+	Flags   uint32
+	Client  string
+}
+
+// Hello flags.
+const FlagHold = 1
+
+func (m *HelloRequest) Encode(e *Encoder) { e.U32(m.Version); e.U32(m.Flags); e.Str(m.Client) }
+func (m *HelloRequest) Decode(d *Decoder) { m.Version = d.U32(); m.Flags = d.U32(); m.Client = d.Str() }
+
+// Device is one CUDA device as the process sees it.
+type Device struct {
+	Ordinal      int32
+	Name         string
+	Major, Minor int32 // compute capability
+}
+
+// Hello describes the agent's process.
+type Hello struct {
+	Version       uint32
+	PID, UID      uint32
+	Exe           string
+	AgentVersion  string
+	DriverVersion int32  // cuDriverGetVersion, e.g. 13000; 0 before CUDA is initialised
+	PTXISAMax     uint32 // highest PTX ISA the driver JITs, times ten (90 = 9.0)
+	CUDAReady     bool
+	Devices       []Device
+}
+
+func (m *Hello) Encode(e *Encoder) {
+	e.U32(m.Version)
+	e.U32(m.PID)
+	e.U32(m.UID)
+	e.Str(m.Exe)
+	e.Str(m.AgentVersion)
+	e.I32(m.DriverVersion)
+	e.U32(m.PTXISAMax)
+	e.Bool(m.CUDAReady)
+	e.U32(uint32(len(m.Devices)))
+	for _, v := range m.Devices {
+		e.I32(v.Ordinal)
+		e.Str(v.Name)
+		e.I32(v.Major)
+		e.I32(v.Minor)
+	}
+}
+
+func (m *Hello) Decode(d *Decoder) {
+	m.Version = d.U32()
+	m.PID = d.U32()
+	m.UID = d.U32()
+	m.Exe = d.Str()
+	m.AgentVersion = d.Str()
+	m.DriverVersion = d.I32()
+	m.PTXISAMax = d.U32()
+	m.CUDAReady = d.Bool()
+	n := d.Count(16)
+	m.Devices = make([]Device, n)
+	for i := range m.Devices {
+		m.Devices[i] = Device{Ordinal: d.I32(), Name: d.Str(), Major: d.I32(), Minor: d.I32()}
+	}
+}
+
+// ListRequest asks for the inventory. ListNoEnumerate skips asking the
+// driver for kernels the application has not looked up yet.
+type ListRequest struct{ Flags uint32 }
+
+// List flags.
+const ListNoEnumerate = 1
+
+func (m *ListRequest) Encode(e *Encoder) { e.U32(m.Flags) }
+func (m *ListRequest) Decode(d *Decoder) { m.Flags = d.U32() }
+
+// ModuleKind says how a module was loaded.
+type ModuleKind uint32
+
+// Module kinds.
+const (
+	LibraryData   ModuleKind = 1 // cuLibraryLoadData (cudart's lazy loading)
+	LibraryFile   ModuleKind = 2 // cuLibraryLoadFromFile
+	ModuleData    ModuleKind = 3 // cuModuleLoadData(Ex)
+	ModuleFile    ModuleKind = 4 // cuModuleLoad
+	ModuleFatbin  ModuleKind = 5 // cuModuleLoadFatBinary
+	moduleKindMax            = 5
+)
+
+func (k ModuleKind) String() string {
+	switch k {
+	case LibraryData:
+		return "library"
+	case LibraryFile:
+		return "library-file"
+	case ModuleData:
+		return "module"
+	case ModuleFile:
+		return "module-file"
+	case ModuleFatbin:
+		return "module-fatbin"
+	}
+	return fmt.Sprintf("kind(%d)", uint32(k))
+}
+
+// IsLibrary reports whether the handle is a CUlibrary.
+func (k ModuleKind) IsLibrary() bool { return k == LibraryData || k == LibraryFile }
+
+// ImageFormat is what the module's image bytes are.
+type ImageFormat uint32
+
+// Image formats.
+const (
+	FormatUnknown ImageFormat = 0
+	FormatFatbin  ImageFormat = 1 // fatbin container (magic 0xBA55ED50)
+	FormatELF     ImageFormat = 2 // cubin
+	FormatPTX     ImageFormat = 3
+)
+
+func (f ImageFormat) String() string {
+	switch f {
+	case FormatFatbin:
+		return "fatbin"
+	case FormatELF:
+		return "cubin"
+	case FormatPTX:
+		return "ptx"
+	}
+	return "unknown"
+}
+
+// Module is one loaded module or library.
+type Module struct {
+	ID       uint64
+	Kind     ModuleKind
+	Handle   uint64 // CUlibrary or CUmodule
+	Ctx      uint64 // CUcontext it was loaded in (modules only)
+	Format   ImageFormat
+	Size     uint64 // image size; 0 when not fetchable (file loads: see Path)
+	Unloaded bool
+	Path     string
+}
+
+func (m *Module) Encode(e *Encoder) {
+	e.U64(m.ID)
+	e.U32(uint32(m.Kind))
+	e.U64(m.Handle)
+	e.U64(m.Ctx)
+	e.U32(uint32(m.Format))
+	e.U64(m.Size)
+	e.Bool(m.Unloaded)
+	e.Str(m.Path)
+}
+
+func (m *Module) Decode(d *Decoder) {
+	m.ID = d.U64()
+	m.Kind = ModuleKind(d.U32())
+	m.Handle = d.U64()
+	m.Ctx = d.U64()
+	m.Format = ImageFormat(d.U32())
+	m.Size = d.U64()
+	m.Unloaded = d.Bool()
+	m.Path = d.Str()
+}
+
+const moduleMinSize = 8 + 4 + 8 + 8 + 4 + 8 + 4 + 4
+
+// KernelKind says what a kernel handle is.
+type KernelKind uint32
+
+// Kernel handle kinds.
+const (
+	KindKernel   KernelKind = 1 // CUkernel (context-independent)
+	KindFunction KernelKind = 2 // CUfunction (one context)
+)
+
+// Kernel is one kernel handle the application obtained (or the driver
+// enumerated). Names are mangled.
+type Kernel struct {
+	Handle   uint64
+	Kind     KernelKind
+	ModuleID uint64
+	Ctx      uint64 // CUfunction's context
+	Parent   uint64 // CUkernel a CUfunction came from (cuKernelGetFunction)
+	Name     string
+}
+
+func (k *Kernel) Encode(e *Encoder) {
+	e.U64(k.Handle)
+	e.U32(uint32(k.Kind))
+	e.U64(k.ModuleID)
+	e.U64(k.Ctx)
+	e.U64(k.Parent)
+	e.Str(k.Name)
+}
+
+func (k *Kernel) Decode(d *Decoder) {
+	k.Handle = d.U64()
+	k.Kind = KernelKind(d.U32())
+	k.ModuleID = d.U64()
+	k.Ctx = d.U64()
+	k.Parent = d.U64()
+	k.Name = d.Str()
+}
+
+const kernelMinSize = 8 + 4 + 8 + 8 + 8 + 4
+
+// Inventory is the reply to List.
+type Inventory struct {
+	Modules []Module
+	Kernels []Kernel
+}
+
+func (m *Inventory) Encode(e *Encoder) {
+	e.U32(uint32(len(m.Modules)))
+	for i := range m.Modules {
+		m.Modules[i].Encode(e)
+	}
+	e.U32(uint32(len(m.Kernels)))
+	for i := range m.Kernels {
+		m.Kernels[i].Encode(e)
+	}
+}
+
+func (m *Inventory) Decode(d *Decoder) {
+	m.Modules = make([]Module, d.Count(moduleMinSize))
+	for i := range m.Modules {
+		m.Modules[i].Decode(d)
+	}
+	m.Kernels = make([]Kernel, d.Count(kernelMinSize))
+	for i := range m.Kernels {
+		m.Kernels[i].Decode(d)
+	}
+}
+
+// FetchRequest reads part of a module's image.
+type FetchRequest struct {
+	ModuleID uint64
+	Offset   uint64
+	Max      uint32 // at most 16 MiB per request
+}
+
+func (m *FetchRequest) Encode(e *Encoder) { e.U64(m.ModuleID); e.U64(m.Offset); e.U32(m.Max) }
+func (m *FetchRequest) Decode(d *Decoder) { m.ModuleID = d.U64(); m.Offset = d.U64(); m.Max = d.U32() }
+
+// FetchReply is a chunk of an image.
+type FetchReply struct {
+	Total uint64
+	Data  []byte
+}
+
+func (m *FetchReply) Encode(e *Encoder) { e.U64(m.Total); e.Bytes(m.Data) }
+func (m *FetchReply) Decode(d *Decoder) { m.Total = d.U64(); m.Data = d.Bytes() }
+
+// Target names the context driver calls run in: Ctx when non-zero, else
+// the primary context of Device.
+type Target struct {
+	Device int32
+	Ctx    uint64
+}
+
+func (t *Target) encode(e *Encoder) { e.I32(t.Device); e.U64(t.Ctx) }
+func (t *Target) decode(d *Decoder) { t.Device = d.I32(); t.Ctx = d.U64() }
+
+// GlobalsRequest asks for the device addresses of a module's globals.
+type GlobalsRequest struct {
+	ModuleID uint64
+	Target
+	Names []string
+}
+
+func (m *GlobalsRequest) Encode(e *Encoder) {
+	e.U64(m.ModuleID)
+	m.Target.encode(e)
+	e.U32(uint32(len(m.Names)))
+	for _, n := range m.Names {
+		e.Str(n)
+	}
+}
+
+func (m *GlobalsRequest) Decode(d *Decoder) {
+	m.ModuleID = d.U64()
+	m.Target.decode(d)
+	m.Names = make([]string, d.Count(4))
+	for i := range m.Names {
+		m.Names[i] = d.Str()
+	}
+}
+
+// Global is one global's address (CUResult != 0: not found).
+type Global struct {
+	Name     string
+	CUResult int32
+	Addr     uint64
+	Size     uint64
+}
+
+// GlobalsReply answers GlobalsRequest in the same order.
+type GlobalsReply struct{ Globals []Global }
+
+func (m *GlobalsReply) Encode(e *Encoder) {
+	e.U32(uint32(len(m.Globals)))
+	for _, g := range m.Globals {
+		e.Str(g.Name)
+		e.I32(g.CUResult)
+		e.U64(g.Addr)
+		e.U64(g.Size)
+	}
+}
+
+func (m *GlobalsReply) Decode(d *Decoder) {
+	m.Globals = make([]Global, d.Count(24))
+	for i := range m.Globals {
+		m.Globals[i] = Global{Name: d.Str(), CUResult: d.I32(), Addr: d.U64(), Size: d.U64()}
+	}
+}
+
+// LoadRequest loads instrumented PTX with the driver JIT.
+type LoadRequest struct {
+	Target
+	PTX       []byte
+	Functions []string // entries to resolve
+}
+
+func (m *LoadRequest) Encode(e *Encoder) {
+	m.Target.encode(e)
+	e.Bytes(m.PTX)
+	e.U32(uint32(len(m.Functions)))
+	for _, f := range m.Functions {
+		e.Str(f)
+	}
+}
+
+func (m *LoadRequest) Decode(d *Decoder) {
+	m.Target.decode(d)
+	m.PTX = d.Bytes()
+	m.Functions = make([]string, d.Count(4))
+	for i := range m.Functions {
+		m.Functions[i] = d.Str()
+	}
+}
+
+// Function is a resolved entry of a loaded clone.
+type Function struct {
+	Name   string
+	Handle uint64 // CUfunction
+}
+
+// LoadReply describes a loaded clone module.
+type LoadReply struct {
+	CloneID   uint64
+	Ctx       uint64
+	LoadNanos uint64 // time spent in cuModuleLoadDataEx
+	InfoLog   string
+	Functions []Function
+}
+
+func (m *LoadReply) Encode(e *Encoder) {
+	e.U64(m.CloneID)
+	e.U64(m.Ctx)
+	e.U64(m.LoadNanos)
+	e.Str(m.InfoLog)
+	e.U32(uint32(len(m.Functions)))
+	for _, f := range m.Functions {
+		e.Str(f.Name)
+		e.U64(f.Handle)
+	}
+}
+
+func (m *LoadReply) Decode(d *Decoder) {
+	m.CloneID = d.U64()
+	m.Ctx = d.U64()
+	m.LoadNanos = d.U64()
+	m.InfoLog = d.Str()
+	m.Functions = make([]Function, d.Count(12))
+	for i := range m.Functions {
+		m.Functions[i] = Function{Name: d.Str(), Handle: d.U64()}
+	}
+}
+
+// IDRequest carries one id (Unload: clone id; UnregisterHost: region id;
+// Continue: module id; Deactivate: kernel handle, 0 = all).
+type IDRequest struct{ ID uint64 }
+
+func (m *IDRequest) Encode(e *Encoder) { e.U64(m.ID) }
+func (m *IDRequest) Decode(d *Decoder) { m.ID = d.U64() }
+
+// AllocRequest allocates zeroed device memory.
+type AllocRequest struct {
+	Target
+	Size uint64
+}
+
+func (m *AllocRequest) Encode(e *Encoder) { m.Target.encode(e); e.U64(m.Size) }
+func (m *AllocRequest) Decode(d *Decoder) { m.Target.decode(d); m.Size = d.U64() }
+
+// AddrReply carries a device address.
+type AddrReply struct{ Addr uint64 }
+
+func (m *AddrReply) Encode(e *Encoder) { e.U64(m.Addr) }
+func (m *AddrReply) Decode(d *Decoder) { m.Addr = d.U64() }
+
+// FreeRequest frees memory from Alloc.
+type FreeRequest struct {
+	Target
+	Addr uint64
+}
+
+func (m *FreeRequest) Encode(e *Encoder) { m.Target.encode(e); e.U64(m.Addr) }
+func (m *FreeRequest) Decode(d *Decoder) { m.Target.decode(d); m.Addr = d.U64() }
+
+// MemsetRequest sets Size bytes at Addr to Value.
+type MemsetRequest struct {
+	Target
+	Addr  uint64
+	Value uint32
+	Size  uint64
+}
+
+func (m *MemsetRequest) Encode(e *Encoder) {
+	m.Target.encode(e)
+	e.U64(m.Addr)
+	e.U32(m.Value)
+	e.U64(m.Size)
+}
+func (m *MemsetRequest) Decode(d *Decoder) {
+	m.Target.decode(d)
+	m.Addr = d.U64()
+	m.Value = d.U32()
+	m.Size = d.U64()
+}
+
+// WriteRequest copies Data to device memory.
+type WriteRequest struct {
+	Target
+	Addr uint64
+	Data []byte
+}
+
+func (m *WriteRequest) Encode(e *Encoder) { m.Target.encode(e); e.U64(m.Addr); e.Bytes(m.Data) }
+func (m *WriteRequest) Decode(d *Decoder) { m.Target.decode(d); m.Addr = d.U64(); m.Data = d.Bytes() }
+
+// ReadRequest copies device memory back (at most 16 MiB).
+type ReadRequest struct {
+	Target
+	Addr uint64
+	Size uint32
+}
+
+func (m *ReadRequest) Encode(e *Encoder) { m.Target.encode(e); e.U64(m.Addr); e.U32(m.Size) }
+func (m *ReadRequest) Decode(d *Decoder) { m.Target.decode(d); m.Addr = d.U64(); m.Size = d.U32() }
+
+// DataReply carries bytes.
+type DataReply struct{ Data []byte }
+
+func (m *DataReply) Encode(e *Encoder) { e.Bytes(m.Data) }
+func (m *DataReply) Decode(d *Decoder) { m.Data = d.Bytes() }
+
+// Host buffer kinds for RegisterHost.
+const (
+	HostMemfd  = 1 // a memfd the tool created
+	HostBPFMap = 2 // a BPF_F_MMAPABLE BPF array map
+)
+
+// RegisterHostRequest maps the fd sent with it (SCM_RIGHTS) and registers
+// it with cuMemHostRegister(DEVICEMAP|PORTABLE).
+type RegisterHostRequest struct {
+	Target
+	Kind   uint32
+	Size   uint64
+	Offset uint64 // page aligned
+}
+
+func (m *RegisterHostRequest) Encode(e *Encoder) {
+	m.Target.encode(e)
+	e.U32(m.Kind)
+	e.U64(m.Size)
+	e.U64(m.Offset)
+}
+func (m *RegisterHostRequest) Decode(d *Decoder) {
+	m.Target.decode(d)
+	m.Kind = d.U32()
+	m.Size = d.U64()
+	m.Offset = d.U64()
+}
+
+// RegisterHostReply gives the region's id and addresses.
+type RegisterHostReply struct {
+	RegionID uint64
+	DevAddr  uint64 // what GPU code uses
+	HostAddr uint64 // in the agent's process (informational)
+}
+
+func (m *RegisterHostReply) Encode(e *Encoder) {
+	e.U64(m.RegionID)
+	e.U64(m.DevAddr)
+	e.U64(m.HostAddr)
+}
+func (m *RegisterHostReply) Decode(d *Decoder) {
+	m.RegionID = d.U64()
+	m.DevAddr = d.U64()
+	m.HostAddr = d.U64()
+}
+
+// SnapshotRequest copies Size bytes of device memory at Src into a
+// registered host region at RegionOffset.
+type SnapshotRequest struct {
+	Target
+	Src          uint64
+	RegionID     uint64
+	RegionOffset uint64
+	Size         uint64
+}
+
+func (m *SnapshotRequest) Encode(e *Encoder) {
+	m.Target.encode(e)
+	e.U64(m.Src)
+	e.U64(m.RegionID)
+	e.U64(m.RegionOffset)
+	e.U64(m.Size)
+}
+func (m *SnapshotRequest) Decode(d *Decoder) {
+	m.Target.decode(d)
+	m.Src = d.U64()
+	m.RegionID = d.U64()
+	m.RegionOffset = d.U64()
+	m.Size = d.U64()
+}
+
+// ActivateRequest routes launches of Kernel (a handle from List) in the
+// clone's context to Function (a handle from LoadReply).
+type ActivateRequest struct {
+	Kernel   uint64
+	CloneID  uint64
+	Function uint64
+}
+
+func (m *ActivateRequest) Encode(e *Encoder) { e.U64(m.Kernel); e.U64(m.CloneID); e.U64(m.Function) }
+func (m *ActivateRequest) Decode(d *Decoder) {
+	m.Kernel = d.U64()
+	m.CloneID = d.U64()
+	m.Function = d.U64()
+}
+
+// CountReply carries a count (Deactivate: probes removed).
+type CountReply struct{ Count uint32 }
+
+func (m *CountReply) Encode(e *Encoder) { e.U32(m.Count) }
+func (m *CountReply) Decode(d *Decoder) { m.Count = d.U32() }
+
+// ProbeStat is one active probe of this session.
+type ProbeStat struct {
+	Kernel   uint64
+	CloneID  uint64
+	Ctx      uint64
+	Launches uint64 // instrumented launches
+	Failures uint64 // instrumented launches the driver refused (the original ran)
+	LastErr  int32
+	Disabled bool
+}
+
+// Stats is the reply to OpStats.
+type Stats struct{ Probes []ProbeStat }
+
+func (m *Stats) Encode(e *Encoder) {
+	e.U32(uint32(len(m.Probes)))
+	for _, p := range m.Probes {
+		e.U64(p.Kernel)
+		e.U64(p.CloneID)
+		e.U64(p.Ctx)
+		e.U64(p.Launches)
+		e.U64(p.Failures)
+		e.I32(p.LastErr)
+		e.Bool(p.Disabled)
+	}
+}
+
+func (m *Stats) Decode(d *Decoder) {
+	m.Probes = make([]ProbeStat, d.Count(48))
+	for i := range m.Probes {
+		m.Probes[i] = ProbeStat{Kernel: d.U64(), CloneID: d.U64(), Ctx: d.U64(), Launches: d.U64(),
+			Failures: d.U64(), LastErr: d.I32(), Disabled: d.Bool()}
+	}
+}
+
+// ProbeFailed notifies that an instrumented launch failed; the original
+// kernel ran instead and the probe was switched off.
+type ProbeFailed struct {
+	Kernel   uint64
+	CUResult int32
+}
+
+func (m *ProbeFailed) Encode(e *Encoder) { e.U64(m.Kernel); e.I32(m.CUResult) }
+func (m *ProbeFailed) Decode(d *Decoder) { m.Kernel = d.U64(); m.CUResult = d.I32() }
+
+// ReplyFor returns a fresh reply value for op (nil: no fields).
+func ReplyFor(op Op) Message {
+	switch op {
+	case OpHello:
+		return &Hello{}
+	case OpList:
+		return &Inventory{}
+	case OpFetch:
+		return &FetchReply{}
+	case OpGlobals:
+		return &GlobalsReply{}
+	case OpLoad:
+		return &LoadReply{}
+	case OpAlloc:
+		return &AddrReply{}
+	case OpRead:
+		return &DataReply{}
+	case OpRegisterHost:
+		return &RegisterHostReply{}
+	case OpDeactivate:
+		return &CountReply{}
+	case OpStats:
+		return &Stats{}
+	}
+	return nil
+}
+
+// RequestFor returns a fresh request value for op.
+func RequestFor(op Op) Message {
+	switch op {
+	case OpHello:
+		return &HelloRequest{}
+	case OpList:
+		return &ListRequest{}
+	case OpFetch:
+		return &FetchRequest{}
+	case OpGlobals:
+		return &GlobalsRequest{}
+	case OpLoad:
+		return &LoadRequest{}
+	case OpUnload, OpUnregisterHost, OpContinue, OpDeactivate:
+		return &IDRequest{}
+	case OpAlloc:
+		return &AllocRequest{}
+	case OpFree:
+		return &FreeRequest{}
+	case OpMemset:
+		return &MemsetRequest{}
+	case OpWrite:
+		return &WriteRequest{}
+	case OpRead:
+		return &ReadRequest{}
+	case OpRegisterHost:
+		return &RegisterHostRequest{}
+	case OpSnapshot:
+		return &SnapshotRequest{}
+	case OpActivate:
+		return &ActivateRequest{}
+	case OpDetach, OpStats:
+		return &Empty{}
+	}
+	return nil
+}

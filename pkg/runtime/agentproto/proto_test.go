@@ -1,0 +1,95 @@
+package agentproto
+
+import (
+	"bytes"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+var allOps = []Op{OpHello, OpList, OpFetch, OpGlobals, OpLoad, OpUnload, OpAlloc, OpFree, OpMemset,
+	OpWrite, OpRead, OpRegisterHost, OpUnregisterHost, OpSnapshot, OpActivate, OpDeactivate, OpDetach,
+	OpStats, OpContinue}
+
+func TestRoundTrip(t *testing.T) {
+	msgs := []Message{
+		&HelloRequest{Version: Version, Flags: FlagHold, Client: "test"},
+		&Hello{Version: 1, PID: 42, UID: 0, Exe: "/bin/x", AgentVersion: "0.1.0", DriverVersion: 13000,
+			PTXISAMax: 90, CUDAReady: true, Devices: []Device{{0, "H200", 9, 0}, {1, "H200", 9, 0}}},
+		&Inventory{Modules: []Module{{ID: 1, Kind: LibraryData, Handle: 7, Format: FormatFatbin, Size: 99, Path: ""}},
+			Kernels: []Kernel{{Handle: 9, Kind: KindKernel, ModuleID: 1, Name: "_Z3fooPi"}}},
+		&FetchReply{Total: 10, Data: []byte("abc")},
+		&GlobalsRequest{ModuleID: 1, Target: Target{Device: 1}, Names: []string{"d_N", "x"}},
+		&GlobalsReply{Globals: []Global{{Name: "d_N", Addr: 0x7000, Size: 4}}},
+		&LoadRequest{Target: Target{Ctx: 5}, PTX: []byte(".version 9.0"), Functions: []string{"f"}},
+		&LoadReply{CloneID: 3, Ctx: 5, LoadNanos: 123, InfoLog: "ok", Functions: []Function{{"f", 77}}},
+		&RegisterHostRequest{Target: Target{Device: 0}, Kind: HostMemfd, Size: 4096},
+		&SnapshotRequest{Src: 1, RegionID: 2, RegionOffset: 3, Size: 4},
+		&Stats{Probes: []ProbeStat{{Kernel: 1, CloneID: 2, Launches: 5, Disabled: true}}},
+		&ProbeFailed{Kernel: 1, CUResult: 701},
+	}
+	for _, m := range msgs {
+		p := Marshal(m)
+		n := reflect.New(reflect.TypeOf(m).Elem()).Interface().(Message)
+		if err := Unmarshal(p, n); err != nil {
+			t.Fatalf("%T: %v", m, err)
+		}
+		if !reflect.DeepEqual(m, n) {
+			t.Fatalf("%T: got %+v want %+v", m, n, m)
+		}
+	}
+}
+
+func TestReplyError(t *testing.T) {
+	err := UnmarshalReply(OpLoad, MarshalError(StatusCUDA, 218, "the driver JIT rejected the PTX"), &LoadReply{})
+	var e *Error
+	if !errors.As(err, &e) || e.CUResult != 218 || e.Status != StatusCUDA {
+		t.Fatalf("got %v", err)
+	}
+	var h Hello
+	if err := UnmarshalReply(OpHello, MarshalReply(&Hello{PID: 3}), &h); err != nil || h.PID != 3 {
+		t.Fatalf("got %v %+v", err, h)
+	}
+}
+
+func TestFrame(t *testing.T) {
+	f := AppendFrame(nil, OpList, 7, []byte{1, 2, 3})
+	h, p, err := ReadFrame(bytes.NewReader(f))
+	if err != nil || h.Op != OpList || h.Req != 7 || !bytes.Equal(p, []byte{1, 2, 3}) {
+		t.Fatalf("%+v %v %v", h, p, err)
+	}
+	big := AppendFrame(nil, OpList, 1, nil)
+	big[3] = 0xff // length > MaxFrame
+	if _, _, err := ReadFrame(bytes.NewReader(big)); !errors.Is(err, ErrFrameTooLarge) {
+		t.Fatalf("want ErrFrameTooLarge, got %v", err)
+	}
+}
+
+// FuzzDecode: arbitrary bytes decode to an error, never a panic, and
+// never allocate more than the input can justify.
+func FuzzDecode(f *testing.F) {
+	f.Add(MarshalReply(&Hello{Devices: []Device{{Name: "x"}}}))
+	f.Add(MarshalReply(&Inventory{Modules: []Module{{ID: 1}}, Kernels: []Kernel{{Name: "k"}}}))
+	f.Add(MarshalError(3, 1, "x"))
+	f.Add(AppendFrame(nil, OpFetch, 1, MarshalReply(&FetchReply{Data: []byte("zz")})))
+	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, op := range allOps {
+			if m := ReplyFor(op); m != nil {
+				_ = UnmarshalReply(op, data, m)
+			}
+			if m := RequestFor(op); m != nil {
+				_ = Unmarshal(data, m)
+			}
+		}
+		_ = Unmarshal(data, &Module{})
+		_ = Unmarshal(data, &ProbeFailed{})
+		h, p, err := ReadFrame(bytes.NewReader(data))
+		if err == nil && int(h.Len) != len(p) {
+			t.Fatalf("frame length %d, payload %d", h.Len, len(p))
+		}
+		if err == nil && len(p) > len(data) {
+			t.Fatalf("payload larger than input")
+		}
+	})
+}
