@@ -31,7 +31,10 @@
 
 /* Device-resident hash map: lock-free insert/lookup/delete, bounded probing. */
 #define BPF_MAP_TYPE_GPU_HASH_MAP 1501
-/* One value slot per global GPU thread id (key is ignored on the GPU side). */
+/* One copy of the array per global GPU thread id (linear over the 3-D grid);
+ * on the GPU, lookup/update address the calling thread's copy (key selects
+ * the value within it, 0 for the usual max_entries 1). Threads beyond the
+ * map's thread capacity get NULL and are counted, never written. */
 #define BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP 1502
 /* One array shared by all GPU threads, in device memory. */
 #define BPF_MAP_TYPE_GPU_ARRAY_MAP 1503
@@ -61,6 +64,51 @@ static long (*const bpf_get_grid_dim)(u64 *x, u64 *y, u64 *z) = (void *)508;
 static u64 (*const bpf_get_sm_id)(void) = (void *)509;
 static u64 (*const bpf_get_warp_id)(void) = (void *)510;
 static u64 (*const bpf_get_lane_id)(void) = (void *)511;
+
+/* ---- probe context ------------------------------------------------------ */
+
+/*
+ * A GPU probe's ctx argument points to a per-thread copy of the launch
+ * parameters of the kernel it is injected into, laid out exactly like
+ * CUDA's kernelParams buffer: every parameter of the kernel's PTX entry, in
+ * declaration order, each at its natural alignment (a .u32 at a multiple of
+ * 4, a .u64 or pointer at a multiple of 8, a .align N .b8 array at a
+ * multiple of N). For vectorAdd(const float *A, const float *B, float *C,
+ * int n): A at 0, B at 8, C at 16, n at 24.
+ *
+ *   const float *a = GPUBPF_ARG(ctx, const float *, 0);
+ *   int n = GPUBPF_ARG(ctx, int, 24);
+ *
+ * Pointers read this way are device addresses the probe may dereference.
+ * A probe that never reads ctx costs nothing for it (the compiler tells the
+ * injector, which then builds no copy and passes 0).
+ *
+ * The memory-access probe gets struct gpubpf_mem_access instead.
+ */
+#define GPUBPF_ARG(ctx, type, offset) \
+	(*(const type *)((const char *)(ctx) + (offset)))
+
+struct gpubpf_mem_access {
+	u64 addr;	/* generic address accessed */
+	u32 size;	/* bytes */
+	u32 is_store;	/* 1 for stores, 0 for loads */
+};
+
+/* ---- standard helpers as they behave on the GPU ---------------------------
+ *
+ * bpf_map_lookup_elem/update/delete  every GPU map kind (array, per-thread
+ *     array: the calling thread's copy, hash, kernel-shared array)
+ * bpf_trace_printk / bpf_printk  a record in the printk ring (format + up
+ *     to 3 integer args; the host formats %d %u %x %p %c; %s is not supported)
+ * bpf_get_current_pid_tgid  the traced application's tgid<<32 | tgid
+ * bpf_ktime_get_ns          %globaltimer (same as bpf_get_globaltimer)
+ * bpf_get_smp_processor_id  %smid
+ * bpf_get_prandom_u32       per-thread, stateless (timer, clock, thread id)
+ * bpf_perf_event_output, bpf_ringbuf_output/reserve/submit/discard
+ *     records in a GPU ring buffer (drops are counted, never waited for)
+ * Not available on the GPU (refused at compile time, naming the C line):
+ * bpf_tail_call, kfuncs, callbacks (bpf_loop), may_goto.
+ */
 
 /* ---- map definition helper ---------------------------------------------- */
 

@@ -1,0 +1,373 @@
+// Package gpumap defines the memory layout of every map kind a gpubpf GPU
+// program can use, and the host-side readers over those bytes. The compiler
+// (pkg/runtime/jit) emits PTX against these layouts; the runtime allocates
+// Size bytes, writes Init's bytes, and reads results back with the readers.
+//
+// # Common header
+//
+// Every map kind except HostArray starts with a HeaderSize (256-byte) header;
+// all integers are little-endian:
+//
+//	off  0  u32 magic "GBPF" (0x46504247)
+//	off  4  u32 kind
+//	off  8  u32 key size
+//	off 12  u32 value size
+//	off 16  u32 max entries
+//	off 20  u32 slots: per-thread threads / hash capacity / ring data bytes
+//	off 24  u64 errors: out-of-range thread ids (PerThreadArray), full-table
+//	        inserts (Hash), dropped records (RingBuf)
+//	off 32  u64 hash: number of live entries
+//	off 64  u64 ring: producer position (bytes reserved, monotonic)
+//	off 128 u64 ring: consumer position (written by the host)
+//	off 256 data
+//
+// The counters sit on their own 64-byte lines so producers and the consumer
+// do not share a cache line.
+//
+// # Array (1503, BPF_MAP_TYPE_ARRAY placed on the GPU)
+//
+// Values at data + key*Stride(valueSize), Stride = value size rounded up to 8
+// (the kernel's elem_size), so 8-byte atomics on values are aligned.
+//
+// # HostArray (1504)
+//
+// A kernel BPF_F_MMAPABLE array: Addr is the start of its mmapped value area,
+// there is NO header; value k lives at Addr + k*Stride exactly as the kernel
+// lays it out. It is host-resident: atomics use .sys scope.
+//
+// # PerThreadArray (1502)
+//
+// One copy of the whole array per global thread id t (linear over the 3-D
+// grid: ((ctaid.z*nctaid.y + ctaid.y)*nctaid.x + ctaid.x) * threads-per-block
+// + (tid.z*ntid.y + tid.y)*ntid.x + tid.x). Value (t, k) lives at
+// data + (t*maxEntries + k)*Stride. Threads with t >= slots get NULL from
+// lookup, -E2BIG from update, and bump the errors counter; nothing is ever
+// written out of bounds.
+//
+// # Hash (1501, BPF_MAP_TYPE_HASH placed on the GPU)
+//
+// Open addressing with linear probing over Capacity slots (a power of two,
+// at least 2*maxEntries), probing at most Capacity slots. Slot i is at
+// data + i*SlotSize:
+//
+//	off 0  u32 state: 0 empty, 1 busy (being written), 2 valid, 3 deleted
+//	off 4  u32 hash (FNV-1a 32 of the key bytes)
+//	off 8  key (padded to 8), then value (padded to 8)
+//
+// Insert claims an empty or deleted slot with a CAS on state (empty/deleted
+// -> busy), writes hash, key and value, then publishes state=valid with a
+// release store; lookups acquire-load the state and only look at valid
+// slots. Delete CASes valid -> deleted. The live count at header+32 enforces
+// maxEntries (-E2BIG and errors++ beyond). An inserter that meets a busy
+// slot waits (boundedly; it waits on another GPU thread, never the host) and
+// then compares keys, so concurrent inserts of one new key make one entry.
+// Only an insert racing with a delete earlier in the same probe chain can
+// leave a duplicate (lookups then return the first in probe order).
+//
+// # RingBuf (1527, BPF_MAP_TYPE_RINGBUF, BPF_MAP_TYPE_PERF_EVENT_ARRAY)
+//
+// Host-resident (HostResident=true) so the host reads it live. Data area of
+// RingBytes (a power of two) at header+256. A record is an 8-byte header
+// followed by its payload, padded to 8:
+//
+//	u32 word0: payload length | RecValid (bit 31) | RecDiscard (bit 30)
+//	u32 word1: payload length (written at reserve)
+//
+// Producers reserve with a CAS loop on the producer position (checked
+// against the consumer position: never overwrite unread data; no room ->
+// drop, errors++). A record that would straddle the end is preceded by a
+// discarded pad record up to the end. Commit is a release store of word0
+// with RecValid set; word0 == 0 means "reserved, not yet committed", so the
+// consumer never reads a torn record. The consumer zeroes what it consumed
+// before advancing the consumer position, which keeps that invariant.
+//
+// trace_printk/bpf_puts records in the Printk ring have the payload
+//
+//	u32 type (1 printk, 2 puts), u32 string length, u64 arg[3], string bytes
+package gpumap
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/bits"
+
+	"github.com/cilium/ebpf"
+)
+
+// Kind is the memory layout of a map on the GPU.
+type Kind int
+
+const (
+	Invalid Kind = iota
+	Array
+	PerThreadArray
+	Hash
+	RingBuf
+	HostArray
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Array:
+		return "array"
+	case PerThreadArray:
+		return "per-thread-array"
+	case Hash:
+		return "hash"
+	case RingBuf:
+		return "ringbuf"
+	case HostArray:
+		return "host-array"
+	}
+	return fmt.Sprintf("Kind(%d)", int(k))
+}
+
+// bpftime's map type numbers.
+const (
+	TypeGPUHash         ebpf.MapType = 1501
+	TypePerThread       ebpf.MapType = 1502
+	TypeGPUArray        ebpf.MapType = 1503
+	TypeSharedArray     ebpf.MapType = 1504
+	TypeGPURingBuf      ebpf.MapType = 1527
+	Magic                            = 0x46504247 // "GBPF"
+	HeaderSize                       = 256
+	OffMagic                         = 0
+	OffKind                          = 4
+	OffKeySize                       = 8
+	OffValueSize                     = 12
+	OffMaxEntries                    = 16
+	OffSlots                         = 20
+	OffErrors                        = 24
+	OffCount                         = 32
+	OffProducer                      = 64
+	OffConsumer                      = 128
+	RecValid                         = 1 << 31
+	RecDiscard                       = 1 << 30
+	RecHeader                        = 8
+	HashEmpty                        = 0
+	HashBusy                         = 1
+	HashValid                        = 2
+	HashDeleted                      = 3
+	PrintkType                       = 1
+	PutsType                         = 2
+	PrintkPayloadHeader              = 32
+	// DefaultThreads is the per-thread array capacity when Placement.Threads is 0.
+	DefaultThreads = 1 << 20
+	// DefaultRingBytes is the ring data size when maxEntries is not a usable size
+	// (bpftime's 1527 and PERF_EVENT_ARRAY count CPUs, not bytes).
+	DefaultRingBytes = 1 << 20
+)
+
+// Placement says where a map lives for the compiler.
+type Placement struct {
+	Kind Kind
+	// Addr is the device-visible address of the map's memory (header first,
+	// except HostArray), baked into the PTX as an immediate.
+	Addr uint64
+	// HostResident: the memory is host RAM (pinned/registered); atomics then
+	// use .sys scope and fences.
+	HostResident                   bool
+	KeySize, ValueSize, MaxEntries uint32
+	// Threads is the number of per-thread slots of a PerThreadArray
+	// (0: DefaultThreads).
+	Threads uint32
+}
+
+// KindOf maps a MapSpec's type to the GPU layout it gets.
+func KindOf(spec *ebpf.MapSpec) (Kind, error) {
+	switch spec.Type {
+	case TypeGPUArray, ebpf.Array:
+		return Array, nil
+	case TypePerThread:
+		return PerThreadArray, nil
+	case TypeGPUHash, ebpf.Hash:
+		return Hash, nil
+	case TypeGPURingBuf, ebpf.RingBuf, ebpf.PerfEventArray:
+		return RingBuf, nil
+	case TypeSharedArray:
+		return HostArray, nil
+	}
+	return Invalid, fmt.Errorf("map %q: type %v cannot be used from GPU code (use array, hash, ringbuf or the GPU types 1501-1504/1527)", spec.Name, spec.Type)
+}
+
+// Stride is the distance between array values (value size rounded to 8).
+func Stride(valueSize uint32) uint64 { return (uint64(valueSize) + 7) &^ 7 }
+
+// HashCapacity is the slot count of a hash map.
+func HashCapacity(maxEntries uint32) uint64 {
+	n := uint64(maxEntries) * 2
+	if n < 8 {
+		n = 8
+	}
+	return 1 << bits.Len64(n-1)
+}
+
+// HashSlotSize is the size of one hash slot.
+func HashSlotSize(keySize, valueSize uint32) uint64 { return 8 + Stride(keySize) + Stride(valueSize) }
+
+// RingBytes is the data size of a ring buffer.
+func RingBytes(maxEntries uint32) uint64 {
+	if maxEntries >= 4096 && maxEntries&(maxEntries-1) == 0 {
+		return uint64(maxEntries)
+	}
+	return DefaultRingBytes
+}
+
+// Slots is the header's slot count for a placement.
+func Slots(p Placement) uint64 {
+	switch p.Kind {
+	case PerThreadArray:
+		if p.Threads == 0 {
+			return DefaultThreads
+		}
+		return uint64(p.Threads)
+	case Hash:
+		return HashCapacity(p.MaxEntries)
+	case RingBuf:
+		return RingBytes(p.MaxEntries)
+	}
+	return uint64(p.MaxEntries)
+}
+
+// SizeOf is the number of bytes the runtime must allocate for p.
+func SizeOf(p Placement) uint64 {
+	switch p.Kind {
+	case Array:
+		return HeaderSize + uint64(p.MaxEntries)*Stride(p.ValueSize)
+	case HostArray:
+		return uint64(p.MaxEntries) * Stride(p.ValueSize)
+	case PerThreadArray:
+		return HeaderSize + Slots(p)*uint64(p.MaxEntries)*Stride(p.ValueSize)
+	case Hash:
+		return HeaderSize + HashCapacity(p.MaxEntries)*HashSlotSize(p.KeySize, p.ValueSize)
+	case RingBuf:
+		return HeaderSize + RingBytes(p.MaxEntries)
+	}
+	return 0
+}
+
+// Size is SizeOf for a placement with default thread count.
+func Size(kind Kind, keySize, valueSize, maxEntries uint32) uint64 {
+	return SizeOf(Placement{Kind: kind, KeySize: keySize, ValueSize: valueSize, MaxEntries: maxEntries})
+}
+
+// Init returns the initial bytes of p's memory: a filled header and zeroed
+// data (zero is "empty" for hash slots and "not committed" for ring records).
+// HostArray memory belongs to the kernel map and is not initialised.
+func Init(p Placement) []byte {
+	if p.Kind == HostArray {
+		return nil
+	}
+	b := make([]byte, SizeOf(p))
+	le := binary.LittleEndian
+	le.PutUint32(b[OffMagic:], Magic)
+	le.PutUint32(b[OffKind:], uint32(p.Kind))
+	le.PutUint32(b[OffKeySize:], p.KeySize)
+	le.PutUint32(b[OffValueSize:], p.ValueSize)
+	le.PutUint32(b[OffMaxEntries:], p.MaxEntries)
+	le.PutUint32(b[OffSlots:], uint32(Slots(p)))
+	return b
+}
+
+// Header is the decoded common header.
+type Header struct {
+	Magic, Kind, KeySize, ValueSize, MaxEntries, Slots uint32
+	Errors, Count, Producer, Consumer                  uint64
+}
+
+// ReadHeader decodes the header of a map snapshot.
+func ReadHeader(b []byte) (Header, error) {
+	if len(b) < HeaderSize {
+		return Header{}, fmt.Errorf("map snapshot of %d bytes is shorter than the %d-byte header", len(b), HeaderSize)
+	}
+	le := binary.LittleEndian
+	h := Header{
+		Magic: le.Uint32(b[OffMagic:]), Kind: le.Uint32(b[OffKind:]), KeySize: le.Uint32(b[OffKeySize:]),
+		ValueSize: le.Uint32(b[OffValueSize:]), MaxEntries: le.Uint32(b[OffMaxEntries:]), Slots: le.Uint32(b[OffSlots:]),
+		Errors: le.Uint64(b[OffErrors:]), Count: le.Uint64(b[OffCount:]),
+		Producer: le.Uint64(b[OffProducer:]), Consumer: le.Uint64(b[OffConsumer:]),
+	}
+	if h.Magic != Magic {
+		return h, fmt.Errorf("map snapshot has magic %#x, want %#x: not a gpubpf map or not initialised with gpumap.Init", h.Magic, Magic)
+	}
+	return h, nil
+}
+
+// ArrayValue returns value k of an Array snapshot (or HostArray bytes when
+// hostArray is true).
+func ArrayValue(b []byte, valueSize, k uint32, hostArray bool) ([]byte, error) {
+	off := uint64(k) * Stride(valueSize)
+	if !hostArray {
+		off += HeaderSize
+	}
+	if off+uint64(valueSize) > uint64(len(b)) {
+		return nil, fmt.Errorf("array value %d is past the end of a %d-byte snapshot", k, len(b))
+	}
+	return b[off : off+uint64(valueSize)], nil
+}
+
+// PerThreadValue returns thread t's value k of a PerThreadArray snapshot.
+func PerThreadValue(b []byte, p Placement, t, k uint32) ([]byte, error) {
+	if uint64(t) >= Slots(p) || k >= p.MaxEntries {
+		return nil, fmt.Errorf("per-thread value (thread %d, key %d) is outside %d threads x %d entries", t, k, Slots(p), p.MaxEntries)
+	}
+	off := HeaderSize + (uint64(t)*uint64(p.MaxEntries)+uint64(k))*Stride(p.ValueSize)
+	if off+uint64(p.ValueSize) > uint64(len(b)) {
+		return nil, errors.New("per-thread array snapshot is truncated")
+	}
+	return b[off : off+uint64(p.ValueSize)], nil
+}
+
+// FNV1a is the hash the GPU code uses for hash-map keys.
+func FNV1a(key []byte) uint32 {
+	h := uint32(2166136261)
+	for _, c := range key {
+		h ^= uint32(c)
+		h *= 16777619
+	}
+	return h
+}
+
+// HashEntries iterates over the valid entries of a Hash snapshot.
+func HashEntries(b []byte, p Placement, fn func(key, value []byte) bool) error {
+	capa := HashCapacity(p.MaxEntries)
+	ss := HashSlotSize(p.KeySize, p.ValueSize)
+	if uint64(len(b)) < HeaderSize+capa*ss {
+		return fmt.Errorf("hash snapshot of %d bytes is shorter than %d", len(b), HeaderSize+capa*ss)
+	}
+	for i := uint64(0); i < capa; i++ {
+		s := b[HeaderSize+i*ss:]
+		if binary.LittleEndian.Uint32(s) != HashValid {
+			continue
+		}
+		k := s[8 : 8+p.KeySize]
+		v := s[8+Stride(p.KeySize) : 8+Stride(p.KeySize)+uint64(p.ValueSize)]
+		if !fn(k, v) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// HashLookup finds key in a Hash snapshot the same way the GPU does.
+func HashLookup(b []byte, p Placement, key []byte) ([]byte, bool) {
+	capa := HashCapacity(p.MaxEntries)
+	ss := HashSlotSize(p.KeySize, p.ValueSize)
+	h := FNV1a(key)
+	for i := uint64(0); i < capa; i++ {
+		off := HeaderSize + ((uint64(h)+i)&(capa-1))*ss
+		if off+ss > uint64(len(b)) {
+			return nil, false
+		}
+		s := b[off:]
+		st := binary.LittleEndian.Uint32(s)
+		if st == HashEmpty {
+			return nil, false
+		}
+		if st == HashValid && binary.LittleEndian.Uint32(s[4:]) == h && string(s[8:8+len(key)]) == string(key) {
+			return s[8+Stride(p.KeySize) : 8+Stride(p.KeySize)+uint64(p.ValueSize)], true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,148 @@
+package gpumap
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+func TestKindOf(t *testing.T) {
+	for typ, want := range map[ebpf.MapType]Kind{
+		1501: Hash, 1502: PerThreadArray, 1503: Array, 1504: HostArray, 1527: RingBuf,
+		ebpf.Array: Array, ebpf.Hash: Hash, ebpf.RingBuf: RingBuf, ebpf.PerfEventArray: RingBuf,
+	} {
+		got, err := KindOf(&ebpf.MapSpec{Name: "m", Type: typ})
+		if err != nil || got != want {
+			t.Errorf("KindOf(%v) = %v, %v; want %v", typ, got, err, want)
+		}
+	}
+	if _, err := KindOf(&ebpf.MapSpec{Name: "m", Type: ebpf.LRUHash}); err == nil {
+		t.Error("LRU hash accepted")
+	}
+}
+
+func TestSizes(t *testing.T) {
+	if got := Size(Array, 4, 12, 10); got != HeaderSize+10*16 {
+		t.Errorf("array size %d", got)
+	}
+	if got := SizeOf(Placement{Kind: PerThreadArray, ValueSize: 8, MaxEntries: 2, Threads: 100}); got != HeaderSize+100*2*8 {
+		t.Errorf("per-thread size %d", got)
+	}
+	if got := HashCapacity(100); got != 256 {
+		t.Errorf("hash capacity %d", got)
+	}
+	if got := Size(RingBuf, 0, 0, 1<<16); got != HeaderSize+1<<16 {
+		t.Errorf("ring size %d", got)
+	}
+	if got := Size(RingBuf, 0, 0, 16); got != HeaderSize+DefaultRingBytes {
+		t.Errorf("ring size for a CPU-count max_entries %d", got)
+	}
+	h, err := ReadHeader(Init(Placement{Kind: Hash, KeySize: 8, ValueSize: 4, MaxEntries: 3}))
+	if err != nil || h.Kind != uint32(Hash) || h.Slots != 8 || h.KeySize != 8 {
+		t.Errorf("header %+v, %v", h, err)
+	}
+}
+
+// put writes a record the way the GPU producer does.
+func put(mem []byte, payload []byte, discard bool) {
+	le := binary.LittleEndian
+	size := uint64(le.Uint32(mem[OffSlots:]))
+	prod := le.Uint64(mem[OffProducer:])
+	total := (RecHeader + uint64(len(payload)) + 7) &^ 7
+	pos := prod & (size - 1)
+	if pos+total > size {
+		le.PutUint32(mem[HeaderSize+pos:], uint32(size-pos-8)|RecValid|RecDiscard)
+		prod += size - pos
+		pos = 0
+	}
+	w := uint32(len(payload)) | RecValid
+	if discard {
+		w |= RecDiscard
+	}
+	le.PutUint32(mem[HeaderSize+pos+4:], uint32(len(payload)))
+	copy(mem[HeaderSize+pos+8:], payload)
+	le.PutUint32(mem[HeaderSize+pos:], w)
+	le.PutUint64(mem[OffProducer:], prod+total)
+}
+
+func TestRingPoll(t *testing.T) {
+	p := Placement{Kind: RingBuf, MaxEntries: 4096}
+	mem := Init(p)
+	r, err := NewRing(mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []int
+	for round := 0; round < 50; round++ {
+		for i := 0; i < 7; i++ {
+			put(mem, make([]byte, 100+i), i == 3)
+		}
+		r.Poll(func(rec []byte) { got = append(got, len(rec)) })
+	}
+	if len(got) != 50*6 {
+		t.Fatalf("got %d records, want %d", len(got), 50*6)
+	}
+	for i, n := range got {
+		if n == 103 || n < 100 || n > 106 {
+			t.Fatalf("record %d has %d bytes", i, n)
+		}
+	}
+	// An uncommitted reservation stops the consumer.
+	le := binary.LittleEndian
+	prod := le.Uint64(mem[OffProducer:])
+	le.PutUint64(mem[OffProducer:], prod+16)
+	if n := r.Poll(func([]byte) {}); n != 0 {
+		t.Fatalf("consumer read %d records past an uncommitted one", n)
+	}
+}
+
+func TestPrintk(t *testing.T) {
+	rec := make([]byte, PrintkPayloadHeader)
+	le := binary.LittleEndian
+	le.PutUint32(rec, PrintkType)
+	f := "n=%d u=%u x=%x ll=%lld %%\n\x00"
+	le.PutUint32(rec[4:], uint32(len(f)))
+	le.PutUint64(rec[8:], uint64(0xffffffff)) // -1 as %d
+	le.PutUint64(rec[16:], 7)
+	le.PutUint64(rec[24:], 255)
+	rec = append(rec, f...)
+	p, err := DecodePrintk(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := p.String(), "n=-1 u=7 x=ff ll=0 %\n"; got != want {
+		t.Fatalf("printk %q, want %q", got, want)
+	}
+}
+
+func TestHashLookup(t *testing.T) {
+	p := Placement{Kind: Hash, KeySize: 4, ValueSize: 8, MaxEntries: 4}
+	mem := Init(p)
+	key := []byte{1, 2, 3, 4}
+	h := FNV1a(key)
+	capa := HashCapacity(4)
+	ss := HashSlotSize(4, 8)
+	// Occupy the key's home slot with another key: the lookup must probe on.
+	home := HeaderSize + (uint64(h)&(capa-1))*ss
+	binary.LittleEndian.PutUint32(mem[home:], HashValid)
+	binary.LittleEndian.PutUint32(mem[home+4:], h)
+	copy(mem[home+8:], []byte{9, 9, 9, 9})
+	next := HeaderSize + ((uint64(h)+1)&(capa-1))*ss
+	binary.LittleEndian.PutUint32(mem[next:], HashValid)
+	binary.LittleEndian.PutUint32(mem[next+4:], h)
+	copy(mem[next+8:], key)
+	binary.LittleEndian.PutUint64(mem[next+16:], 77)
+	v, ok := HashLookup(mem, p, key)
+	if !ok || binary.LittleEndian.Uint64(v) != 77 {
+		t.Fatalf("lookup = %v, %v", v, ok)
+	}
+	n := 0
+	HashEntries(mem, p, func(k, v []byte) bool { n++; return true })
+	if n != 2 {
+		t.Fatalf("%d entries, want 2", n)
+	}
+	if FNV1a([]byte("a")) != 0xe40c292c {
+		t.Fatalf("FNV-1a of \"a\" = %#x", FNV1a([]byte("a")))
+	}
+}

@@ -1,0 +1,413 @@
+package jit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
+	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+)
+
+// testMaps are placements with placeholder addresses for every map kind.
+var testMaps = map[string]gpumap.Placement{
+	"arr":  {Kind: gpumap.Array, Addr: 0x7f0000000000, KeySize: 4, ValueSize: 16, MaxEntries: 4},
+	"pta":  {Kind: gpumap.PerThreadArray, Addr: 0x7f0000100000, KeySize: 4, ValueSize: 8, MaxEntries: 2, Threads: 1024},
+	"hash": {Kind: gpumap.Hash, Addr: 0x7f0000200000, KeySize: 8, ValueSize: 8, MaxEntries: 64},
+	"ring": {Kind: gpumap.RingBuf, Addr: 0x7f0000300000, HostResident: true, MaxEntries: 1 << 16},
+	"host": {Kind: gpumap.HostArray, Addr: 0x7f0000400000, HostResident: true, KeySize: 4, ValueSize: 8, MaxEntries: 8},
+}
+
+var testPrintk = gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7f0000500000, HostResident: true, MaxEntries: 1 << 16}
+
+func testOpts() Options {
+	return Options{Maps: testMaps, Printk: testPrintk, PID: 1234, FuncName: "probe"}
+}
+
+func prog(insns ...asm.Instruction) *ebpf.ProgramSpec {
+	return &ebpf.ProgramSpec{Name: "t", Type: ebpf.Kprobe, Instructions: insns}
+}
+
+// assemble runs ptxas on f's test module and fails the test on any error.
+func assemble(t testing.TB, f *Function) {
+	t.Helper()
+	ptxas := testenv.Ptxas(t)
+	dir := t.TempDir()
+	src := filepath.Join(dir, "m.ptx")
+	if err := os.WriteFile(src, []byte(TestModule(f, "sm_90")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(ptxas, "-arch=sm_90", src, "-o", filepath.Join(dir, "m.cubin")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ptxas: %v\n%s\n--- module ---\n%s", err, out, numbered(TestModule(f, "sm_90")))
+	}
+}
+
+func numbered(s string) string {
+	var b strings.Builder
+	for i, l := range strings.Split(s, "\n") {
+		fmt.Fprintf(&b, "%4d %s\n", i+1, l)
+	}
+	return b.String()
+}
+
+func ret0(insns ...asm.Instruction) []asm.Instruction {
+	return append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return())
+}
+
+// setup puts edge values in r0-r9.
+func setup() []asm.Instruction {
+	vals := []int64{0, -1, 1 << 31, 0x7fffffff, -0x8000000000000000, 0x7fffffffffffffff, 3, -7, 0x123456789abcdef, 64}
+	var out []asm.Instruction
+	for r, v := range vals {
+		out = append(out, asm.LoadImm(asm.Register(r), v, asm.DWord))
+	}
+	return out
+}
+
+func aluCases() map[string][]asm.Instruction {
+	cases := map[string][]asm.Instruction{}
+	ops := []asm.ALUOp{asm.Add, asm.Sub, asm.Mul, asm.Div, asm.SDiv, asm.Or, asm.And, asm.LSh, asm.RSh, asm.Mod, asm.SMod, asm.Xor, asm.Mov, asm.ArSh}
+	for _, op := range ops {
+		var is []asm.Instruction
+		is = append(is, setup()...)
+		for _, imm := range []int32{1, -1, 7, 63, 31, 0x7fffffff, -0x80000000} {
+			if (op == asm.LSh || op == asm.RSh || op == asm.ArSh) && (imm < 0 || imm > 31) {
+				continue
+			}
+			is = append(is, op.Imm(asm.R3, imm), op.Imm32(asm.R4, imm))
+		}
+		for s := asm.R0; s <= asm.R9; s++ {
+			is = append(is, op.Reg(asm.R5, s), op.Reg32(asm.R6, s))
+		}
+		cases["alu/"+op.String()] = append(is, asm.Mov.Reg(asm.R0, asm.R5), asm.Return())
+	}
+	var is []asm.Instruction
+	is = append(is, setup()...)
+	is = append(is, asm.Neg.Imm(asm.R3, 0), asm.Neg.Imm32(asm.R4, 0))
+	for _, sx := range []asm.ALUOp{asm.MovSX8, asm.MovSX16, asm.MovSX32} {
+		is = append(is, sx.Reg(asm.R5, asm.R8))
+		if sx != asm.MovSX32 {
+			is = append(is, sx.Reg32(asm.R6, asm.R8))
+		}
+	}
+	for _, sz := range []asm.Size{asm.Half, asm.Word, asm.DWord} {
+		is = append(is, asm.HostTo(asm.LE, asm.R7, sz), asm.HostTo(asm.BE, asm.R8, sz), asm.BSwap(asm.R9, sz))
+	}
+	cases["alu/neg-movsx-swap"] = append(is, asm.Mov.Reg(asm.R0, asm.R9), asm.Return())
+	return cases
+}
+
+func memCases() map[string][]asm.Instruction {
+	cases := map[string][]asm.Instruction{}
+	var is []asm.Instruction
+	is = append(is, setup()...)
+	for _, sz := range []asm.Size{asm.Byte, asm.Half, asm.Word, asm.DWord} {
+		is = append(is,
+			asm.StoreMem(asm.RFP, -16, asm.R5, sz),
+			stImm(asm.RFP, -24, -2, sz),
+			asm.LoadMem(asm.R3, asm.RFP, -16, sz),
+		)
+		if sz != asm.DWord {
+			is = append(is, asm.LoadMemSX(asm.R4, asm.RFP, -24, sz))
+		}
+		// Through a derived (generic) stack pointer too.
+		is = append(is, asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -32),
+			asm.StoreMem(asm.R2, 0, asm.R5, sz), asm.LoadMem(asm.R6, asm.R2, 0, sz))
+	}
+	cases["mem/stack"] = append(is, asm.Mov.Reg(asm.R0, asm.R6), asm.Return())
+	// Atomics on the stack and on map values, all ops, both sizes.
+	atom := []asm.AtomicOp{asm.AddAtomic, asm.FetchAdd, asm.OrAtomic, asm.FetchOr, asm.AndAtomic, asm.FetchAnd, asm.XorAtomic, asm.FetchXor, asm.Xchg, asm.CmpXchg}
+	for _, where := range []string{"stack", "arr", "host"} {
+		var is []asm.Instruction
+		is = append(is, setup()...)
+		base := asm.RFP
+		off := int16(-8)
+		if where != "stack" {
+			is = append(is, asm.LoadMapValue(asm.R9, 0, 8).WithReference(where))
+			base, off = asm.R9, 0
+		}
+		is = append(is, stImm(asm.RFP, -8, 0, asm.DWord))
+		for _, a := range atom {
+			for _, sz := range []asm.Size{asm.Word, asm.DWord} {
+				is = append(is, a.Mem(base, asm.R3, sz, off))
+			}
+		}
+		is = append(is, asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -8), asm.FetchAdd.Mem(asm.R2, asm.R4, asm.DWord, 0))
+		cases["atomic/"+where] = append(is, asm.Mov.Reg(asm.R0, asm.R3), asm.Return())
+	}
+	return cases
+}
+
+func jumpCases() map[string][]asm.Instruction {
+	cases := map[string][]asm.Instruction{}
+	ops := []asm.JumpOp{asm.JEq, asm.JGT, asm.JGE, asm.JSet, asm.JNE, asm.JSGT, asm.JSGE, asm.JLT, asm.JLE, asm.JSLT, asm.JSLE}
+	var is []asm.Instruction
+	is = append(is, setup()...)
+	for k, op := range ops {
+		l := fmt.Sprintf("l%d", k)
+		is = append(is,
+			op.Imm(asm.R1, -5, l+"a"), asm.Add.Imm(asm.R0, 1),
+			op.Reg(asm.R2, asm.R3, l+"b").WithSymbol(l+"a"), asm.Add.Imm(asm.R0, 2),
+			op.Imm32(asm.R4, -5, l+"c").WithSymbol(l+"b"), asm.Add.Imm(asm.R0, 3),
+			op.Reg32(asm.R5, asm.R6, l+"d").WithSymbol(l+"c"), asm.Add.Imm(asm.R0, 4),
+			asm.Mov.Imm(asm.R9, 0).WithSymbol(l+"d"),
+		)
+	}
+	// gotol (32-bit ja) and a bounded loop.
+	is = append(is,
+		asm.Instruction{OpCode: asm.OpCode(asm.Jump32Class).SetJumpOp(asm.Ja), Constant: 1},
+		asm.Add.Imm(asm.R0, 100),
+		asm.Mov.Imm(asm.R6, 10),
+		asm.Add.Imm(asm.R0, 3).WithSymbol("loop"),
+		asm.Sub.Imm(asm.R6, 1),
+		asm.JNE.Imm(asm.R6, 0, "loop"),
+		asm.Return(),
+	)
+	cases["jump/all"] = is
+	// bpf-to-bpf call with its own stack.
+	cases["call/subprog"] = []asm.Instruction{
+		asm.Mov.Imm(asm.R1, 5),
+		asm.StoreMem(asm.RFP, -8, asm.R1, asm.DWord),
+		asm.Call.Label("sub"),
+		asm.LoadMem(asm.R1, asm.RFP, -8, asm.DWord),
+		asm.Add.Reg(asm.R0, asm.R1),
+		asm.Return(),
+		asm.StoreMem(asm.RFP, -8, asm.R1, asm.DWord).WithSymbol("sub"),
+		asm.LoadMem(asm.R0, asm.RFP, -8, asm.DWord),
+		asm.Mul.Imm(asm.R0, 3),
+		asm.Call.Label("sub2"),
+		asm.Return(),
+		asm.Mov.Imm(asm.R0, 9).WithSymbol("sub2"),
+		asm.Return(),
+	}
+	return cases
+}
+
+func keyOnStack(v int64) []asm.Instruction {
+	return []asm.Instruction{
+		stImm(asm.RFP, -8, v, asm.DWord),
+		asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -8),
+	}
+}
+
+func helperCases() map[string][]asm.Instruction {
+	cases := map[string][]asm.Instruction{}
+	for _, m := range []string{"arr", "pta", "hash", "host"} {
+		var is []asm.Instruction
+		is = append(is, stImm(asm.RFP, -16, 77, asm.DWord), stImm(asm.RFP, -24, 0, asm.DWord))
+		is = append(is, asm.LoadMapPtr(asm.R1, 0).WithReference(m))
+		is = append(is, keyOnStack(1)...)
+		is = append(is, asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "miss"+m),
+			asm.LoadMem(asm.R6, asm.R0, 0, asm.DWord),
+			asm.StoreMem(asm.R0, 0, asm.R6, asm.DWord),
+			asm.LoadMapPtr(asm.R1, 0).WithReference(m).WithSymbol("miss"+m))
+		is = append(is, keyOnStack(2)...)
+		is = append(is, asm.Mov.Reg(asm.R3, asm.RFP), asm.Add.Imm(asm.R3, -24), asm.Mov.Imm(asm.R4, 0), asm.FnMapUpdateElem.Call())
+		is = append(is, asm.LoadMapPtr(asm.R1, 0).WithReference(m))
+		is = append(is, keyOnStack(2)...)
+		is = append(is, asm.FnMapDeleteElem.Call(), asm.Return())
+		cases["helper/map-"+m] = is
+	}
+	// A map pointer that goes through the stack: dispatch on its value.
+	cases["helper/map-dynamic"] = []asm.Instruction{
+		asm.LoadMapPtr(asm.R1, 0).WithReference("arr"),
+		asm.JEq.Imm(asm.R6, 0, "skip"),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("hash"),
+		asm.StoreMem(asm.RFP, -16, asm.R1, asm.DWord).WithSymbol("skip"),
+		stImm(asm.RFP, -8, 0, asm.DWord),
+		asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -8),
+		asm.LoadMem(asm.R1, asm.RFP, -16, asm.DWord),
+		asm.FnMapLookupElem.Call(),
+		asm.Return(),
+	}
+	// Ring buffer: output, reserve/submit/discard, perf_event_output.
+	cases["helper/ring"] = []asm.Instruction{
+		stImm(asm.RFP, -8, 42, asm.DWord),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("ring"),
+		asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -8), asm.Mov.Imm(asm.R3, 8), asm.Mov.Imm(asm.R4, 0),
+		asm.FnRingbufOutput.Call(),
+		asm.Mov.Imm(asm.R1, 0),
+		asm.LoadMapPtr(asm.R2, 0).WithReference("ring"),
+		asm.LoadImm(asm.R3, 0xffffffff, asm.DWord),
+		asm.Mov.Reg(asm.R4, asm.RFP), asm.Add.Imm(asm.R4, -8), asm.Mov.Imm(asm.R5, 8),
+		asm.FnPerfEventOutput.Call(),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("ring"),
+		asm.Mov.Imm(asm.R2, 16), asm.Mov.Imm(asm.R3, 0),
+		asm.FnRingbufReserve.Call(),
+		asm.JEq.Imm(asm.R0, 0, "out"),
+		stImm(asm.R0, 0, 1, asm.DWord),
+		asm.Mov.Reg(asm.R1, asm.R0), asm.Mov.Imm(asm.R2, 0),
+		asm.FnRingbufSubmit.Call(),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("ring"),
+		asm.Mov.Imm(asm.R2, 16), asm.Mov.Imm(asm.R3, 0),
+		asm.FnRingbufReserve.Call(),
+		asm.JEq.Imm(asm.R0, 0, "out"),
+		asm.Mov.Reg(asm.R1, asm.R0), asm.Mov.Imm(asm.R2, 0),
+		asm.FnRingbufDiscard.Call(),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+		asm.Return(),
+	}
+	var is []asm.Instruction
+	is = append(is,
+		stImm(asm.RFP, -8, 0x0a6425, asm.DWord), // "%d\n"
+		asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -8), asm.Mov.Imm(asm.R2, 4),
+		asm.Mov.Imm(asm.R3, 1), asm.Mov.Imm(asm.R4, 2), asm.Mov.Imm(asm.R5, 3),
+		asm.FnTracePrintk.Call(),
+		asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -8),
+		asm.BuiltinFunc(501).Call(),
+	)
+	for _, id := range []asm.BuiltinFunc{5, 7, 8, 14, 502, 506, 509, 510, 511} {
+		is = append(is, id.Call(), asm.StoreMem(asm.RFP, -16, asm.R0, asm.DWord))
+	}
+	for _, id := range []asm.BuiltinFunc{503, 504, 505, 508} {
+		is = append(is, asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -32),
+			asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -40),
+			asm.Mov.Reg(asm.R3, asm.RFP), asm.Add.Imm(asm.R3, -48), id.Call())
+	}
+	is = append(is, asm.LoadMem(asm.R0, asm.RFP, -32, asm.DWord), asm.JEq.Imm(asm.R0, 7, "x"), asm.Return(), asm.BuiltinFunc(507).Call().WithSymbol("x"), asm.Return())
+	cases["helper/gpu"] = is
+	return cases
+}
+
+func allCases() map[string][]asm.Instruction {
+	all := map[string][]asm.Instruction{}
+	for _, m := range []map[string][]asm.Instruction{aluCases(), memCases(), jumpCases(), helperCases()} {
+		for k, v := range m {
+			all[k] = v
+		}
+	}
+	all["empty"] = ret0()
+	return all
+}
+
+func TestCompileAssembles(t *testing.T) {
+	for name, insns := range allCases() {
+		t.Run(name, func(t *testing.T) {
+			f, err := Compile(prog(insns...), testOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			assemble(t, f)
+		})
+	}
+}
+
+func TestRefused(t *testing.T) {
+	cases := map[string][]asm.Instruction{
+		"tailcall":      {asm.FnTailCall.Call(), asm.Return()},
+		"unknown":       {asm.BuiltinFunc(9999).Call(), asm.Return()},
+		"kfunc":         {{OpCode: asm.Call.Op(asm.ImmSource), Src: asm.PseudoKfuncCall, Constant: 5}, asm.Return()},
+		"stack-oob":     {stImm(asm.RFP, -520, 1, asm.DWord), asm.Return()},
+		"fall-off":      {asm.Mov.Imm(asm.R0, 0)},
+		"jump-out":      {{OpCode: asm.Ja.Op(asm.ImmSource), Offset: 5}, asm.Return()},
+		"unplaced-map":  {asm.LoadMapPtr(asm.R1, 0).WithReference("nope"), asm.Return()},
+		"legacy-packet": {asm.LoadAbs(0, asm.Byte), asm.Return()},
+		"write-r10":     {asm.Mov.Imm(asm.RFP, 0), asm.Return()},
+	}
+	for name, insns := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := Compile(prog(insns...), testOpts())
+			if err == nil {
+				t.Fatal("compiled a program that must be refused")
+			}
+			if !strings.Contains(err.Error(), "instruction") {
+				t.Fatalf("error does not name the instruction: %v", err)
+			}
+			t.Log(err)
+		})
+	}
+	_, err := Compile(prog(asm.FnTailCall.Call(), asm.Return()), testOpts())
+	if !errors.Is(err, ErrUnsupported) {
+		t.Fatalf("tail call error does not wrap ErrUnsupported: %v", err)
+	}
+}
+
+func TestUsesCtx(t *testing.T) {
+	f, err := Compile(prog(ret0()...), testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.UsesCtx {
+		t.Fatal("empty probe claims to use ctx")
+	}
+	f, err = Compile(prog(asm.LoadMem(asm.R0, asm.R1, 8, asm.DWord), asm.Return()), testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.UsesCtx {
+		t.Fatal("ctx reader does not claim ctx")
+	}
+}
+
+// TestTwoProbesOneModule checks that two probes' runtime functions do not clash.
+func TestTwoProbesOneModule(t *testing.T) {
+	o := testOpts()
+	o.FuncName = "entry_probe"
+	a, err := Compile(prog(helperCases()["helper/ring"]...), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.FuncName = "exit_probe"
+	b, err := Compile(prog(helperCases()["helper/ring"]...), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.PTX += b.PTX
+	assemble(t, a)
+}
+
+// stImm builds a store-immediate of any size (cilium/ebpf's asm.StoreImm
+// refuses DWord, which the kernel accepts).
+func stImm(dst asm.Register, off int16, v int64, sz asm.Size) asm.Instruction {
+	return asm.Instruction{OpCode: asm.StoreImmOp(sz), Dst: dst, Offset: off, Constant: v}
+}
+
+func writeFile(t testing.TB, path, s string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestEmittedForms pins a few translations whose mistakes would only show
+// on the GPU (the differential test covers them all there).
+func TestEmittedForms(t *testing.T) {
+	for _, c := range []struct {
+		ins  asm.Instruction
+		want string
+	}{
+		{asm.MovSX8.Reg(asm.R5, asm.R8), "shl.b64 %t0, %r8, 56;"},
+		{asm.MovSX16.Reg(asm.R5, asm.R8), "shl.b64 %t0, %r8, 48;"},
+		{asm.MovSX32.Reg(asm.R5, asm.R8), "shl.b64 %t0, %r8, 32;"},
+		{asm.MovSX8.Reg32(asm.R5, asm.R8), "shl.b32 %w1, %w2, 24;"},
+		{asm.LSh.Imm(asm.R5, 63), "shl.b64 %r5, %r5, 63;"},
+		{asm.HostTo(asm.BE, asm.R5, asm.Half), "prmt.b32 %w1, %w1, 0, 0x4401;"},
+		{asm.Div.Imm(asm.R5, -1), "div.u64 %t1, %r5, %t1;"},
+		{asm.StoreMem(asm.RFP, -8, asm.R1, asm.DWord), "st.local.u64 [stk+504], %r1;"},
+	} {
+		f, err := Compile(prog(c.ins, asm.Return()), testOpts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(f.PTX, c.want) {
+			t.Errorf("%v: PTX lacks %q:\n%s", c.ins, c.want, f.PTX)
+		}
+	}
+	// A pointer derived from r10 keeps .local addressing.
+	f, err := Compile(prog(asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -16), asm.StoreMem(asm.R2, 4, asm.R1, asm.Word), asm.Return()), testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(f.PTX, "st.local.u32 [stk+500], %r1;") {
+		t.Errorf("derived stack pointer not addressed as .local:\n%s", f.PTX)
+	}
+}

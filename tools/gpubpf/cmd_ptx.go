@@ -1,0 +1,123 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/cilium/ebpf"
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
+)
+
+func init() {
+	register(&cli.Command{
+		Name:      "ptx",
+		Usage:     "print the PTX the compiler makes for each GPU program of an eBPF object",
+		ArgsUsage: "PROG.bpf.o",
+		Description: `Compiles every GPU program of the object (sections kprobe/KERNEL,
+kretprobe/KERNEL, with or without bpftime's cuda_ prefix, gpu/entry/KERNEL and
+gpu/exit/KERNEL) and prints one complete PTX module: header, then for each
+program its probe .func, its helper .funcs and a small test entry that calls
+it (gpubpf_test_entry, gpubpf_test_entry_FUNC for the others). Map addresses
+are placeholders (a real run places the maps and bakes their addresses in),
+so the module is for reading and for ptxas, not for running:
+
+    gpubpf ptx prog.bpf.o > p.ptx && ptxas -arch=sm_90 p.ptx`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "program", Aliases: []string{"p"}, Usage: "only the GPU program named `NAME`"},
+			&cli.StringFlag{Name: "sm", Value: "sm_90", Usage: "PTX .target `ARCH`"},
+		},
+		Action: ptxCmd,
+	})
+}
+
+// placeholderBase is where ptx's placeholder map addresses start.
+const placeholderBase = 0x7f0000000000
+
+func ptxCmd(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return toolkit.Usagef("gpubpf ptx: name one eBPF object file")
+	}
+	file := c.Args().First()
+	spec, err := ebpf.LoadCollectionSpec(file)
+	if err != nil {
+		return fmt.Errorf("reading %s: %w", file, err)
+	}
+	gpu, _, err := runtime.SplitPrograms(spec)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	want := c.String("program")
+	maps, notes := placeholderMaps(spec)
+	printk := gpumap.Placement{Kind: gpumap.RingBuf, Addr: placeholderBase - 0x10000000, HostResident: true, MaxEntries: 1 << 20}
+	var fns []*jit.Function
+	w := c.App.Writer
+	for _, g := range gpu {
+		if want != "" && g.Spec.Name != want {
+			continue
+		}
+		f, err := jit.Compile(g.Spec, jit.Options{Maps: maps, Printk: printk, FuncName: "gpubpf_" + sanitize(g.Spec.Name)})
+		if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+		fmt.Fprintf(w, "// gpubpf ptx %s: program %s (section %s) -> .func %s at the %s of kernel %s; reads ctx: %v\n",
+			file, g.Spec.Name, g.Spec.SectionName, f.Name, g.Site, g.Kernel, f.UsesCtx)
+		fns = append(fns, f)
+	}
+	n := len(fns)
+	if n > 0 {
+		fmt.Fprintln(w, "// Map addresses below are PLACEHOLDERS; a run bakes in the real ones:")
+		for _, note := range notes {
+			fmt.Fprintf(w, "//   %s\n", note)
+		}
+		fmt.Fprintf(w, "//   trace_printk ring: %#x\n", printk.Addr)
+		fmt.Fprint(w, jit.TestModuleAll(fns, c.String("sm")))
+	}
+	if n == 0 {
+		if want != "" {
+			return fmt.Errorf("%s has no GPU program named %q", file, want)
+		}
+		return fmt.Errorf("%s has no GPU programs (sections kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL)", file)
+	}
+	return nil
+}
+
+// placeholderMaps places every GPU-usable map of the object at a made-up
+// address, 256 MiB apart.
+func placeholderMaps(spec *ebpf.CollectionSpec) (map[string]gpumap.Placement, []string) {
+	names := make([]string, 0, len(spec.Maps))
+	for name := range spec.Maps {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	out := map[string]gpumap.Placement{}
+	var notes []string
+	for i, name := range names {
+		ms := spec.Maps[name]
+		kind, err := gpumap.KindOf(ms)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("map %s: not placed (%v)", name, err))
+			continue
+		}
+		p := gpumap.Placement{Kind: kind, Addr: placeholderBase + uint64(i)*0x10000000, KeySize: ms.KeySize, ValueSize: ms.ValueSize, MaxEntries: ms.MaxEntries}
+		p.HostResident = kind == gpumap.HostArray || kind == gpumap.RingBuf
+		out[name] = p
+		notes = append(notes, fmt.Sprintf("map %s (%v): %#x", name, kind, p.Addr))
+	}
+	return out, notes
+}
+
+// sanitize makes a PTX identifier out of a program name.
+func sanitize(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
