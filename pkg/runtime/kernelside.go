@@ -10,13 +10,13 @@ import (
 
 // bpftime's map type numbers (bpf/gpu.h).
 const (
-	MapTypeGPUHash         ebpf.MapType = 1501
-	MapTypePerThreadArray  ebpf.MapType = 1502
-	MapTypeGPUArray        ebpf.MapType = 1503
-	MapTypeKernelShared    ebpf.MapType = 1504
-	MapTypeGPURingBuf      ebpf.MapType = 1527
-	bpfFMmapable                        = 1 << 10 // BPF_F_MMAPABLE
-	gpuMapTypeFirst, gpuMapTypeLast     = 1501, 1527
+	MapTypeGPUHash                  ebpf.MapType = 1501
+	MapTypePerThreadArray           ebpf.MapType = 1502
+	MapTypeGPUArray                 ebpf.MapType = 1503
+	MapTypeKernelShared             ebpf.MapType = 1504
+	MapTypeGPURingBuf               ebpf.MapType = 1527
+	bpfFMmapable                                 = 1 << 10 // BPF_F_MMAPABLE
+	gpuMapTypeFirst, gpuMapTypeLast              = 1501, 1527
 )
 
 // isGPUOnlyType reports map types the Linux kernel does not know.

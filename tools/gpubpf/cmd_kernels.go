@@ -9,6 +9,7 @@ import (
 	"github.com/olekukonko/tablewriter"
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
 	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -18,14 +19,17 @@ func init() {
 	register(&cli.Command{
 		Name:      "kernels",
 		Usage:     "list the CUDA kernels of executables or libraries, with PTX/SASS availability",
-		ArgsUsage: "FILE...",
+		ArgsUsage: "FILE... | -p PID",
 		Description: `Reads every fatbin in FILE's .nv_fatbin and __nv_relfatbin sections (or a raw
-fatbin) and lists each kernel: demangled name, whether PTX is present (only
+fatbin), or with -p every module a running process has loaded (through its
+gpubpf agent: what the driver really got, PyTorch's libraries included), and
+lists each kernel: demangled name, whether PTX is present (only
 kernels with PTX can be traced) and for which archs, and the SASS archs.
 
 --json prints one object per line: {"file","kernel","mangled","signature",
 "ptx","ptx_archs","sass_archs","advice"}.`,
 		Flags: []cli.Flag{
+			&cli.IntSliceFlag{Name: toolkit.FlagPID, Aliases: []string{"p"}, Usage: "list the modules process `PID` has loaded (needs its gpubpf agent)"},
 			&cli.StringSliceFlag{Name: toolkit.FlagKernel, Aliases: []string{"k"}, Usage: "only kernels matching `PATTERN` (mangled, demangled or glob; may repeat)"},
 			&cli.BoolFlag{Name: toolkit.FlagJSON, Aliases: []string{"j"}, Usage: "one JSON object per line"},
 			&cli.BoolFlag{Name: toolkit.FlagVerbose, Aliases: []string{"v"}, Usage: "also show mangled names and each fatbin element"},
@@ -46,27 +50,69 @@ type kernelJSON struct {
 	Advice    string   `json:"advice,omitempty"`
 }
 
-func kernelsCmd(c *cli.Context) error {
-	if c.NArg() == 0 {
-		return toolkit.Usagef("gpubpf kernels: name at least one executable, shared library or fatbin")
+// kernelSource is one file, or one module of a process, to list.
+type kernelSource struct {
+	name    string
+	fatbins []*fatbin.Fatbin // nil for modules of a process
+	kernels []fatbin.Kernel
+}
+
+// kernelSources reads what the command line names.
+func kernelSources(c *cli.Context) ([]kernelSource, error) {
+	var out []kernelSource
+	errw := c.App.ErrWriter
+	for _, pid := range c.IntSlice(toolkit.FlagPID) {
+		mods, err := runtime.KernelsOf(pid)
+		if err != nil {
+			return nil, err
+		}
+		if len(mods) == 0 {
+			fmt.Fprintf(errw, "gpubpf kernels: process %d has loaded no CUDA module yet\n", pid)
+		}
+		for _, m := range mods {
+			name := fmt.Sprintf("PID %d module %d (%s)", pid, m.ModuleID, m.Source)
+			if m.Err != nil {
+				fmt.Fprintf(errw, "gpubpf kernels: %s: %v\n", name, m.Err)
+				continue
+			}
+			out = append(out, kernelSource{name: name, kernels: m.Kernels})
+		}
 	}
-	out, errw := c.App.Writer, c.App.ErrWriter
-	patterns := c.StringSlice(toolkit.FlagKernel)
 	for _, file := range c.Args().Slice() {
 		fbs, err := readFatbins(file)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		ks, ierr := fatbin.Inventory(fbs...)
 		if ierr != nil {
 			fmt.Fprintf(errw, "gpubpf kernels: %s: some elements could not be read (their kernels may be missing): %v\n", file, ierr)
 		}
+		out = append(out, kernelSource{name: file, fatbins: fbs, kernels: ks})
+	}
+	return out, nil
+}
+
+func kernelsCmd(c *cli.Context) error {
+	if c.NArg() == 0 && len(c.IntSlice(toolkit.FlagPID)) == 0 {
+		return toolkit.Usagef("gpubpf kernels: name at least one executable, shared library or fatbin, or a process with -p PID")
+	}
+	out, errw := c.App.Writer, c.App.ErrWriter
+	patterns := c.StringSlice(toolkit.FlagKernel)
+	sources, err := kernelSources(c)
+	if err != nil {
+		return err
+	}
+	for _, src := range sources {
+		file, fbs, ks := src.name, src.fatbins, src.kernels
 		if len(patterns) > 0 {
 			var names []string
 			for _, k := range ks {
 				names = append(names, k.Name)
 			}
 			matched, closest := instrument.Match(patterns, names)
+			if len(matched) == 0 && fbs == nil {
+				continue // one of a process's many modules
+			}
 			if len(matched) == 0 {
 				msg := fmt.Sprintf("%s: no kernel matches %s", file, strings.Join(patterns, ", "))
 				if len(closest) > 0 {
@@ -136,7 +182,11 @@ func kernelsCmd(c *cli.Context) error {
 				return fmt.Errorf("rendering the kernel table: %w", err)
 			}
 		}
-		fmt.Fprintf(out, "%s: %d fatbin(s)\n", file, len(fbs))
+		if fbs != nil {
+			fmt.Fprintf(out, "%s: %d fatbin(s)\n", file, len(fbs))
+		} else {
+			fmt.Fprintf(out, "%s:\n", file)
+		}
 		if err := table.Render(); err != nil {
 			return fmt.Errorf("rendering the kernel table: %w", err)
 		}

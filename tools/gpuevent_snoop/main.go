@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpubpf/gpubpf/pkg/procmaps"
+	"github.com/gpubpf/gpubpf/pkg/runtime/launch"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -258,7 +259,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	}
 
 	// Targets.
-	var cmd *command
+	var cmd *launch.Command
 	var target string
 	switch {
 	case len(cfg.pids) > 0:
@@ -282,7 +283,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		}
 		target = "PID " + joinInts(cfg.pids)
 	case len(cfg.argv) > 0:
-		cmd, err = startCommand(cfg.argv)
+		cmd, err = launch.Start(cfg.argv, launch.Options{})
 		if err != nil {
 			return err
 		}
@@ -379,7 +380,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		if err := cmd.Release(); err != nil {
 			return err
 		}
-		go func() { childDone <- cmd.cmd.Wait() }()
+		go func() { childDone <- cmd.Cmd.Wait() }()
 	}
 
 	sigs := make(chan os.Signal, 1)

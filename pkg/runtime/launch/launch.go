@@ -1,10 +1,12 @@
-package runtime
+// Package launch starts the programs a tool traces (TOOL -- CMD ARGS): held
+// before exec until the tool is ready, optionally with the gpubpf agent
+// preloaded.
+package launch
 
 import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strings"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentlib"
 )
@@ -17,8 +19,8 @@ type Command struct {
 	release *os.File
 }
 
-// CommandOptions say how to start a traced command.
-type CommandOptions struct {
+// Options say how to start a traced command.
+type Options struct {
 	// Agent preloads the gpubpf agent (GPU-side tools). CPU-only tools
 	// (gpuevent_snoop) start the command without it.
 	Agent bool
@@ -26,13 +28,15 @@ type CommandOptions struct {
 	// had the chance to instrument the module (at most HoldTimeout), so the
 	// very first launch of a kernel already runs instrumented.
 	Hold bool
+	// AgentLib overrides where the agent library is (default: agentlib.Path).
+	AgentLib string
 }
 
-// StartCommand starts argv with its stdio passed through. The child is
+// Start starts argv with its stdio passed through. The child is
 // created stopped before exec: call Release once the tool is ready (uprobes
 // attached), so nothing the program does escapes the trace. PID is known
 // from the moment StartCommand returns.
-func StartCommand(argv []string, opts CommandOptions) (*Command, error) {
+func Start(argv []string, opts Options) (*Command, error) {
 	if len(argv) == 0 {
 		return nil, fmt.Errorf("no command given after --")
 	}
@@ -42,11 +46,17 @@ func StartCommand(argv []string, opts CommandOptions) (*Command, error) {
 	}
 	env := os.Environ()
 	if opts.Agent {
-		lib, err := agentlib.Path()
-		if err != nil {
-			return nil, err
+		lib := opts.AgentLib
+		if lib == "" {
+			var err error
+			if lib, err = agentlib.Path(); err != nil {
+				return nil, err
+			}
 		}
-		env = withPreload(env, lib)
+		// The waiting sh must not load the agent (it would serve the
+		// socket under the same PID until the exec): the preload is put
+		// in place by sh right before it execs CMD.
+		env = append(env, preloadVar+"="+lib)
 		if opts.Hold {
 			env = append(env, "GPUBPF_AGENT_HOLD=1")
 		}
@@ -58,7 +68,7 @@ func StartCommand(argv []string, opts CommandOptions) (*Command, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("/bin/sh", "-c", `read -r _ <&3; exec 3<&-; exec "$0" "$@"`, path)
+	cmd := exec.Command("/bin/sh", "-c", gateScript, path)
 	cmd.Args = append(cmd.Args, argv[1:]...)
 	cmd.Env = env
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
@@ -95,16 +105,12 @@ func (c *Command) Wait() error {
 	return c.Cmd.Wait()
 }
 
-func withPreload(env []string, lib string) []string {
-	for i, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "LD_PRELOAD="); ok {
-			if v == "" {
-				env[i] = "LD_PRELOAD=" + lib
-			} else {
-				env[i] = "LD_PRELOAD=" + lib + ":" + v
-			}
-			return env
-		}
-	}
-	return append(env, "LD_PRELOAD="+lib)
-}
+// preloadVar carries the agent's path to the gate script.
+const preloadVar = "GPUBPF_PRELOAD"
+
+// gateScript waits for the tool's go-ahead on fd 3, prepends the agent to
+// LD_PRELOAD if asked to, and execs the command (same PID).
+const gateScript = `read -r _ <&3; exec 3<&-
+if [ -n "$` + preloadVar + `" ]; then LD_PRELOAD="$` + preloadVar + `${LD_PRELOAD:+:$LD_PRELOAD}"; export LD_PRELOAD; fi
+unset ` + preloadVar + `
+exec "$0" "$@"`

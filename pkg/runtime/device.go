@@ -1,0 +1,249 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
+	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
+	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
+)
+
+// perThreadBudget caps the device memory one per-thread array may take when
+// the tool does not say how many threads to expect.
+const perThreadBudget = 1 << 30
+
+// printkRingBytes is the size of each device's trace_printk ring.
+const printkRingBytes = 1 << 20
+
+// device is what a session placed in one CUDA context of one process: the
+// GPU maps, the trace_printk ring and the programs compiled against them.
+type device struct {
+	p      *Process
+	target agentproto.Target
+	maps   map[string]*placedMap
+	printk *placedMap
+	funcs  map[string]*jit.Function
+}
+
+// placedMap is one map as it lives in a process.
+type placedMap struct {
+	name  string
+	spec  *ebpf.MapSpec
+	place gpumap.Placement
+	// host-resident maps (rings, memfd-backed): the tool's own mapping.
+	file   *os.File
+	mem    []byte
+	region uint64
+	ring   *gpumap.Ring
+	// kernel maps shared with the GPU
+	kmap *ebpf.Map
+	// device-resident maps
+	devAddr uint64
+}
+
+// device returns (placing maps and compiling programs on first use) the
+// session's state in context t.
+func (p *Process) device(t agentproto.Target) (*device, error) {
+	p.mu.Lock()
+	if d := p.devs[t]; d != nil {
+		p.mu.Unlock()
+		return d, nil
+	}
+	p.mu.Unlock()
+	d := &device{p: p, target: t, maps: map[string]*placedMap{}, funcs: map[string]*jit.Function{}}
+	ok := false
+	defer func() {
+		if !ok {
+			d.release()
+		}
+	}()
+	used := map[string]bool{}
+	for _, g := range p.s.gpu {
+		for m := range referencedMaps(g.Spec) {
+			used[m] = true
+		}
+	}
+	for _, name := range sortedKeys(used) {
+		spec := p.s.spec.Maps[name]
+		if spec == nil {
+			return nil, fmt.Errorf("a GPU program uses map %s, which the object does not define", name)
+		}
+		pm, err := d.place(name, spec)
+		if err != nil {
+			return nil, fmt.Errorf("placing map %s on the GPU: %w", name, err)
+		}
+		d.maps[name] = pm
+	}
+	pk, err := d.hostRing("(printk)", gpumap.Placement{Kind: gpumap.RingBuf, MaxEntries: printkRingBytes})
+	if err != nil {
+		return nil, fmt.Errorf("placing the trace_printk ring: %w", err)
+	}
+	d.printk = pk
+	placements := map[string]gpumap.Placement{}
+	for n, m := range d.maps {
+		placements[n] = m.place
+	}
+	for _, g := range p.s.gpu {
+		f, err := p.s.compile(g, placements, pk.place, uint32(p.PID))
+		if err != nil {
+			return nil, err
+		}
+		d.funcs[g.Spec.Name] = f
+	}
+	ok = true
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old := p.devs[t]; old != nil { // lost a race with another module load
+		ok = false
+		return old, nil
+	}
+	p.devs[t] = d
+	return d, nil
+}
+
+// place allocates and initialises one map in d's context.
+func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
+	conn := d.p.conn
+	if d.p.s.kern.shared[name] {
+		km := d.p.s.kern.coll.Maps[name]
+		size := pageRound(uint64(spec.MaxEntries) * gpumap.Stride(spec.ValueSize))
+		r, err := conn.RegisterBPFMap(d.target, km.FD(), size)
+		if err != nil {
+			return nil, err
+		}
+		return &placedMap{name: name, spec: spec, kmap: km, region: r.RegionID, place: gpumap.Placement{
+			Kind: gpumap.HostArray, Addr: r.DevAddr, HostResident: true,
+			KeySize: spec.KeySize, ValueSize: spec.ValueSize, MaxEntries: spec.MaxEntries}}, nil
+	}
+	kind, err := gpumap.KindOf(spec)
+	if err != nil {
+		return nil, err
+	}
+	pl := gpumap.Placement{Kind: kind, KeySize: spec.KeySize, ValueSize: spec.ValueSize, MaxEntries: spec.MaxEntries}
+	switch kind {
+	case gpumap.RingBuf:
+		return d.hostRing(name, pl)
+	case gpumap.PerThreadArray:
+		pl.Threads = d.p.s.opts.Threads
+		if pl.Threads == 0 {
+			pl.Threads = gpumap.DefaultThreads
+			for pl.Threads > 1024 && gpumap.SizeOf(pl) > perThreadBudget {
+				pl.Threads /= 2
+			}
+		}
+	}
+	size := gpumap.SizeOf(pl)
+	addr, err := conn.Alloc(d.target, size)
+	if err != nil {
+		return nil, err
+	}
+	pl.Addr = addr
+	init := gpumap.Init(pl)
+	if err := conn.Write(d.target, addr, init[:gpumap.HeaderSize]); err != nil {
+		conn.Free(d.target, addr)
+		return nil, err
+	}
+	return &placedMap{name: name, spec: spec, place: pl, devAddr: addr}, nil
+}
+
+// hostRing creates a ring buffer in a memfd that both the tool and the
+// application map; the GPU writes records the tool reads live.
+func (d *device) hostRing(name string, pl gpumap.Placement) (*placedMap, error) {
+	pl.Kind = gpumap.RingBuf
+	pl.HostResident = true
+	size := pageRound(gpumap.SizeOf(pl))
+	fd, err := unix.MemfdCreate("gpubpf-"+name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "gpubpf-"+name)
+	if err := f.Truncate(int64(size)); err != nil {
+		f.Close()
+		return nil, err
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("mapping the ring buffer: %w", err)
+	}
+	copy(mem, gpumap.Init(pl))
+	ring, err := gpumap.NewRing(mem)
+	if err != nil {
+		unix.Munmap(mem)
+		f.Close()
+		return nil, err
+	}
+	r, err := d.p.conn.RegisterMemfd(d.target, f, size, 0)
+	if err != nil {
+		unix.Munmap(mem)
+		f.Close()
+		return nil, err
+	}
+	pl.Addr = r.DevAddr
+	return &placedMap{name: name, place: pl, file: f, mem: mem, region: r.RegionID, ring: ring}, nil
+}
+
+func pageRound(n uint64) uint64 {
+	const page = 4096
+	if n == 0 {
+		return page
+	}
+	return (n + page - 1) &^ (page - 1)
+}
+
+// release frees what d placed. The agent frees its side at detach (after
+// the launches that may still use it finish); here the tool unmaps its own.
+func (d *device) release() {
+	for _, m := range d.maps {
+		m.unmap()
+	}
+	if d.printk != nil {
+		d.printk.unmap()
+	}
+}
+
+func (m *placedMap) unmap() {
+	if m.mem != nil {
+		unix.Munmap(m.mem)
+		m.mem = nil
+	}
+	if m.file != nil {
+		m.file.Close()
+		m.file = nil
+	}
+}
+
+// probe returns the probe to inject for progs at one site: the compiled
+// program itself, or a small .func calling each in turn when several
+// programs share the site of a kernel.
+func (d *device) probe(progs []GPUProgram, site string) (*instrument.Probe, error) {
+	switch len(progs) {
+	case 0:
+		return nil, nil
+	case 1:
+		f := d.funcs[progs[0].Spec.Name]
+		return &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion}, nil
+	}
+	name := "gpubpf_" + site + "_all"
+	var body, defs strings.Builder
+	pr := &instrument.Probe{Func: name}
+	for i, g := range progs {
+		f := d.funcs[g.Spec.Name]
+		defs.WriteString(f.PTX)
+		defs.WriteString("\n")
+		pr.UsesCtx = pr.UsesCtx || f.UsesCtx
+		if f.PTXVersion[0] > pr.PTXVersion[0] || f.PTXVersion[0] == pr.PTXVersion[0] && f.PTXVersion[1] > pr.PTXVersion[1] {
+			pr.PTXVersion = f.PTXVersion
+		}
+		fmt.Fprintf(&body, "\t{\n\t.param .b64 a%d;\n\t.param .b64 r%d;\n\tst.param.b64 [a%d], %%c;\n\tcall.uni (r%d), %s, (a%d);\n\t}\n", i, i, i, i, f.Name, i)
+	}
+	fmt.Fprintf(&defs, ".func (.param .b64 ret) %s(.param .b64 ctx)\n{\n\t.reg .b64 %%c;\n\tld.param.b64 %%c, [ctx];\n%s\tst.param.b64 [ret], 0;\n\tret;\n}\n", name, body.String())
+	pr.PTX = defs.String()
+	return pr, nil
+}

@@ -1,0 +1,53 @@
+package runtime
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
+	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
+)
+
+// ModuleKernels is the kernel list of one module a process has loaded.
+type ModuleKernels struct {
+	ModuleID uint64
+	Source   string // "library", "module-file /path", ...
+	Kernels  []fatbin.Kernel
+	Err      error // the module's image could not be read or parsed
+}
+
+// KernelsOf lists, through its agent, the kernels of every module process
+// pid has loaded, with where their code is (PTX and/or SASS).
+func KernelsOf(pid int) ([]ModuleKernels, error) {
+	conn, err := agentclient.DialWith(pid, agentclient.Options{Client: "gpubpf kernels"})
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	inv, err := conn.Inventory(true)
+	if err != nil {
+		return nil, fmt.Errorf("process %d: listing its CUDA modules: %w", pid, err)
+	}
+	p := &Process{PID: pid, conn: conn}
+	var out []ModuleKernels
+	for _, m := range inv.Modules {
+		if m.Unloaded {
+			continue
+		}
+		mk := ModuleKernels{ModuleID: m.ID, Source: m.Kind.String()}
+		if m.Path != "" {
+			mk.Source += " " + m.Path
+		}
+		img, err := p.moduleImage(m)
+		if err == nil {
+			var mc *moduleCode
+			if mc, err = parseModule(m, img); err == nil {
+				mk.Kernels = mc.kernels
+			}
+		}
+		mk.Err = err
+		sort.Slice(mk.Kernels, func(i, j int) bool { return mk.Kernels[i].Demangled < mk.Kernels[j].Demangled })
+		out = append(out, mk)
+	}
+	return out, nil
+}

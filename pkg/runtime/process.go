@@ -1,0 +1,559 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf/link"
+
+	"github.com/gpubpf/gpubpf/pkg/procmaps"
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
+	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
+	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
+	"github.com/gpubpf/gpubpf/pkg/runtime/ptx"
+)
+
+// Process is one traced process: its agent connection (for GPU programs),
+// its uprobes (for CPU programs) and the maps placed in it.
+type Process struct {
+	PID int
+	s   *Session
+
+	conn  *agentclient.Conn
+	hold  bool
+	start time.Time
+
+	mu       sync.Mutex
+	links    []link.Link
+	upErr    error // last failure to attach uprobes (retried at module loads)
+	devs     map[agentproto.Target]*device
+	modules  map[uint64]bool
+	clones   int
+	launches map[uint64]uint64
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   bool
+}
+
+// AttachOptions say how to attach to a process.
+type AttachOptions struct {
+	// Hold: the process was started by the tool with the agent holding
+	// module loads until the tool has instrumented them.
+	Hold bool
+	// Start is when the tool started, for the attach-latency figure.
+	Start time.Time
+	// Wait bounds how long to wait for the process's agent to come up (a
+	// command the tool just started); 0 means it must be there now.
+	Wait time.Duration
+}
+
+// Attach attaches the session to process pid: GPU programs through the
+// process's agent, CPU programs as uprobes. Kernels of modules loaded
+// later are instrumented as they load.
+func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
+		return nil, fmt.Errorf("process %d does not exist", pid)
+	}
+	s.mu.Lock()
+	if s.procs[pid] != nil {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("process %d is already attached", pid)
+	}
+	s.mu.Unlock()
+	if opts.Start.IsZero() {
+		opts.Start = time.Now()
+	}
+	p := &Process{PID: pid, s: s, hold: opts.Hold, start: opts.Start,
+		devs: map[agentproto.Target]*device{}, modules: map[uint64]bool{}, launches: map[uint64]uint64{}, stop: make(chan struct{})}
+	// A command the tool started always has the agent (it holds the
+	// program at its first module load, after exec, so uprobes go on the
+	// real program); a running process needs one only for GPU programs.
+	if len(s.gpu) > 0 || opts.Hold {
+		conn, err := dialAgent(pid, agentclient.Options{Client: s.opts.Client, Hold: opts.Hold}, opts.Wait)
+		if err != nil {
+			return nil, err
+		}
+		p.conn = conn
+		s.logf("process %d: agent %s, driver %d, %d device(s)", pid, conn.Info().AgentVersion, conn.Info().DriverVersion, len(conn.Info().Devices))
+	}
+	if len(s.cpu) > 0 {
+		if err := p.attachUprobes(); err != nil && p.conn == nil {
+			return nil, err
+		} // with an agent, retried at each module load (libcuda comes late)
+	}
+	s.mu.Lock()
+	s.procs[pid] = p
+	s.stats.Processes++
+	s.mu.Unlock()
+	if p.conn != nil {
+		inv, err := p.conn.Inventory(true)
+		if err != nil {
+			p.close()
+			s.forget(pid)
+			return nil, fmt.Errorf("process %d: listing its CUDA modules: %w", pid, err)
+		}
+		for _, m := range inv.Modules {
+			if !m.Unloaded {
+				p.instrumentModule(m, inv)
+			}
+		}
+		p.wg.Add(2)
+		go p.watch()
+		go p.poll()
+	}
+	return p, nil
+}
+
+func (s *Session) forget(pid int) {
+	s.mu.Lock()
+	delete(s.procs, pid)
+	s.mu.Unlock()
+}
+
+// dialAgent connects to pid's agent, waiting up to wait for it to appear.
+func dialAgent(pid int, opts agentclient.Options, wait time.Duration) (*agentclient.Conn, error) {
+	deadline := time.Now().Add(wait)
+	for {
+		conn, err := agentclient.DialWith(pid, opts)
+		if err == nil {
+			return conn, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, err
+		}
+		if _, serr := os.Stat(fmt.Sprintf("/proc/%d", pid)); serr != nil {
+			return nil, fmt.Errorf("process %d exited before its gpubpf agent answered: %w", pid, err)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func (p *Process) attachUprobes() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.links != nil {
+		return nil
+	}
+	links, err := p.s.kern.attachUprobes(p.s.cpu, p.PID)
+	if err != nil {
+		p.upErr = err
+		return err
+	}
+	p.links, p.upErr = links, nil
+	if links == nil {
+		p.links = []link.Link{}
+	}
+	return nil
+}
+
+// watch handles the agent's notifications: modules loaded later and
+// instrumented launches the driver refused.
+func (p *Process) watch() {
+	defer p.wg.Done()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-p.conn.Done():
+			return
+		case n, ok := <-p.conn.Notifications():
+			if !ok {
+				return
+			}
+			switch {
+			case n.ModuleLoaded != nil:
+				m := *n.ModuleLoaded
+				if len(p.s.cpu) > 0 {
+					p.attachUprobes() // libraries are mapped by now
+				}
+				inv, err := p.conn.Inventory(true)
+				if err == nil {
+					p.instrumentModule(m, inv)
+				} else {
+					p.s.logf("process %d: module %d: %v", p.PID, m.ID, err)
+				}
+				if p.hold {
+					p.conn.Continue(m.ID)
+				}
+			case n.ProbeFailed != nil:
+				msg := fmt.Sprintf("process %d: an instrumented launch failed (CUresult %d); the original kernel ran and the probe was switched off", p.PID, n.ProbeFailed.CUResult)
+				p.s.mu.Lock()
+				p.s.stats.ProbeFailures = append(p.s.stats.ProbeFailures, msg)
+				p.s.mu.Unlock()
+				p.s.logf("%s", msg)
+			}
+		}
+	}
+}
+
+// skip records why a kernel was not instrumented.
+func (p *Process) skip(kernel, why string) {
+	p.s.mu.Lock()
+	p.s.stats.KernelsSkipped[kernel] = why
+	p.s.mu.Unlock()
+	p.s.logf("process %d: skipping %s: %s", p.PID, kernel, why)
+}
+
+// moduleImage returns a module's code: fetched from the agent, or read from
+// the file the application loaded.
+func (p *Process) moduleImage(m agentproto.Module) ([]byte, error) {
+	if m.Size > 0 {
+		return p.conn.FetchImage(m.ID)
+	}
+	if m.Path != "" {
+		return os.ReadFile(procmaps.HostPath(p.PID, m.Path))
+	}
+	return nil, fmt.Errorf("the agent kept no image of module %d", m.ID)
+}
+
+// codeOf splits a module image into its PTX texts (by kernel) and the list
+// of kernels with where their code is.
+type moduleCode struct {
+	fatbins []*fatbin.Fatbin
+	ptx     string // FormatPTX images
+	kernels []fatbin.Kernel
+}
+
+func parseModule(m agentproto.Module, img []byte) (*moduleCode, error) {
+	mc := &moduleCode{}
+	switch m.Format {
+	case agentproto.FormatPTX:
+		mc.ptx = strings.TrimRight(string(img), "\x00")
+		for _, k := range fatbin.PTXEntries([]byte(mc.ptx)) {
+			base, sig := fatbin.Demangle(k)
+			mc.kernels = append(mc.kernels, fatbin.Kernel{Name: k, Demangled: base, Signature: sig, HasPTX: true})
+		}
+	case agentproto.FormatELF:
+		names, sm, err := fatbin.CubinKernels(img)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range names {
+			base, sig := fatbin.Demangle(k)
+			mc.kernels = append(mc.kernels, fatbin.Kernel{Name: k, Demangled: base, Signature: sig, SASSArchs: []string{fmt.Sprintf("sm_%d", sm)}})
+		}
+	default:
+		fbs, err := fatbin.Parse(img)
+		if err != nil {
+			return nil, err
+		}
+		mc.fatbins = fbs
+		mc.kernels, err = fatbin.Inventory(fbs...)
+		if err != nil && len(mc.kernels) == 0 {
+			return nil, err
+		}
+	}
+	return mc, nil
+}
+
+// ptxFor returns the PTX text that defines kernel for a device of maxSM.
+func (mc *moduleCode) ptxFor(kernel string, maxSM int) (string, error) {
+	if mc.fatbins == nil {
+		return mc.ptx, nil
+	}
+	_, text, err := fatbin.PTXFor(mc.fatbins, kernel, maxSM)
+	return string(text), err
+}
+
+// targets are the contexts a module's clones are loaded in: the module's
+// own context, or for context-independent libraries every device the
+// process has.
+func (p *Process) targets(m agentproto.Module) []agentproto.Target {
+	if m.Ctx != 0 {
+		return []agentproto.Target{agentclient.InContext(m.Ctx)}
+	}
+	devs := p.conn.Info().Devices
+	if len(devs) == 0 {
+		return []agentproto.Target{agentclient.OnDevice(0)}
+	}
+	out := make([]agentproto.Target, 0, len(devs))
+	for _, d := range devs {
+		out = append(out, agentclient.OnDevice(int(d.Ordinal)))
+	}
+	return out
+}
+
+func (p *Process) maxSM(t agentproto.Target) int {
+	for _, d := range p.conn.Info().Devices {
+		if t.Ctx == 0 && d.Ordinal == t.Device {
+			return int(d.Major*10 + d.Minor)
+		}
+	}
+	return 0
+}
+
+// probeSet is the GPU programs that run in one kernel.
+type probeSet struct{ entry, exit []GPUProgram }
+
+func (ps probeSet) key() string {
+	var b strings.Builder
+	for _, g := range ps.entry {
+		b.WriteString("e:" + g.Spec.Name + ";")
+	}
+	for _, g := range ps.exit {
+		b.WriteString("x:" + g.Spec.Name + ";")
+	}
+	return b.String()
+}
+
+// instrumentModule instruments every kernel of module m that a GPU program
+// of the session targets, in every context the module is used in. Errors
+// are per kernel: they are recorded as skipped kernels and never stop the
+// application.
+func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventory) {
+	p.mu.Lock()
+	if p.modules[m.ID] || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.modules[m.ID] = true
+	p.mu.Unlock()
+
+	img, err := p.moduleImage(m)
+	if err != nil {
+		p.s.logf("process %d: module %d: %v", p.PID, m.ID, err)
+		return
+	}
+	mc, err := parseModule(m, img)
+	if err != nil {
+		p.s.logf("process %d: module %d (%s): %v", p.PID, m.ID, m.Format, err)
+		return
+	}
+	names := make([]string, 0, len(mc.kernels))
+	byName := map[string]fatbin.Kernel{}
+	for _, k := range mc.kernels {
+		names = append(names, k.Name)
+		byName[k.Name] = k
+	}
+	sets := map[string]probeSet{}
+	for _, g := range p.s.gpu {
+		matched, _ := instrument.Match(p.s.kernelPatterns(g), names)
+		for _, k := range matched {
+			ps := sets[k]
+			if g.Site == SiteEntry {
+				ps.entry = append(ps.entry, g)
+			} else {
+				ps.exit = append(ps.exit, g)
+			}
+			sets[k] = ps
+		}
+	}
+	if len(sets) == 0 {
+		return
+	}
+	for _, t := range p.targets(m) {
+		// Group kernels by PTX text and probe set: one clone each.
+		type group struct {
+			text    string
+			set     probeSet
+			kernels []string
+		}
+		groups := map[string]*group{}
+		for k, set := range sets {
+			if !byName[k].HasPTX {
+				kk := byName[k]
+				p.skip(k, kk.Advice())
+				continue
+			}
+			text, err := mc.ptxFor(k, p.maxSM(t))
+			if err != nil {
+				p.skip(k, err.Error())
+				continue
+			}
+			gk := fmt.Sprintf("%d:%x/%s", len(text), hashString(text), set.key())
+			g := groups[gk]
+			if g == nil {
+				g = &group{text: text, set: set}
+				groups[gk] = g
+			}
+			g.kernels = append(g.kernels, k)
+		}
+		for _, g := range groups {
+			sort.Strings(g.kernels)
+			if err := p.loadClone(m, inv, t, g.text, g.set, g.kernels); err != nil {
+				for _, k := range g.kernels {
+					p.skip(k, err.Error())
+				}
+			}
+		}
+	}
+}
+
+func hashString(s string) uint32 {
+	h := uint32(2166136261)
+	for i := 0; i < len(s); i++ {
+		h ^= uint32(s[i])
+		h *= 16777619
+	}
+	return h
+}
+
+// loadClone builds, loads and activates one instrumented clone.
+func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t agentproto.Target, text string, set probeSet, kernels []string) error {
+	dev, err := p.device(t)
+	if err != nil {
+		return err
+	}
+	entry, err := dev.probe(set.entry, "entry")
+	if err != nil {
+		return err
+	}
+	exit, err := dev.probe(set.exit, "exit")
+	if err != nil {
+		return err
+	}
+	mod, err := ptx.Parse(text)
+	if err != nil {
+		return fmt.Errorf("parsing the module's PTX: %w", err)
+	}
+	// Which module variables do these kernels use? Their clones must use
+	// the application's copies, by address.
+	c, err := instrument.Extract(mod, kernels, entry != nil)
+	if err != nil {
+		return err
+	}
+	var vars []string
+	for _, v := range c.Vars {
+		if v.Space == "global" || v.Space == "const" {
+			vars = append(vars, v.Name)
+		}
+	}
+	globals := map[string]uint64{}
+	if len(vars) > 0 {
+		gs, err := p.conn.Globals(m.ID, t, vars...)
+		if err != nil {
+			return fmt.Errorf("looking up the module's variables %s: %w", strings.Join(vars, ", "), err)
+		}
+		for _, g := range gs {
+			if g.CUResult == 0 {
+				globals[g.Name] = g.Addr
+			}
+		}
+	}
+	maxPTX := [2]int{0, 0}
+	if isa := p.conn.Info().PTXISAMax; isa > 0 {
+		maxPTX = [2]int{int(isa / 10), int(isa % 10)}
+	}
+	res, err := instrument.InstrumentModule(mod, instrument.Request{Kernels: kernels, Entry: entry, Exit: exit, Globals: globals, MaxPTX: maxPTX})
+	if err != nil {
+		return err
+	}
+	lr, err := p.conn.LoadPTX(t, []byte(res.PTX), res.Kernels...)
+	if err != nil {
+		return fmt.Errorf("the driver's JIT refused the instrumented PTX: %w", err)
+	}
+	fn := map[string]uint64{}
+	for _, f := range lr.Functions {
+		fn[f.Name] = f.Handle
+	}
+	activated := 0
+	for _, k := range inv.Kernels {
+		if k.ModuleID != m.ID || fn[k.Name] == 0 {
+			continue
+		}
+		if k.Kind == agentproto.KindFunction && k.Ctx != 0 && k.Ctx != lr.Ctx {
+			continue
+		}
+		if err := p.conn.Activate(k.Handle, lr.CloneID, fn[k.Name]); err != nil {
+			return fmt.Errorf("activating the probe on %s: %w", k.Name, err)
+		}
+		activated++
+	}
+	if activated == 0 {
+		p.conn.Unload(lr.CloneID)
+		return fmt.Errorf("the agent has no launch handle for %s yet", strings.Join(kernels, ", "))
+	}
+	now := time.Now()
+	p.mu.Lock()
+	p.clones++
+	p.mu.Unlock()
+	p.s.mu.Lock()
+	for _, k := range res.Kernels {
+		p.s.stats.KernelsMatched[k] = true
+		delete(p.s.stats.KernelsSkipped, k)
+	}
+	p.s.stats.Clones++
+	p.s.stats.JIT += time.Duration(lr.LoadNanos)
+	if !p.s.stats.firstAttachDone {
+		p.s.stats.firstAttachDone = true
+		p.s.stats.FirstAttach = now.Sub(p.start)
+	}
+	p.s.mu.Unlock()
+	p.s.logf("process %d: %s instrumented (%d handle(s), JIT %.1f ms, %d variable(s) aliased)",
+		p.PID, strings.Join(res.Kernels, ", "), activated, float64(lr.LoadNanos)/1e6, len(res.Aliased))
+	return nil
+}
+
+// addStats adds this process's agent-side counters and ring drops.
+func (p *Process) addStats(st *Stats) {
+	if p.conn == nil {
+		return
+	}
+	if probes, err := p.conn.Stats(); err == nil {
+		for _, pr := range probes {
+			p.mu.Lock()
+			if pr.Launches > p.launches[pr.Kernel^pr.Ctx] {
+				p.launches[pr.Kernel^pr.Ctx] = pr.Launches
+			}
+			p.mu.Unlock()
+			st.LaunchFailures += pr.Failures
+		}
+	}
+	p.mu.Lock()
+	for _, n := range p.launches {
+		st.Launches += n
+	}
+	for _, d := range p.devs {
+		for _, m := range d.maps {
+			if m.ring != nil {
+				st.RingDrops += m.ring.Drops()
+			}
+		}
+		if d.printk != nil {
+			st.RingDrops += d.printk.ring.Drops()
+		}
+	}
+	p.mu.Unlock()
+}
+
+// close detaches: the agent restores the original kernels (also what it
+// does by itself if the tool dies) and frees what the session placed.
+func (p *Process) close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	var err error
+	if p.conn != nil {
+		// Drain the rings one last time so nothing the GPU produced is lost.
+		p.drain()
+		st := Stats{}
+		p.addStats(&st)
+		if derr := p.conn.Detach(); derr != nil && !errors.Is(derr, os.ErrClosed) {
+			err = derr
+		}
+		close(p.stop)
+		p.conn.Close()
+		p.wg.Wait()
+		p.drain()
+	}
+	p.mu.Lock()
+	for _, l := range p.links {
+		l.Close()
+	}
+	p.links = nil
+	for _, d := range p.devs {
+		d.release()
+	}
+	p.mu.Unlock()
+	return err
+}

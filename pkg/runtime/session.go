@@ -1,0 +1,241 @@
+package runtime
+
+import (
+	"fmt"
+	"io"
+	"regexp"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
+)
+
+// Options configure a Session.
+type Options struct {
+	// Kernels, when set, retargets every GPU program at these patterns
+	// (a tool's --kernel flag) instead of the kernel its section names.
+	Kernels []string
+	// Client names the tool in the agent's log.
+	Client string
+	// Threads is the per-GPU-thread array capacity (0: gpumap's default).
+	Threads uint32
+	// Log receives progress lines (-v); nil keeps quiet.
+	Log io.Writer
+}
+
+// Record is one ring-buffer record or trace_printk line from a GPU program.
+type Record struct {
+	PID    int
+	Device int
+	// Map names the ring buffer; empty for trace_printk/bpf_puts output,
+	// which is in Text.
+	Map  string
+	Data []byte
+	Text string
+}
+
+// Session is one tool's attachment of one BPF collection to any number of
+// processes.
+type Session struct {
+	spec *ebpf.CollectionSpec
+	opts Options
+	gpu  []GPUProgram
+	cpu  []CPUProgram
+	kern *kernelSide
+
+	records chan Record
+
+	mu     sync.Mutex
+	procs  map[int]*Process
+	closed bool
+	stats  Stats
+}
+
+// Stats account for everything a session saw, for the tools' final
+// completeness line.
+type Stats struct {
+	Processes       int
+	KernelsMatched  map[string]bool   // mangled names instrumented somewhere
+	KernelsSkipped  map[string]string // mangled name -> why
+	Records         uint64            // ring-buffer records delivered
+	RecordsLost     uint64            // records the tool could not deliver (channel full)
+	RingDrops       uint64            // records GPU producers dropped (ring full)
+	MapErrors       map[string]uint64 // map -> out-of-range/full errors counted on the GPU
+	Launches        uint64            // instrumented launches (agent count)
+	LaunchFailures  uint64            // instrumented launches the driver refused (original ran)
+	FirstAttach     time.Duration     // tool start -> first clone active
+	JIT             time.Duration     // time spent in the driver JIT, all clones
+	Clones          int
+	ProbeFailures   []string
+	firstAttachDone bool
+}
+
+// Open prepares a session for spec: splits GPU and CPU programs, loads the
+// CPU programs and shared maps into the kernel, and compiles every GPU
+// program once with placeholder map addresses so that a program the GPU
+// compiler refuses is reported now, before anything is attached.
+func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
+	gpu, cpu, err := SplitPrograms(spec)
+	if err != nil {
+		return nil, err
+	}
+	if len(gpu) == 0 && len(cpu) == 0 {
+		return nil, fmt.Errorf("the object has no programs")
+	}
+	if len(opts.Kernels) > 0 {
+		for i := range gpu {
+			gpu[i].Kernel = "" // retargeted: see kernelPatterns
+		}
+	}
+	s := &Session{
+		spec:    spec,
+		opts:    opts,
+		gpu:     gpu,
+		cpu:     cpu,
+		records: make(chan Record, 65536),
+		procs:   map[int]*Process{},
+		stats:   Stats{KernelsMatched: map[string]bool{}, KernelsSkipped: map[string]string{}, MapErrors: map[string]uint64{}},
+	}
+	for _, g := range gpu {
+		if _, err := s.compile(g, placeholderPlacements(spec, g), gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7f0000000000, HostResident: true, MaxEntries: 1 << 20}, 0); err != nil {
+			return nil, err
+		}
+	}
+	if s.kern, err = loadKernelSide(spec, gpu, cpu); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// GPUPrograms and CPUPrograms describe what the session runs.
+func (s *Session) GPUPrograms() []GPUProgram { return s.gpu }
+func (s *Session) CPUPrograms() []CPUProgram { return s.cpu }
+
+// kernelPatterns is what program g attaches to.
+func (s *Session) kernelPatterns(g GPUProgram) []string {
+	if len(s.opts.Kernels) > 0 {
+		return s.opts.Kernels
+	}
+	return []string{g.Kernel}
+}
+
+// Records delivers ring-buffer records and trace_printk lines of every
+// process, in arrival order per ring.
+func (s *Session) Records() <-chan Record { return s.records }
+
+func (s *Session) logf(format string, args ...any) {
+	if s.opts.Log != nil {
+		fmt.Fprintf(s.opts.Log, format+"\n", args...)
+	}
+}
+
+var nonIdent = regexp.MustCompile(`[^A-Za-z0-9_]`)
+
+func probeFuncName(prog string) string { return "gpubpf_" + nonIdent.ReplaceAllString(prog, "_") }
+
+// compile compiles one GPU program against real or placeholder placements.
+func (s *Session) compile(g GPUProgram, maps map[string]gpumap.Placement, printk gpumap.Placement, pid uint32) (*jit.Function, error) {
+	f, err := jit.Compile(g.Spec, jit.Options{Maps: maps, Printk: printk, PID: pid, FuncName: probeFuncName(g.Spec.Name)})
+	if err != nil {
+		return nil, fmt.Errorf("GPU program %s (section %s): %w", g.Spec.Name, g.Spec.SectionName, err)
+	}
+	return f, nil
+}
+
+// placeholderPlacements gives every map program g uses a distinct fake
+// address, for the compile check in Open.
+func placeholderPlacements(spec *ebpf.CollectionSpec, g GPUProgram) map[string]gpumap.Placement {
+	out := map[string]gpumap.Placement{}
+	addr := uint64(0x7e0000000000)
+	for name := range referencedMaps(g.Spec) {
+		m := spec.Maps[name]
+		if m == nil {
+			continue
+		}
+		kind, err := gpumap.KindOf(m)
+		if err != nil {
+			continue // reported with the real placement at attach time
+		}
+		out[name] = gpumap.Placement{Kind: kind, Addr: addr, HostResident: kind == gpumap.RingBuf || kind == gpumap.HostArray,
+			KeySize: m.KeySize, ValueSize: m.ValueSize, MaxEntries: m.MaxEntries}
+		addr += 1 << 32
+	}
+	return out
+}
+
+// Stats returns a copy of the session's accounting, with the agents' launch
+// counts and the rings' drop counters read now.
+func (s *Session) Stats() Stats {
+	s.mu.Lock()
+	procs := make([]*Process, 0, len(s.procs))
+	for _, p := range s.procs {
+		procs = append(procs, p)
+	}
+	st := s.stats
+	st.KernelsMatched = copyMap(s.stats.KernelsMatched)
+	st.KernelsSkipped = copyMap(s.stats.KernelsSkipped)
+	st.MapErrors = copyMap(s.stats.MapErrors)
+	st.ProbeFailures = append([]string(nil), s.stats.ProbeFailures...)
+	s.mu.Unlock()
+	for _, p := range procs {
+		p.addStats(&st)
+	}
+	return st
+}
+
+func copyMap[V any](m map[string]V) map[string]V {
+	out := make(map[string]V, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// Processes returns the attached processes, by PID.
+func (s *Session) Processes() []*Process {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*Process, 0, len(s.procs))
+	for _, p := range s.procs {
+		out = append(out, p)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].PID < out[j].PID })
+	return out
+}
+
+// Detach detaches from one process: the agent restores its kernels.
+func (s *Session) Detach(pid int) error {
+	s.mu.Lock()
+	p := s.procs[pid]
+	delete(s.procs, pid)
+	s.mu.Unlock()
+	if p == nil {
+		return fmt.Errorf("process %d is not attached", pid)
+	}
+	return p.close()
+}
+
+// Close detaches from every process and unloads the CPU programs.
+func (s *Session) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	procs := s.procs
+	s.procs = map[int]*Process{}
+	s.mu.Unlock()
+	var first error
+	for _, p := range procs {
+		if err := p.close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	s.kern.Close()
+	return first
+}

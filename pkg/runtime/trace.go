@@ -1,0 +1,163 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"time"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
+	"github.com/gpubpf/gpubpf/pkg/runtime/launch"
+)
+
+// Targets say what a tool traces (CLI.md "Invocation").
+type Targets struct {
+	// PIDs are running processes (-p).
+	PIDs []int
+	// Command is started traced (-- CMD ARGS).
+	Command []string
+}
+
+// All reports whether the tool traces every process (no -p, no command).
+func (t Targets) All() bool { return len(t.PIDs) == 0 && len(t.Command) == 0 }
+
+// Describe is the target part of a tool's start line.
+func (t Targets) Describe() string {
+	switch {
+	case len(t.Command) > 0:
+		return fmt.Sprintf("in %s", t.Command[0])
+	case len(t.PIDs) == 1:
+		return fmt.Sprintf("in PID %d", t.PIDs[0])
+	case len(t.PIDs) > 1:
+		return fmt.Sprintf("in PIDs %v", t.PIDs)
+	}
+	return "in every process with the gpubpf agent"
+}
+
+// agentWait bounds how long a started command may take to bring its agent up.
+const agentWait = 10 * time.Second
+
+// allScanInterval is how often tracing "all" looks for new agents.
+const allScanInterval = 250 * time.Millisecond
+
+// Trace attaches to the targets and traces until ctx is done or, with a
+// command, until the command exits. It returns the command's exit status
+// (0 without a command). Errors attaching to a process the user named are
+// returned; in "all" mode they are logged and the process skipped.
+func (s *Session) Trace(ctx context.Context, t Targets) (int, error) {
+	start := time.Now()
+	switch {
+	case len(t.Command) > 0:
+		return s.traceCommand(ctx, t.Command, start)
+	case len(t.PIDs) > 0:
+		for _, pid := range t.PIDs {
+			if _, err := s.Attach(pid, AttachOptions{Start: start}); err != nil {
+				return 0, err
+			}
+		}
+		// A traced process that exits ends its part of the trace; when all
+		// are gone the trace is over.
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return 0, nil
+			case <-tick.C:
+				if s.allGone() {
+					return 0, nil
+				}
+			}
+		}
+	default:
+		return 0, s.traceAll(ctx, start)
+	}
+}
+
+func (s *Session) allGone() bool {
+	for _, p := range s.Processes() {
+		if p.conn == nil {
+			if processAlive(p.PID) {
+				return false
+			}
+			continue
+		}
+		select {
+		case <-p.conn.Done():
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func (s *Session) traceCommand(ctx context.Context, argv []string, start time.Time) (int, error) {
+	cmd, err := launch.Start(argv, launch.Options{Agent: true, Hold: true})
+	if err != nil {
+		return 0, err
+	}
+	if err := cmd.Release(); err != nil {
+		cmd.Cmd.Process.Kill()
+		cmd.Wait()
+		return 0, err
+	}
+	if _, err := s.Attach(cmd.PID(), AttachOptions{Hold: true, Start: start, Wait: agentWait}); err != nil {
+		// The program runs on untraced rather than being killed: it is the
+		// user's work. Say why and wait for it.
+		s.logf("not tracing %s: %v", argv[0], err)
+		code := waitCode(cmd.Wait())
+		return code, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Cmd.Wait() }()
+	select {
+	case err := <-done:
+		return waitCode(err), nil
+	case <-ctx.Done():
+		// Ctrl-C: the program got it too (same terminal); give it a moment.
+		select {
+		case err := <-done:
+			return waitCode(err), nil
+		case <-time.After(2 * time.Second):
+			return 0, nil
+		}
+	}
+}
+
+func waitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func (s *Session) traceAll(ctx context.Context, start time.Time) error {
+	tried := map[int]bool{}
+	tick := time.NewTicker(allScanInterval)
+	defer tick.Stop()
+	for {
+		agents, err := agentclient.List("")
+		if err != nil {
+			return err
+		}
+		for _, a := range agents {
+			if tried[a.PID] {
+				continue
+			}
+			tried[a.PID] = true
+			if _, err := s.Attach(a.PID, AttachOptions{Start: start}); err != nil {
+				s.logf("process %d: %v", a.PID, err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# GPU checks of the runtime (issue 6), driven through `gpubpf run` the way a
+# user runs it:
+#   1. a kernel-entry/exit counting program on vec_add, static and shared
+#      cudart: the app's RESULT stays ok (its __constant__ d_N/d_scale and
+#      __device__ d_calls are read through the clone) and the counts equal
+#      ITERATIONS x THREADS x BLOCKS;
+#   2. attach to a running vec_add (agent preloaded), detach, re-attach;
+#   3. kill -9 the tool while attached: the app runs on and stays correct;
+#   4. the stub-hook variant and a trace_printk/ring-buffer program;
+#   5. a PyTorch script under the agent: kernels listed, results right;
+#   6. agent loaded, no tool: empty-kernel launch rate vs without the agent;
+#      tool start -> first instrumented launch latency and JIT share.
+# Prints "SUMMARY: ..." last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PATH=$PWD/bin:$PATH
+AGENT=$PWD/bin/libgpubpf-agent.so
+pass=0 fail=0
+ok() { echo "ok   $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+need() { [ -x "$1" ] || { echo "missing $1 (make gpu-bundle here, make -C samples, make agent)"; exit 1; }; }
+need bin/gpubpf; need samples/bin/vec_add; [ -f "$AGENT" ] || { echo "missing $AGENT"; exit 1; }
+
+# map_value FILE MAP KEY: value of KEY in map MAP from `gpubpf run -j` output.
+map_value() { python3 - "$@" <<'PY'
+import json, sys
+f, m, k = sys.argv[1:4]
+v = None
+for line in open(f):
+    try: o = json.loads(line)
+    except ValueError: continue
+    if o.get("type") == "map" and o.get("map") == m and o.get("key") == k:
+        v = o.get("value")
+print(v if v is not None else "missing")
+PY
+}
+summary_field() { python3 - "$@" <<'PY'
+import json, sys
+f, k = sys.argv[1:3]
+v = "missing"
+for line in open(f):
+    try: o = json.loads(line)
+    except ValueError: continue
+    if o.get("type") == "summary": v = o.get(k)
+print(v)
+PY
+}
+
+T=$(mktemp -d)
+ITER=20 THR=256 BLK=16
+WANT=$((ITER * THR * BLK))
+
+# 1. counter on vec_add, both cudart flavours
+for v in vec_add vec_add_shared; do
+	gpubpf run -j bpf/examples/counter_bpfel.o -- samples/bin/$v 4096 $ITER $THR $BLK >"$T/$v.out" 2>"$T/$v.err"
+	rc=$?
+	entry=$(map_value "$T/$v.out" calls 0) exit_=$(map_value "$T/$v.out" calls 1)
+	launches=$(summary_field "$T/$v.out" instrumented_launches)
+	if [ $rc -eq 0 ] && grep -q "RESULT vec_add ok" "$T/$v.out" && [ "$entry" = "$WANT" ] && [ "$exit_" = "$WANT" ]; then
+		ok "$v: counter entry=$entry exit=$exit_ (want $WANT), launches=$launches, app RESULT ok"
+	else
+		bad "$v: rc=$rc entry=$entry exit=$exit_ (want $WANT) launches=$launches"; tail -5 "$T/$v.out" "$T/$v.err"
+	fi
+	grep -h 'first_attach_ms' "$T/$v.out" | tail -1
+done
+
+# 4a. stub-hook variant: the entry probe runs at the hook call
+gpubpf run -j bpf/examples/counter_bpfel.o -- samples/bin/vec_add_hook 4096 $ITER $THR $BLK >"$T/hook.out" 2>"$T/hook.err"
+e=$(map_value "$T/hook.out" calls 0)
+if grep -q "RESULT vec_add ok" "$T/hook.out" && [ "$e" != missing ] && [ "$e" -gt 0 ]; then ok "vec_add_hook: entry probe at stub ran $e times"; else bad "vec_add_hook: entry=$e"; tail -5 "$T/hook.out" "$T/hook.err"; fi
+
+# 4b. ring buffer + trace_printk
+gpubpf run -j bpf/examples/trace_bpfel.o -- samples/bin/vec_add 1024 2 128 2 >"$T/trace.out" 2>"$T/trace.err"
+nrec=$(grep -c '"type":"record"' "$T/trace.out") npk=$(grep -c '"type":"printk"' "$T/trace.out")
+drops=$(summary_field "$T/trace.out" records_dropped_gpu)
+if grep -q "RESULT vec_add ok" "$T/trace.out" && [ "$nrec" -eq $((2 * 128 * 2)) ] && [ "$npk" -eq 2 ]; then
+	ok "trace: $nrec ring records (want 512), $npk printk lines, drops=$drops"
+else
+	bad "trace: records=$nrec (want 512) printk=$npk drops=$drops"; tail -5 "$T/trace.out" "$T/trace.err"
+fi
+grep -m2 '"type":"record"' "$T/trace.out"; grep -m1 '"type":"printk"' "$T/trace.out"
+
+# 2. attach to a running process, detach, re-attach
+LD_PRELOAD=$AGENT samples/bin/vec_add 4096 3000000 $THR $BLK >"$T/long.out" 2>&1 &
+app=$!
+sleep 1.5
+for round in 1 2; do
+	gpubpf run -j -p $app -d 1 bpf/examples/counter_bpfel.o >"$T/attach$round.out" 2>"$T/attach$round.err"
+	n=$(map_value "$T/attach$round.out" calls 0)
+	if [ "$n" != missing ] && [ "$n" -gt 0 ] && [ $((n % (THR * BLK))) -eq 0 ]; then ok "attach round $round: $n entries counted in 1 s"; else bad "attach round $round: calls[0]=$n"; tail -3 "$T/attach$round.err"; fi
+done
+# 3. kill -9 the tool while attached
+gpubpf run -p $app bpf/examples/counter_bpfel.o >/dev/null 2>&1 &
+tool=$!
+sleep 1
+kill -9 $tool
+wait $tool 2>/dev/null
+sleep 0.5
+kill -0 $app 2>/dev/null && ok "app alive after kill -9 of the tool" || bad "app died after kill -9 of the tool"
+kill -INT $app 2>/dev/null; sleep 0.3; kill -TERM $app 2>/dev/null
+wait $app 2>/dev/null
+# A shorter run to prove results stay right after an attach/kill cycle:
+LD_PRELOAD=$AGENT samples/bin/vec_add 4096 200000 $THR $BLK >"$T/kill.out" 2>&1 &
+app=$!
+sleep 0.8
+gpubpf run -p $app bpf/examples/counter_bpfel.o >/dev/null 2>&1 &
+tool=$!
+sleep 0.7
+kill -9 $tool
+wait $app
+if grep -q "RESULT vec_add ok" "$T/kill.out"; then ok "results correct after kill -9 of the attached tool"; else bad "after kill -9: $(tail -2 "$T/kill.out")"; fi
+
+# 5. PyTorch under the agent
+if python3 -c 'import torch' 2>/dev/null; then
+	cat >"$T/t.py" <<'PY'
+import torch, time
+x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
+y = (x * 2 + 1).sum().item()
+want = float(sum(range(1 << 20))) * 2 + (1 << 20)
+assert abs(y - want) / want < 1e-5, (y, want)
+print("RESULT torch ok", y)
+time.sleep(3)
+PY
+	LD_PRELOAD=$AGENT python3 "$T/t.py" >"$T/torch.out" 2>&1 &
+	tp=$!
+	sleep 2.5
+	gpubpf kernels -p $tp >"$T/torch.kernels" 2>&1
+	krc=$?
+	wait $tp; trc=$?
+	nk=$(grep -c . "$T/torch.kernels")
+	if [ $trc -eq 0 ] && grep -q "RESULT torch ok" "$T/torch.out" && [ $krc -eq 0 ] && [ "$nk" -gt 2 ]; then
+		ok "PyTorch under the agent: RESULT ok, $nk lines of kernel listing"
+	else
+		bad "PyTorch: app rc=$trc kernels rc=$krc lines=$nk"; tail -3 "$T/torch.out" "$T/torch.kernels"
+	fi
+	head -12 "$T/torch.kernels"
+fi
+
+# 6. cost of the agent with no tool attached (same invocation, alternating)
+if [ -x samples/bin/empty_kernel ]; then
+	best() { sort -n | head -1; }
+	for i in 1 2 3; do
+		samples/bin/empty_kernel 200000 async | grep -o 'us_per_launch=[0-9.]*' | cut -d= -f2 >>"$T/base"
+		LD_PRELOAD=$AGENT samples/bin/empty_kernel 200000 async | grep -o 'us_per_launch=[0-9.]*' | cut -d= -f2 >>"$T/agent"
+	done
+	b=$(best <"$T/base") a=$(best <"$T/agent")
+	ratio=$(python3 -c "print(f'{$b/$a:.4f}')")
+	echo "empty-kernel launch: ${b} us without agent, ${a} us with agent (no tool): rate ratio $ratio"
+	python3 -c "import sys; sys.exit(0 if $b/$a >= 0.99 else 1)" && ok "agent idle cost: launch rate ratio $ratio (goal >= 0.99)" || bad "agent idle cost: launch rate ratio $ratio (goal >= 0.99)"
+	AGENT_RATIO=$ratio
+fi
+FA=$(summary_field "$T/vec_add.out" first_attach_ms) JIT=$(summary_field "$T/vec_add.out" jit_ms)
+echo "SUMMARY: $pass passed, $fail failed; first probe ${FA} ms after start (JIT ${JIT} ms); idle agent rate ratio ${AGENT_RATIO:-n/a}"
+[ $fail -eq 0 ]
