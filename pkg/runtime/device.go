@@ -149,6 +149,23 @@ func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
 		conn.Free(d.target, addr)
 		return nil, err
 	}
+	// Global data (.rodata/.data: constants, format strings) and any
+	// initial contents the object declares.
+	if kind == gpumap.Array {
+		for _, kv := range spec.Contents {
+			k, kok := kv.Key.(uint32)
+			v, vok := kv.Value.([]byte)
+			if !kok || !vok || k >= spec.MaxEntries {
+				conn.Free(d.target, addr)
+				return nil, fmt.Errorf("initial contents of map %s: want uint32 keys below %d and []byte values, got %T/%T", name, spec.MaxEntries, kv.Key, kv.Value)
+			}
+			off := addr + gpumap.HeaderSize + uint64(k)*gpumap.Stride(spec.ValueSize)
+			if err := conn.Write(d.target, off, v); err != nil {
+				conn.Free(d.target, addr)
+				return nil, err
+			}
+		}
+	}
 	return &placedMap{name: name, spec: spec, place: pl, devAddr: addr}, nil
 }
 

@@ -36,6 +36,9 @@ type Process struct {
 	modules  map[uint64]bool
 	clones   int
 	launches map[uint64]uint64
+	// final holds each device map's contents as read at the application's
+	// last module unload (exit): what ReadMaps shows once it is gone.
+	final    map[agentproto.Target]map[string][]byte
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	closed   bool
@@ -181,6 +184,9 @@ func (p *Process) watch() {
 				if p.hold {
 					p.conn.Continue(m.ID)
 				}
+			case n.Unloading != 0:
+				p.lastLook()
+				p.conn.ReleaseUnload(n.Unloading)
 			case n.ProbeFailed != nil:
 				msg := fmt.Sprintf("process %d: an instrumented launch failed (CUresult %d); the original kernel ran and the probe was switched off", p.PID, n.ProbeFailed.CUResult)
 				p.s.mu.Lock()

@@ -116,7 +116,7 @@ func (s *Session) ReadMaps() ([]MapCopy, error) {
 				if m.ring != nil || m.kmap != nil {
 					continue
 				}
-				data, err := p.readDevice(d.target, m.devAddr, gpumap.SizeOf(m.place))
+				data, err := p.readMap(d, m)
 				if err != nil {
 					if firstErr == nil {
 						firstErr = fmt.Errorf("process %d: reading map %s: %w", p.PID, name, err)
@@ -213,4 +213,63 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// readMap reads a device-resident map: live through the agent, or, once the
+// application has gone, the copy taken at its last module unload.
+func (p *Process) readMap(d *device, m *placedMap) ([]byte, error) {
+	select {
+	case <-p.conn.Done():
+	default:
+		data, err := p.readDevice(d.target, m.devAddr, gpumap.SizeOf(m.place))
+		if err == nil {
+			return data, nil
+		}
+		if b := p.finalCopy(d.target, m.name); b != nil {
+			return b, nil
+		}
+		return nil, err
+	}
+	if b := p.finalCopy(d.target, m.name); b != nil {
+		return b, nil
+	}
+	return nil, fmt.Errorf("the process exited before its maps could be read")
+}
+
+func (p *Process) finalCopy(t agentproto.Target, name string) []byte {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.final[t][name]
+}
+
+// lastLook runs while the application waits in a module unload (normally
+// at exit): drain the rings, copy every device map and the launch counts,
+// so the tool can report them after the process is gone.
+func (p *Process) lastLook() {
+	p.drain()
+	p.mu.Lock()
+	devs := make([]*device, 0, len(p.devs))
+	for _, d := range p.devs {
+		devs = append(devs, d)
+	}
+	p.mu.Unlock()
+	final := map[agentproto.Target]map[string][]byte{}
+	for _, d := range devs {
+		final[d.target] = map[string][]byte{}
+		for name, m := range d.maps {
+			if m.ring != nil || m.kmap != nil {
+				continue
+			}
+			if data, err := p.readDevice(d.target, m.devAddr, gpumap.SizeOf(m.place)); err == nil {
+				final[d.target][name] = data
+			} else {
+				p.s.logf("process %d: last read of map %s: %v", p.PID, name, err)
+			}
+		}
+	}
+	var st Stats
+	p.addStats(&st)
+	p.mu.Lock()
+	p.final = final
+	p.mu.Unlock()
 }

@@ -118,6 +118,7 @@ extern size_t g_nkerns;
 
 HIDDEN uint64_t inv_add_module(int kind, void *handle, const void *image, const char *path);
 HIDDEN void inv_module_unloaded(void *handle);
+HIDDEN uint64_t inv_module_id(void *handle);
 HIDDEN void inv_add_kernel(void *handle, int kind, void *module_handle, void *parent, const char *name);
 HIDDEN struct module *inv_module_by_id(uint64_t id);   /* g_mu held */
 HIDDEN struct kernel *inv_kernel_by_handle(void *h);   /* g_mu held */
@@ -167,6 +168,7 @@ struct session;
 HIDDEN void server_start(void);
 HIDDEN void server_ensure(void);
 HIDDEN void server_notify_module(uint64_t id);
+HIDDEN void server_hold_unload(void *handle);
 HIDDEN void server_notify_failure(struct activation *a, CUresult r);
 HIDDEN void server_hold(uint64_t id);
 HIDDEN void server_atfork_child(void);

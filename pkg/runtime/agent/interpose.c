@@ -282,6 +282,7 @@ EXPORT CUresult cuLibraryUnload(CUlibrary lib)
 	libunload_t f = REAL(libunload_t, cuLibraryUnload);
 	if (!f)
 		return NOFUNC;
+	server_hold_unload(lib);
 	inv_module_unloaded(lib);
 	return f(lib);
 }
@@ -335,6 +336,7 @@ EXPORT CUresult cuModuleUnload(CUmodule m)
 	modunload_t f = REAL(modunload_t, cuModuleUnload);
 	if (!f)
 		return NOFUNC;
+	server_hold_unload(m);
 	inv_module_unloaded(m);
 	return f(m);
 }

@@ -190,6 +190,15 @@ uint64_t inv_add_module(int kind, void *handle, const void *image, const char *p
 	return id;
 }
 
+uint64_t inv_module_id(void *handle)
+{
+	pthread_mutex_lock(&g_mu);
+	struct module *m = module_by_handle(handle);
+	uint64_t id = m && !m->unloaded ? m->id : 0;
+	pthread_mutex_unlock(&g_mu);
+	return id;
+}
+
 void inv_module_unloaded(void *handle)
 {
 	pthread_mutex_lock(&g_mu);

@@ -43,8 +43,10 @@ enum {
 	OP_DETACH = 17,
 	OP_STATS = 18,
 	OP_CONTINUE = 19,
+	OP_RELEASE_UNLOAD = 20,
 	NOTE_MODULE = 0x40,
 	NOTE_PROBE_FAILED = 0x41,
+	NOTE_UNLOADING = 0x42,
 };
 
 enum { ST_OK = 0, ST_BAD_REQUEST = 1, ST_NOT_FOUND = 2, ST_CUDA = 3, ST_UNSUPPORTED = 4, ST_INTERNAL = 5 };
@@ -188,6 +190,9 @@ struct session {
 	int hold;
 	uint64_t sent_mod; /* modules notified up to this id */
 	uint64_t acked_mod;
+	uint64_t unload_id;    /* module the application is about to unload */
+	int unload_pending;    /* NOTE_UNLOADING not sent yet */
+	uint64_t acked_unload; /* the tool took its last look before that unload */
 	int pending_fd;
 	struct clone *clones;
 	struct alloc *allocs;
@@ -279,6 +284,56 @@ void server_hold(uint64_t id)
 		if (pthread_cond_timedwait(&g_cond, &g_mu, &dl) == ETIMEDOUT)
 			break;
 	g_hold_waited = 1;
+	pthread_mutex_unlock(&g_mu);
+}
+
+/* A session has state in this process worth a last look: clones or memory. */
+static int has_state(struct session *s)
+{
+	return s->hello && (s->clones || s->allocs || s->regions);
+}
+
+static int unload_pending_for(uint64_t id)
+{
+	for (struct session *s = g_sessions; s; s = s->next)
+		if (has_state(s) && s->unload_id == id && s->acked_unload != id)
+			return 1;
+	return 0;
+}
+
+/* Called by the application's thread before it unloads a module (at exit,
+ * cudart unloads every module before the contexts go): every tool with
+ * clones or memory here is told and may read its maps and drain its rings
+ * before the application's state disappears; it answers release-unload.
+ * Bounded by GPUBPF_AGENT_HOLD_MS (a tool that never answers costs the
+ * application that long once per unload at most, and only while attached). */
+void server_hold_unload(void *handle)
+{
+	if (!__atomic_load_n(&g_sessions, __ATOMIC_RELAXED))
+		return;
+	uint64_t id = inv_module_id(handle);
+	if (!id)
+		return;
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += g_hold_ms / 1000;
+	dl.tv_nsec += (g_hold_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&g_mu);
+	int any = 0;
+	for (struct session *s = g_sessions; s; s = s->next)
+		if (has_state(s)) {
+			s->unload_id = id;
+			s->unload_pending = 1;
+			wake(s);
+			any = 1;
+		}
+	while (any && unload_pending_for(id))
+		if (pthread_cond_timedwait(&g_cond, &g_mu, &dl) == ETIMEDOUT)
+			break;
 	pthread_mutex_unlock(&g_mu);
 }
 
@@ -1305,6 +1360,7 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 	if (!s->hello && type != OP_HELLO)
 		return send_error(s, type, req, ST_BAD_REQUEST, 0, "say hello first");
 	if (type != OP_HELLO && type != OP_LIST && type != OP_FETCH && type != OP_STATS && type != OP_CONTINUE &&
+	    type != OP_RELEASE_UNLOAD &&
 	    type != OP_DEACTIVATE && type != OP_DETACH && drv_init() != 0)
 		return send_error(s, type, req, ST_UNSUPPORTED, CUDA_ERROR_NOT_INITIALIZED,
 				  "the process has not initialised CUDA yet");
@@ -1366,6 +1422,15 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 		wb_i32(&w, ST_OK);
 		break;
 	}
+	case OP_RELEASE_UNLOAD: {
+		uint64_t id = rb_u64(&r);
+		pthread_mutex_lock(&g_mu);
+		s->acked_unload = id;
+		pthread_cond_broadcast(&g_cond);
+		pthread_mutex_unlock(&g_mu);
+		wb_i32(&w, ST_OK);
+		break;
+	}
 	default:
 		ret = send_error(s, type, req, ST_UNSUPPORTED, 0, "unknown operation %u (agent %s, protocol %u)", type,
 				 AGENT_VERSION, PROTO_VERSION);
@@ -1397,6 +1462,11 @@ static int flush_notes(struct session *s)
 				have = NOTE_MODULE;
 				break;
 			}
+		if (!have && s->unload_pending) {
+			s->unload_pending = 0;
+			wb_u64(&w, s->unload_id);
+			have = NOTE_UNLOADING;
+		}
 		if (!have && s->nfail) {
 			s->nfail--;
 			wb_u64(&w, s->fails[s->nfail].handle);

@@ -430,3 +430,46 @@ func TestDialNoAgent(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// Before the application unloads a module (cudart does so at exit), a tool
+// with state in the process is told and the application waits until the
+// tool releases it: the tool's last chance to read device maps.
+func TestUnloadHold(t *testing.T) {
+	f := build(t)
+	a := f.start(t)
+	c, err := Dial(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	addr, err := c.Alloc(OnDevice(0), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(a.in, "unload")
+	var id uint64
+	deadline := time.After(5 * time.Second)
+	for id == 0 {
+		select {
+		case n := <-c.Notifications():
+			id = n.Unloading
+		case <-deadline:
+			t.Fatal("no unloading notification")
+		}
+	}
+	// The application is held: device memory is still there to read.
+	if _, err := c.Read(OnDevice(0), addr, 64); err != nil {
+		t.Fatalf("read during the hold: %v", err)
+	}
+	select {
+	case l := <-a.lines:
+		t.Fatalf("application went on before release: %q", l)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := c.ReleaseUnload(id); err != nil {
+		t.Fatal(err)
+	}
+	if l := a.expect("UNLOADED"); l != "UNLOADED 0" {
+		t.Fatalf("unload returned %q", l)
+	}
+}

@@ -98,6 +98,10 @@ type Options struct {
 type Notification struct {
 	ModuleLoaded *agentproto.Module
 	ProbeFailed  *agentproto.ProbeFailed
+	// Unloading is the id of a module the application is about to unload
+	// (at exit: before its contexts and memory go). The agent holds the
+	// application until ReleaseUnload(id) or its hold timeout.
+	Unloading uint64
 }
 
 // Conn is a session with one agent. Methods may be called from several
@@ -300,6 +304,12 @@ func (c *Conn) readLoop() {
 					continue
 				}
 				n.ProbeFailed = f
+			case agentproto.NoteUnloading:
+				r := &agentproto.IDRequest{}
+				if agentproto.Unmarshal(p, r) != nil || r.ID == 0 {
+					continue
+				}
+				n.Unloading = r.ID
 			default:
 				continue // a newer agent's notification
 			}

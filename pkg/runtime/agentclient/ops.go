@@ -183,3 +183,9 @@ func (c *Conn) Stats() ([]agentproto.ProbeStat, error) {
 func (c *Conn) Continue(moduleID uint64) error {
 	return c.call(agentproto.OpContinue, &agentproto.IDRequest{ID: moduleID}, nil, nil)
 }
+
+// ReleaseUnload lets the application go on unloading module id, after the
+// tool took its last look at its maps (see Notification.Unloading).
+func (c *Conn) ReleaseUnload(id uint64) error {
+	return c.call(agentproto.OpReleaseUnload, &agentproto.IDRequest{ID: id}, nil, nil)
+}

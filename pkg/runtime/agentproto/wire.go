@@ -47,10 +47,12 @@ const (
 	OpDetach         Op = 17
 	OpStats          Op = 18
 	OpContinue       Op = 19
+	OpReleaseUnload  Op = 20
 
 	// Notifications (request id 0), sent by the agent after Hello.
 	NoteModuleLoaded Op = 0x40
 	NoteProbeFailed  Op = 0x41
+	NoteUnloading    Op = 0x42
 )
 
 var opNames = map[Op]string{
@@ -59,7 +61,7 @@ var opNames = map[Op]string{
 	OpRead: "read", OpRegisterHost: "register-host", OpUnregisterHost: "unregister-host",
 	OpSnapshot: "snapshot", OpActivate: "activate", OpDeactivate: "deactivate", OpDetach: "detach",
 	OpStats: "stats", OpContinue: "continue", NoteModuleLoaded: "module-loaded",
-	NoteProbeFailed: "probe-failed",
+	NoteProbeFailed: "probe-failed", OpReleaseUnload: "release-unload", NoteUnloading: "unloading",
 }
 
 func (o Op) String() string {

@@ -55,6 +55,7 @@ int main(void)
 	CUresult (*getk)(void **, void *, const char *) = get("cuLibraryGetKernel", 0);
 	launch_t launch = get("cuLaunchKernel", 0);
 	launch_t launchp = get("cuLaunchKernel", 2);
+	CUresult (*libunload)(void *) = get("cuLibraryUnload", 0);
 	void *ctx, *lib, *k;
 	if (init(0) || retain(&ctx, 0) || setcur(ctx) || libload(&lib, &wrapper, 0, 0, 0, 0, 0, 0) ||
 	    getk(&k, lib, "_Z6vecAddPfi"))
@@ -79,6 +80,9 @@ int main(void)
 				_exit(0);
 			}
 			printf("FORKED %d\n", (int)c);
+		} else if (!strcmp(line, "unload\n")) {
+			/* what cudart does at exit: the agent may hold us here */
+			printf("UNLOADED %d\n", libunload(lib));
 		} else if (!strcmp(line, "quit\n"))
 			break;
 		printf("DONE\n");
