@@ -80,7 +80,7 @@ bench-cpu:
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/... ./tools/...
 
 # Everything the GPU machine needs that only this machine can build.
-gpu-bundle: tools
+gpu-bundle:
 	@bash scripts/gpu-bundle.sh
 
 demo: all

@@ -31,6 +31,7 @@ RUNS='
 vec_add        | 1000 10 256 4      | host_us
 vec_add        | 100000 20 512 196  | kernel_us
 vec_add_hook   | 1000 10 256 4      | host_us
+vec_add_probe  | 1000 10 256 4      | host_us
 imbalance      | 10000 128 4 3      | checksum
 lane_slow      | 64 2 750 3         | lane31_ns
 launch_heavy   | 2000 4 20000       | launches_per_s

@@ -34,11 +34,36 @@ extern "C" __device__ __noinline__ void __bpftime_cuda__kernel_trace()
 }
 #endif
 
+#ifdef VEC_ADD_PROBE
+// The hand-written twin of bpf/bench/probe_counter.bpf.c (issue 3's
+// performance goal): read globaltimer and the thread index, bump a
+// per-thread counter. What an ideal instrumentation costs.
+struct probe_slot {
+	unsigned long long count, last_ts;
+};
+__device__ probe_slot *d_probe_slots;
+__device__ unsigned long long d_probe_nslots;
+#endif
+
 __global__ void vectorAdd(const float *A, const float *B, float *C, int n)
 {
 	(void)n; // the bound is d_N, on purpose
 #ifdef VEC_ADD_HOOK
 	__bpftime_cuda__kernel_trace();
+#endif
+#ifdef VEC_ADD_PROBE
+	{
+		unsigned long long ts;
+		asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(ts));
+		unsigned long long t =
+			((unsigned long long)(blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x) *
+				(blockDim.x * blockDim.y * blockDim.z) +
+			(threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+		if (t < d_probe_nslots) {
+			d_probe_slots[t].count += 1 + (threadIdx.x & 0);
+			d_probe_slots[t].last_ts = ts;
+		}
+	}
 #endif
 	int stride = blockDim.x * gridDim.x;
 	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < d_N; i += stride)
@@ -49,8 +74,10 @@ __global__ void vectorAdd(const float *A, const float *B, float *C, int n)
 
 int main(int argc, char **argv)
 {
-#ifdef VEC_ADD_HOOK
+#if defined(VEC_ADD_HOOK)
 	g_sample_name = "vec_add_hook";
+#elif defined(VEC_ADD_PROBE)
+	g_sample_name = "vec_add_probe";
 #else
 	g_sample_name = "vec_add";
 #endif
@@ -80,6 +107,14 @@ int main(int argc, char **argv)
 	CHECK(cudaMemcpy(dA, hA.data(), bytes, cudaMemcpyHostToDevice));
 	CHECK(cudaMemcpy(dB, hB.data(), bytes, cudaMemcpyHostToDevice));
 
+#ifdef VEC_ADD_PROBE
+	unsigned long long nslots = (unsigned long long)threads * blocks;
+	probe_slot *slots;
+	CHECK(cudaMalloc(&slots, nslots * sizeof(probe_slot)));
+	CHECK(cudaMemset(slots, 0, nslots * sizeof(probe_slot)));
+	CHECK(cudaMemcpyToSymbol(d_probe_slots, &slots, sizeof(slots)));
+	CHECK(cudaMemcpyToSymbol(d_probe_nslots, &nslots, sizeof(nslots)));
+#endif
 	// Warm-up (module load, first-launch costs), then start from a clean slate.
 	vectorAdd<<<blocks, threads>>>(dA, dB, dC, n);
 	CHECK_LAUNCH();
@@ -132,6 +167,14 @@ int main(int argc, char **argv)
 		       hC[first_bad], scale * (hA[first_bad] + hB[first_bad]), sum);
 	if (calls != want_calls)
 		result(false, "reason=wrong_d_calls d_calls=%llu want=%llu", calls, want_calls);
+#ifdef VEC_ADD_PROBE
+	probe_slot last;
+	CHECK(cudaMemcpy(&last, slots + nslots - 1, sizeof(last), cudaMemcpyDeviceToHost));
+	printf("hand-written probe: last thread counted %llu launches, last globaltimer %llu\n", last.count, last.last_ts);
+	if (last.count != (unsigned long long)iters + 1)
+		result(false, "reason=probe_count count=%llu want=%d", last.count, iters + 1);
+	CHECK(cudaFree(slots));
+#endif
 	CHECK(cudaFree(dA));
 	CHECK(cudaFree(dB));
 	CHECK(cudaFree(dC));

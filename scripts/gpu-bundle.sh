@@ -1,15 +1,20 @@
 #!/usr/bin/env bash
 # Builds, on this (Go) machine, what the GPU machine runs but cannot build:
-# the tools (bin/, by make) and the Go test binaries of packages with GPU
-# tests (.gpu/tests/). Carry bin and .gpu to the GPU machine.
+# the tools that have GPU checks and the Go test/helper binaries the
+# scripts/gpu/*.sh checks use, all under .gpu/ (git-ignored). Carry .gpu to
+# the GPU machine; scripts/gpu-check.sh installs .gpu/bin into bin/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-mkdir -p .gpu/tests
-# Packages whose tests do something on a GPU (testenv.GPU / GPUBPF_GPU_*).
-pkgs=$(grep -rl --include='*_test.go' -e 'testenv.GPU(' pkg tools 2>/dev/null | xargs -r -n1 dirname | sort -u)
-for d in $pkgs; do
-	name=$(echo "$d" | tr / _)
-	CGO_ENABLED=0 go test -c -o ".gpu/tests/$name.test" "./$d"
-	echo "built .gpu/tests/$name.test"
+rm -rf .gpu
+mkdir -p .gpu/bin .gpu/agent .gpu/jit .gpu/ptx
+ver=$(git describe --always --dirty 2>/dev/null || echo dev)
+ld="-s -w -X github.com/gpubpf/gpubpf/pkg/toolkit.Version=$ver"
+export CGO_ENABLED=0
+for t in gpubpf gpuevent_snoop; do
+	go build -trimpath -ldflags "$ld" -o .gpu/bin/$t ./tools/$t
 done
-du -sh bin .gpu 2>/dev/null
+go build -trimpath -ldflags "-s -w" -o .gpu/agent/agentcheck ./pkg/runtime/agent/gputest/agentcheck
+go build -trimpath -ldflags "-s -w" -o .gpu/ptx/ptxinst ./pkg/runtime/instrument/gputest/ptxinst
+go test -c -trimpath -ldflags "-s -w" -o .gpu/jit/difftest.test ./pkg/runtime/jit/difftest
+go test -c -trimpath -ldflags "-s -w" -o .gpu/jit/jit.test ./pkg/runtime/jit
+du -sh .gpu

@@ -19,6 +19,11 @@ if [ ! -e /dev/nvidia0 ] && ! nvidia-smi -L >/dev/null 2>&1; then
 	exit 0
 fi
 
+# Go binaries built elsewhere by scripts/gpu-bundle.sh.
+if [ -d .gpu/bin ] && ! command -v go >/dev/null; then
+	mkdir -p bin && cp -f .gpu/bin/* bin/
+fi
+
 LOGDIR=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}
 mkdir -p "$LOGDIR"
 RESULTS=$LOGDIR/results.tsv
@@ -66,13 +71,32 @@ if want build || [ ${#SELECTED[@]} -gt 0 ]; then
 	check build-agent 120 make agent
 fi
 
+# Checks run in the order given on the command line (default: samples, then
+# scripts/gpu/*-check.sh and *-difftest.sh alphabetically).
+script_of() { # check name -> script
+	local f
+	for f in scripts/gpu/$1-check.sh scripts/gpu/$1-difftest.sh scripts/gpu/$1.sh; do
+		[ -f "$f" ] && { echo "$f"; return; }
+	done
+}
 if [ $BENCH_ONLY -eq 0 ]; then
-	want samples && [ -x samples/check.sh ] && check samples 300 samples/check.sh
-	for s in scripts/gpu/*-check.sh scripts/gpu/*-difftest.sh; do
-		[ -f "$s" ] || continue
-		name=$(basename "$s" .sh)
-		name=${name%-check}
-		want "$name" && check "$name" 600 bash "$s"
+	if [ ${#SELECTED[@]} -eq 0 ]; then
+		SELECTED=(samples)
+		for s in scripts/gpu/*-check.sh scripts/gpu/*-difftest.sh; do
+			[ -f "$s" ] || continue
+			name=$(basename "$s" .sh)
+			SELECTED+=("${name%-check}")
+		done
+	fi
+	for name in "${SELECTED[@]}"; do
+		case $name in
+		build | *-bench) ;;
+		samples) [ -x samples/check.sh ] && check samples 300 samples/check.sh ;;
+		*)
+			s=$(script_of "$name")
+			if [ -n "$s" ]; then check "$name" "${GPUBPF_CHECK_TIMEOUT:-420}" bash "$s"; else echo "gpu-check: no check named $name"; fi
+			;;
+		esac
 	done
 fi
 for s in scripts/gpu/*-bench.sh; do
@@ -86,7 +110,7 @@ echo "== gpubpf GPU check: $(date -u +%Y-%m-%d) ${DEVICE:-unknown GPU}, $NVCC ==
 {
 	printf 'check\tresult\tsecs\tsummary\n'
 	cat "$RESULTS"
-} | column -t -s $'\t'
+} | awk -F'\t' '{ printf "%-16s %-10s %5s  %s\n", $1, $2, $3, $4 }'
 fails=$(awk -F'\t' '$2 != "PASS"' "$RESULTS" | wc -l)
 total=$(wc -l <"$RESULTS")
 echo "$((total - fails)) passed, $fails failed"

@@ -36,6 +36,7 @@ type Process struct {
 	modules  map[uint64]bool
 	clones   int
 	launches map[uint64]uint64
+	devList  []agentproto.Device
 	// final holds each device map's contents as read at the application's
 	// last module unload (exit): what ReadMaps shows once it is gone.
 	final    map[agentproto.Target]map[string][]byte
@@ -274,7 +275,7 @@ func (p *Process) targets(m agentproto.Module) []agentproto.Target {
 	if m.Ctx != 0 {
 		return []agentproto.Target{agentclient.InContext(m.Ctx)}
 	}
-	devs := p.conn.Info().Devices
+	devs := p.devices()
 	if len(devs) == 0 {
 		return []agentproto.Target{agentclient.OnDevice(0)}
 	}
@@ -285,8 +286,29 @@ func (p *Process) targets(m agentproto.Module) []agentproto.Target {
 	return out
 }
 
+// devices returns the process's CUDA devices. A tool that connected
+// before the process initialised CUDA (a command it started) got none in
+// hello; a second, short hello once modules load reads them.
+func (p *Process) devices() []agentproto.Device {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.devList == nil {
+		p.devList = p.conn.Info().Devices
+		if len(p.devList) == 0 {
+			if c, err := agentclient.DialWith(p.PID, agentclient.Options{Client: p.s.opts.Client + " (devices)"}); err == nil {
+				p.devList = c.Info().Devices
+				c.Close()
+			}
+		}
+		if len(p.devList) == 0 {
+			return nil // ask again next time
+		}
+	}
+	return p.devList
+}
+
 func (p *Process) maxSM(t agentproto.Target) int {
-	for _, d := range p.conn.Info().Devices {
+	for _, d := range p.devices() {
 		if t.Ctx == 0 && d.Ordinal == t.Device {
 			return int(d.Major*10 + d.Minor)
 		}
@@ -544,8 +566,12 @@ func (p *Process) close() error {
 		p.drain()
 		st := Stats{}
 		p.addStats(&st)
-		if derr := p.conn.Detach(); derr != nil && !errors.Is(derr, os.ErrClosed) {
-			err = derr
+		select {
+		case <-p.conn.Done(): // the process is gone: nothing to restore
+		default:
+			if derr := p.conn.Detach(); derr != nil && !errors.Is(derr, os.ErrClosed) {
+				err = derr
+			}
 		}
 		close(p.stop)
 		p.conn.Close()

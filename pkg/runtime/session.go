@@ -5,6 +5,7 @@ import (
 	"io"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,8 @@ import (
 
 // Options configure a Session.
 type Options struct {
+	// Programs, when set, keeps only these programs of the object.
+	Programs []string
 	// Kernels, when set, retargets every GPU program at these patterns
 	// (a tool's --kernel flag) instead of the kernel its section names.
 	Kernels []string
@@ -79,6 +82,18 @@ type Stats struct {
 // program once with placeholder map addresses so that a program the GPU
 // compiler refuses is reported now, before anything is attached.
 func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
+	if len(opts.Programs) > 0 {
+		keep := spec.Copy()
+		keep.Programs = map[string]*ebpf.ProgramSpec{}
+		for _, name := range opts.Programs {
+			p := spec.Programs[name]
+			if p == nil {
+				return nil, fmt.Errorf("the object has no program %s (it has %s)", name, strings.Join(sortedKeys(spec.Programs), ", "))
+			}
+			keep.Programs[name] = p
+		}
+		spec = keep
+	}
 	gpu, cpu, err := SplitPrograms(spec)
 	if err != nil {
 		return nil, err

@@ -98,7 +98,7 @@ fi
 # Launch rate: empty kernels (KERNEL_NS=0) so the CPU-side launch path is
 # what is measured; alternate untraced and traced runs, median of 3 each.
 if [ -x "$S/launch_heavy" ]; then
-	N=${LAUNCHES:-200000}
+	N=${LAUNCHES:-50000}
 	rate() { grep -o 'launches_per_s=[0-9.]*' | tail -1 | cut -d= -f2; }
 	un=(); tr=(); nd=()
 	for i in 1 2 3; do

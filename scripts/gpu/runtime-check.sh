@@ -9,8 +9,7 @@
 #   3. kill -9 the tool while attached: the app runs on and stays correct;
 #   4. the stub-hook variant and a trace_printk/ring-buffer program;
 #   5. a PyTorch script under the agent: kernels listed, results right;
-#   6. agent loaded, no tool: empty-kernel launch rate vs without the agent;
-#      tool start -> first instrumented launch latency and JIT share.
+#   6. tool start -> first instrumented launch latency and JIT share.
 # Prints "SUMMARY: ..." last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,7 +48,7 @@ PY
 
 T=$(mktemp -d)
 ITER=20 THR=256 BLK=16
-WANT=$((ITER * THR * BLK))
+WANT=$(((ITER + 1) * THR * BLK)) # vec_add launches once to warm up
 
 # 1. counter on vec_add, both cudart flavours
 for v in vec_add vec_add_shared; do
@@ -60,7 +59,7 @@ for v in vec_add vec_add_shared; do
 	if [ $rc -eq 0 ] && grep -q "RESULT vec_add ok" "$T/$v.out" && [ "$entry" = "$WANT" ] && [ "$exit_" = "$WANT" ]; then
 		ok "$v: counter entry=$entry exit=$exit_ (want $WANT), launches=$launches, app RESULT ok"
 	else
-		bad "$v: rc=$rc entry=$entry exit=$exit_ (want $WANT) launches=$launches"; tail -5 "$T/$v.out" "$T/$v.err"
+		bad "$v: rc=$rc entry=$entry exit=$exit_ (want $WANT) launches=$launches"; tail -n 5 "$T/$v.out" "$T/$v.err"
 	fi
 	grep -h 'first_attach_ms' "$T/$v.out" | tail -1
 done
@@ -68,7 +67,7 @@ done
 # 4a. stub-hook variant: the entry probe runs at the hook call
 gpubpf run -j bpf/examples/counter_bpfel.o -- samples/bin/vec_add_hook 4096 $ITER $THR $BLK >"$T/hook.out" 2>"$T/hook.err"
 e=$(map_value "$T/hook.out" calls 0)
-if grep -q "RESULT vec_add ok" "$T/hook.out" && [ "$e" != missing ] && [ "$e" -gt 0 ]; then ok "vec_add_hook: entry probe at stub ran $e times"; else bad "vec_add_hook: entry=$e"; tail -5 "$T/hook.out" "$T/hook.err"; fi
+if grep -q "RESULT vec_add ok" "$T/hook.out" && [ "$e" != missing ] && [ "$e" -gt 0 ]; then ok "vec_add_hook: entry probe at stub ran $e times"; else bad "vec_add_hook: entry=$e"; tail -n 5 "$T/hook.out" "$T/hook.err"; fi
 
 # 4b. ring buffer + trace_printk
 gpubpf run -j bpf/examples/trace_bpfel.o -- samples/bin/vec_add 1024 2 128 2 >"$T/trace.out" 2>"$T/trace.err"
@@ -77,7 +76,7 @@ drops=$(summary_field "$T/trace.out" records_dropped_gpu)
 if grep -q "RESULT vec_add ok" "$T/trace.out" && [ "$nrec" -eq $((2 * 128 * 2)) ] && [ "$npk" -eq 2 ]; then
 	ok "trace: $nrec ring records (want 512), $npk printk lines, drops=$drops"
 else
-	bad "trace: records=$nrec (want 512) printk=$npk drops=$drops"; tail -5 "$T/trace.out" "$T/trace.err"
+	bad "trace: records=$nrec (want 512) printk=$npk drops=$drops"; tail -n 5 "$T/trace.out" "$T/trace.err"
 fi
 grep -m2 '"type":"record"' "$T/trace.out"; grep -m1 '"type":"printk"' "$T/trace.out"
 
@@ -88,7 +87,7 @@ sleep 1.5
 for round in 1 2; do
 	gpubpf run -j -p $app -d 1 bpf/examples/counter_bpfel.o >"$T/attach$round.out" 2>"$T/attach$round.err"
 	n=$(map_value "$T/attach$round.out" calls 0)
-	if [ "$n" != missing ] && [ "$n" -gt 0 ] && [ $((n % (THR * BLK))) -eq 0 ]; then ok "attach round $round: $n entries counted in 1 s"; else bad "attach round $round: calls[0]=$n"; tail -3 "$T/attach$round.err"; fi
+	if [ "$n" != missing ] && [ "$n" -gt 0 ] && [ $((n % (THR * BLK))) -eq 0 ]; then ok "attach round $round: $n entries counted in 1 s"; else bad "attach round $round: calls[0]=$n"; tail -n 3 "$T/attach$round.err"; fi
 done
 # 3. kill -9 the tool while attached
 gpubpf run -p $app bpf/examples/counter_bpfel.o >/dev/null 2>&1 &
@@ -109,7 +108,7 @@ tool=$!
 sleep 0.7
 kill -9 $tool
 wait $app
-if grep -q "RESULT vec_add ok" "$T/kill.out"; then ok "results correct after kill -9 of the attached tool"; else bad "after kill -9: $(tail -2 "$T/kill.out")"; fi
+if grep -q "RESULT vec_add ok" "$T/kill.out"; then ok "results correct after kill -9 of the attached tool"; else bad "after kill -9: $(tail -n 2 "$T/kill.out")"; fi
 
 # 5. PyTorch under the agent
 if python3 -c 'import torch' 2>/dev/null; then
@@ -132,24 +131,37 @@ PY
 	if [ $trc -eq 0 ] && grep -q "RESULT torch ok" "$T/torch.out" && [ $krc -eq 0 ] && [ "$nk" -gt 2 ]; then
 		ok "PyTorch under the agent: RESULT ok, $nk lines of kernel listing"
 	else
-		bad "PyTorch: app rc=$trc kernels rc=$krc lines=$nk"; tail -3 "$T/torch.out" "$T/torch.kernels"
+		bad "PyTorch: app rc=$trc kernels rc=$krc lines=$nk"; tail -n 3 "$T/torch.out" "$T/torch.kernels"
 	fi
 	head -12 "$T/torch.kernels"
 fi
 
-# 6. cost of the agent with no tool attached (same invocation, alternating)
-if [ -x samples/bin/empty_kernel ]; then
-	best() { sort -n | head -1; }
-	for i in 1 2 3; do
-		samples/bin/empty_kernel 200000 async | grep -o 'us_per_launch=[0-9.]*' | cut -d= -f2 >>"$T/base"
-		LD_PRELOAD=$AGENT samples/bin/empty_kernel 200000 async | grep -o 'us_per_launch=[0-9.]*' | cut -d= -f2 >>"$T/agent"
-	done
-	b=$(best <"$T/base") a=$(best <"$T/agent")
-	ratio=$(python3 -c "print(f'{$b/$a:.4f}')")
-	echo "empty-kernel launch: ${b} us without agent, ${a} us with agent (no tool): rate ratio $ratio"
-	python3 -c "import sys; sys.exit(0 if $b/$a >= 0.99 else 1)" && ok "agent idle cost: launch rate ratio $ratio (goal >= 0.99)" || bad "agent idle cost: launch rate ratio $ratio (goal >= 0.99)"
-	AGENT_RATIO=$ratio
+# (The agent's idle cost is measured by agent-check.sh: median of 7 alternating runs.)
+# 7. two GPUs: one clone and one set of maps per device
+if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then
+	nvcc -O2 -arch=sm_90 -o "$T/vecadd" pkg/runtime/agent/gputest/vecadd.cu
+	gpubpf run -j -k _Z9vectorAddPKfS0_Pf bpf/examples/counter_bpfel.o -- "$T/vecadd" 1048576 10 0 multi >"$T/multi.out" 2>"$T/multi.err"
+	rc=$?
+	per_dev=$(python3 - "$T/multi.out" <<'PY'
+import json, sys
+seen = {}
+for line in open(sys.argv[1]):
+    try: o = json.loads(line)
+    except ValueError: continue
+    if o.get("type") == "map" and o.get("map") == "calls" and o.get("key") == "0":
+        seen[o["device"]] = o["value"]
+print(" ".join(f"gpu{d}={v}" for d, v in sorted(seen.items())))
+PY
+)
+	if [ $rc -eq 0 ] && grep -q "RESULT PASS" "$T/multi.out" && [ "$(echo "$per_dev" | wc -w)" -ge 2 ] && ! echo "$per_dev" | grep -q '=0\b'; then
+		ok "two GPUs: entry counts per device: $per_dev; app RESULT PASS"
+	else
+		bad "two GPUs: rc=$rc counts: $per_dev"; tail -n 5 "$T/multi.out" "$T/multi.err"
+	fi
+else
+	echo "skip: one GPU here; the two-GPU check needs a machine with two"
 fi
+
 FA=$(summary_field "$T/vec_add.out" first_attach_ms) JIT=$(summary_field "$T/vec_add.out" jit_ms)
-echo "SUMMARY: $pass passed, $fail failed; first probe ${FA} ms after start (JIT ${JIT} ms); idle agent rate ratio ${AGENT_RATIO:-n/a}"
+echo "SUMMARY: $pass passed, $fail failed; first probe ${FA} ms after start (JIT ${JIT} ms)"
 [ $fail -eq 0 ]

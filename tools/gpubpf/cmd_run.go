@@ -35,6 +35,7 @@ unchanged. With -j, output is JSON lines: {"type":"record","pid","device","map",
 "data"(hex),"text"}, {"type":"printk","pid","device","text"}, {"type":"map",
 "map","pid","device","key","value"} and a final {"type":"summary",...}.`,
 		Flags: append(toolkit.CommonFlags(),
+			&cli.StringSliceFlag{Name: "program", Aliases: []string{"P"}, Usage: "only run program `NAME` of the object (may repeat)"},
 			&cli.StringFlag{Name: "record-type", Usage: "BTF struct `NAME` to print ring-buffer records as (default: the object's only struct of the record's size)"},
 			&cli.UintFlag{Name: "threads", Usage: "per-GPU-thread array capacity in `THREADS` (default: as many as fit in 1 GiB, at most 1M)"},
 		),
@@ -48,6 +49,16 @@ func runAction(c *cli.Context) error {
 		return toolkit.Usagef("run needs a BPF object: gpubpf run PROG.bpf.o [-- CMD ARGS]")
 	}
 	obj, cmdArgs := args[0], args[1:]
+	// Flag parsing stops at PROG, so "--" is still there.
+	if len(cmdArgs) > 0 {
+		if cmdArgs[0] != "--" {
+			return toolkit.Usagef("unexpected %q after %s: put flags before the object and the command after --", cmdArgs[0], obj)
+		}
+		cmdArgs = cmdArgs[1:]
+		if len(cmdArgs) == 0 {
+			return toolkit.Usagef("no command after --")
+		}
+	}
 	if len(cmdArgs) > 0 && len(c.IntSlice(toolkit.FlagPID)) > 0 {
 		return toolkit.Usagef("give either -p PID or -- CMD, not both")
 	}
@@ -60,10 +71,11 @@ func runAction(c *cli.Context) error {
 		log = os.Stderr
 	}
 	sess, err := runtime.Open(spec, runtime.Options{
-		Kernels: c.StringSlice(toolkit.FlagKernel),
-		Client:  "gpubpf run",
-		Threads: uint32(c.Uint("threads")),
-		Log:     log,
+		Programs: c.StringSlice("program"),
+		Kernels:  c.StringSlice(toolkit.FlagKernel),
+		Client:   "gpubpf run",
+		Threads:  uint32(c.Uint("threads")),
+		Log:      log,
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", obj, err)
@@ -264,7 +276,9 @@ func (o *runOutput) maps(s *runtime.Session) {
 	}
 }
 
-func le32(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+func le32(b []byte) uint32 {
+	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
+}
 
 func errorWord(k gpumap.Kind) string {
 	switch k {
