@@ -39,10 +39,10 @@ type Process struct {
 	devList  []agentproto.Device
 	// final holds each device map's contents as read at the application's
 	// last module unload (exit): what ReadMaps shows once it is gone.
-	final    map[agentproto.Target]map[string][]byte
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	closed   bool
+	final  map[agentproto.Target]map[string][]byte
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed bool
 }
 
 // AttachOptions say how to attach to a process.
