@@ -3,6 +3,7 @@ package runtime
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -113,8 +114,8 @@ func (s *Session) ReadMaps() ([]MapCopy, error) {
 		for _, d := range devs {
 			for _, name := range sortedKeys(d.maps) {
 				m := d.maps[name]
-				if m.ring != nil || m.kmap != nil {
-					continue
+				if m.ring != nil || m.kmap != nil || strings.HasPrefix(name, ".rodata") {
+					continue // rings arrive as records; constants never change
 				}
 				data, err := p.readMap(d, m)
 				if err != nil {

@@ -103,17 +103,17 @@ if [ -x "$S/launch_heavy" ]; then
 	un=(); tr=(); nd=()
 	for i in 1 2 3; do
 		un+=("$("$S/launch_heavy" "$N" 4 0 64 | rate)")
-		$SUDO "$TOOL" -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy.txt" 2>"$OUTDIR/launch_heavy.err"
+		timeout -k 5 90 $SUDO "$TOOL" -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy.txt" 2>"$OUTDIR/launch_heavy.err" || echo "traced run $i exited with $?"
 		tr+=("$(rate <"$OUTDIR/launch_heavy.txt")")
 		tail -1 "$OUTDIR/launch_heavy.err"
 		# The same with --no-driver (runtime probes only).
-		$SUDO "$TOOL" --no-driver -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy_nd.txt" 2>/dev/null
+		timeout -k 5 90 $SUDO "$TOOL" --no-driver -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy_nd.txt" 2>"$OUTDIR/launch_heavy_nd.err" || echo "--no-driver run $i exited with $?"
 		nd+=("$(rate <"$OUTDIR/launch_heavy_nd.txt")")
 	done
 	for b in "$S/launch_heavy_shared"; do
 		[ -x "$b" ] || continue
 		us=$("$b" "$N" 4 0 64 | rate)
-		$SUDO "$TOOL" -- "$b" "$N" 4 0 64 >"$OUTDIR/launch_heavy_shared.txt" 2>/dev/null
+		timeout -k 5 90 $SUDO "$TOOL" -- "$b" "$N" 4 0 64 >"$OUTDIR/launch_heavy_shared.txt" 2>"$OUTDIR/launch_heavy_shared.err" || echo "shared run exited with $?"
 		ts_=$(rate <"$OUTDIR/launch_heavy_shared.txt")
 		echo "launch_heavy_shared: untraced $us/s traced $ts_/s"
 	done

@@ -21,17 +21,18 @@ bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 need() { [ -x "$1" ] || { echo "missing $1 (make gpu-bundle here, make -C samples, make agent)"; exit 1; }; }
 need bin/gpubpf; need samples/bin/vec_add; [ -f "$AGENT" ] || { echo "missing $AGENT"; exit 1; }
 
-# map_value FILE MAP KEY: value of KEY in map MAP from `gpubpf run -j` output.
+# map_value FILE MAP KEY: value of KEY in map MAP from `gpubpf run -j`
+# output, summed over the devices the map was placed on.
 map_value() { python3 - "$@" <<'PY'
 import json, sys
 f, m, k = sys.argv[1:4]
-v = None
+last = {}
 for line in open(f):
     try: o = json.loads(line)
     except ValueError: continue
     if o.get("type") == "map" and o.get("map") == m and o.get("key") == k:
-        v = o.get("value")
-print(v if v is not None else "missing")
+        last[(o.get("pid"), o.get("device"))] = int(o.get("value"))
+print(sum(last.values()) if last else "missing")
 PY
 }
 summary_field() { python3 - "$@" <<'PY'
@@ -46,7 +47,8 @@ print(v)
 PY
 }
 
-T=$(mktemp -d)
+T=${GPUBPF_GPU_LOGS:-$(mktemp -d)}/runtime
+rm -rf "$T"; mkdir -p "$T"
 ITER=20 THR=256 BLK=16
 WANT=$(((ITER + 1) * THR * BLK)) # vec_add launches once to warm up
 
@@ -73,10 +75,11 @@ if grep -q "RESULT vec_add ok" "$T/hook.out" && [ "$e" != missing ] && [ "$e" -g
 gpubpf run -j bpf/examples/trace_bpfel.o -- samples/bin/vec_add 1024 2 128 2 >"$T/trace.out" 2>"$T/trace.err"
 nrec=$(grep -c '"type":"record"' "$T/trace.out") npk=$(grep -c '"type":"printk"' "$T/trace.out")
 drops=$(summary_field "$T/trace.out" records_dropped_gpu)
-if grep -q "RESULT vec_add ok" "$T/trace.out" && [ "$nrec" -eq $((2 * 128 * 2)) ] && [ "$npk" -eq 2 ]; then
-	ok "trace: $nrec ring records (want 512), $npk printk lines, drops=$drops"
+# 3 launches (warm-up + 2) x 128 x 2 threads; one printk per launch
+if grep -q "RESULT vec_add ok" "$T/trace.out" && [ "$nrec" -eq $((3 * 128 * 2)) ] && [ "$npk" -eq 3 ]; then
+	ok "trace: $nrec ring records (want 768), $npk printk lines (want 3), drops=$drops"
 else
-	bad "trace: records=$nrec (want 512) printk=$npk drops=$drops"; tail -n 5 "$T/trace.out" "$T/trace.err"
+	bad "trace: records=$nrec (want 768) printk=$npk (want 3) drops=$drops"; tail -n 5 "$T/trace.out" "$T/trace.err"
 fi
 grep -m2 '"type":"record"' "$T/trace.out"; grep -m1 '"type":"printk"' "$T/trace.out"
 
@@ -119,14 +122,15 @@ y = (x * 2 + 1).sum().item()
 want = float(sum(range(1 << 20))) * 2 + (1 << 20)
 assert abs(y - want) / want < 1e-5, (y, want)
 print("RESULT torch ok", y)
-time.sleep(3)
+time.sleep(20)
 PY
 	LD_PRELOAD=$AGENT python3 "$T/t.py" >"$T/torch.out" 2>&1 &
 	tp=$!
-	sleep 2.5
+	for i in $(seq 1 600); do grep -q RESULT "$T/torch.out" && break; sleep 0.1; done
 	gpubpf kernels -p $tp >"$T/torch.kernels" 2>&1
 	krc=$?
-	wait $tp; trc=$?
+	kill $tp 2>/dev/null; wait $tp
+	trc=0; grep -q "RESULT torch ok" "$T/torch.out" || trc=1
 	nk=$(grep -c . "$T/torch.kernels")
 	if [ $trc -eq 0 ] && grep -q "RESULT torch ok" "$T/torch.out" && [ $krc -eq 0 ] && [ "$nk" -gt 2 ]; then
 		ok "PyTorch under the agent: RESULT ok, $nk lines of kernel listing"

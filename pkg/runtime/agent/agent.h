@@ -169,6 +169,7 @@ HIDDEN void server_start(void);
 HIDDEN void server_ensure(void);
 HIDDEN void server_notify_module(uint64_t id);
 HIDDEN void server_hold_unload(void *handle);
+HIDDEN void server_hold_id(uint64_t id);
 HIDDEN void server_notify_failure(struct activation *a, CUresult r);
 HIDDEN void server_hold(uint64_t id);
 HIDDEN void server_atfork_child(void);

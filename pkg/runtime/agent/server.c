@@ -301,6 +301,25 @@ static int unload_pending_for(uint64_t id)
 	return 0;
 }
 
+/* Module id the exit hold announces: "the process is exiting". */
+#define EXIT_MODULE_ID UINT64_MAX
+
+static void exit_hold(void)
+{
+	server_hold_id(EXIT_MODULE_ID);
+}
+
+/* Registered when a tool first says hello: later than cudart's own exit
+ * handlers (installed when the application initialised CUDA), so it runs
+ * before them, while contexts and device memory are still there. */
+static void register_exit_hold(void)
+{
+	static int done;
+	if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+		return;
+	atexit(exit_hold);
+}
+
 /* Called by the application's thread before it unloads a module (at exit,
  * cudart unloads every module before the contexts go): every tool with
  * clones or memory here is told and may read its maps and drain its rings
@@ -312,7 +331,13 @@ void server_hold_unload(void *handle)
 	if (!__atomic_load_n(&g_sessions, __ATOMIC_RELAXED))
 		return;
 	uint64_t id = inv_module_id(handle);
-	if (!id)
+	if (id)
+		server_hold_id(id);
+}
+
+void server_hold_id(uint64_t id)
+{
+	if (!__atomic_load_n(&g_sessions, __ATOMIC_RELAXED))
 		return;
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
@@ -661,6 +686,7 @@ static void op_hello(struct session *s, struct rbuf *r, struct wbuf *w)
 	uint32_t flags = rb_u32(r);
 	free(rb_str(r));
 	(void)ver;
+	register_exit_hold();
 	pthread_mutex_lock(&g_mu);
 	s->hello = 1;
 	s->hold = (flags & 1) != 0;

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -471,5 +472,57 @@ func TestUnloadHold(t *testing.T) {
 	}
 	if l := a.expect("UNLOADED"); l != "UNLOADED 0" {
 		t.Fatalf("unload returned %q", l)
+	}
+}
+
+// cudart does not unload its modules at exit, so the agent also holds the
+// exiting process (an atexit handler installed at the tool's hello) for the
+// tool's last look.
+func TestExitHold(t *testing.T) {
+	f := build(t)
+	a := f.start(t)
+	c, err := Dial(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	addr, err := c.Alloc(OnDevice(0), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(a.in, "quit")
+	var id uint64
+	deadline := time.After(5 * time.Second)
+	for id == 0 {
+		select {
+		case n := <-c.Notifications():
+			id = n.Unloading
+		case <-deadline:
+			t.Fatal("no notification before exit")
+		}
+	}
+	if id != math.MaxUint64 {
+		t.Fatalf("exit announced as module %d, want MaxUint64", id)
+	}
+	if _, err := c.Read(OnDevice(0), addr, 64); err != nil {
+		t.Fatalf("read during the exit hold: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- a.cmd.Wait() }()
+	select {
+	case <-exited:
+		t.Fatal("the process exited before the tool released it")
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := c.ReleaseUnload(id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		if err != nil {
+			t.Fatalf("exit: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the process did not exit after release")
 	}
 }
