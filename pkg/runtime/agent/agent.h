@@ -119,6 +119,7 @@ extern size_t g_nkerns;
 HIDDEN uint64_t inv_add_module(int kind, void *handle, const void *image, const char *path);
 HIDDEN void inv_module_unloaded(void *handle);
 HIDDEN uint64_t inv_module_id(void *handle);
+HIDDEN size_t inv_module_count(void);
 HIDDEN void inv_add_kernel(void *handle, int kind, void *module_handle, void *parent, const char *name);
 HIDDEN struct module *inv_module_by_id(uint64_t id);   /* g_mu held */
 HIDDEN struct kernel *inv_kernel_by_handle(void *h);   /* g_mu held */

@@ -190,6 +190,14 @@ uint64_t inv_add_module(int kind, void *handle, const void *image, const char *p
 	return id;
 }
 
+size_t inv_module_count(void)
+{
+	pthread_mutex_lock(&g_mu);
+	size_t n = g_nmods;
+	pthread_mutex_unlock(&g_mu);
+	return n;
+}
+
 uint64_t inv_module_id(void *handle)
 {
 	pthread_mutex_lock(&g_mu);

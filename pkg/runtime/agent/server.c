@@ -249,6 +249,8 @@ void server_notify_failure(struct activation *a, CUresult r)
 	pthread_mutex_unlock(&g_mu);
 }
 
+static void register_exit_hold(void);
+
 static int hold_pending(uint64_t id)
 {
 	int any = 0;
@@ -269,6 +271,7 @@ void server_hold(uint64_t id)
 {
 	if (!id)
 		return;
+	register_exit_hold();
 	if (!g_hold_env && !__atomic_load_n(&g_sessions, __ATOMIC_RELAXED))
 		return;
 	struct timespec dl;
@@ -309,9 +312,11 @@ static void exit_hold(void)
 	server_hold_id(EXIT_MODULE_ID);
 }
 
-/* Registered when a tool first says hello: later than cudart's own exit
- * handlers (installed when the application initialised CUDA), so it runs
- * before them, while contexts and device memory are still there. */
+/* Must run before cudart's own exit handlers (they tear the contexts
+ * down), so it must be registered after them: at a module load (cudart
+ * loads its modules inside its initialisation, after registering its
+ * handlers) or at a hello that comes after one. A hello from a tool that
+ * connected before CUDA was initialised (TOOL -- CMD) is too early. */
 static void register_exit_hold(void)
 {
 	static int done;
@@ -686,7 +691,8 @@ static void op_hello(struct session *s, struct rbuf *r, struct wbuf *w)
 	uint32_t flags = rb_u32(r);
 	free(rb_str(r));
 	(void)ver;
-	register_exit_hold();
+	if (inv_module_count() > 0)
+		register_exit_hold();
 	pthread_mutex_lock(&g_mu);
 	s->hello = 1;
 	s->hold = (flags & 1) != 0;
