@@ -89,7 +89,7 @@ func runAction(c *cli.Context) error {
 	targets := runtime.Targets{PIDs: c.IntSlice(toolkit.FlagPID), Command: cmdArgs}
 	out := &runOutput{w: os.Stdout, json: c.Bool(toolkit.FlagJSON), stamp: c.Bool(toolkit.FlagTimestamp), spec: spec, recordType: c.String("record-type")}
 	if !out.json {
-		fmt.Fprintf(os.Stderr, "Running %s (%s) %s... Hit Ctrl-C to end.\n", obj, describePrograms(sess), targets.Describe())
+		fmt.Fprintf(os.Stderr, "Running %s (%s) %s... Hit Ctrl-C to end.\n", obj, describePrograms(sess, c.StringSlice(toolkit.FlagKernel)), targets.Describe())
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -137,11 +137,17 @@ func runAction(c *cli.Context) error {
 	return nil
 }
 
-func describePrograms(s *runtime.Session) string {
+func describePrograms(s *runtime.Session, retarget []string) string {
 	var parts []string
 	kernels := map[string]bool{}
 	for _, g := range s.GPUPrograms() {
 		kernels[g.Kernel] = true
+	}
+	if len(retarget) > 0 {
+		kernels = map[string]bool{}
+		for _, k := range retarget {
+			kernels[k] = true
+		}
 	}
 	if n := len(s.GPUPrograms()); n > 0 {
 		ks := make([]string, 0, len(kernels))

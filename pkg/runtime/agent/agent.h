@@ -171,6 +171,10 @@ HIDDEN void server_ensure(void);
 HIDDEN void server_notify_module(uint64_t id);
 HIDDEN void server_hold_unload(void *handle);
 HIDDEN void server_hold_id(uint64_t id);
+/* Set in the agent's own threads: the driver calls they make (loading
+ * clones, unloading them) are not the application's and must not be
+ * inventoried or held. */
+extern HIDDEN __thread int g_agent_thread;
 HIDDEN void server_notify_failure(struct activation *a, CUresult r);
 HIDDEN void server_hold(uint64_t id);
 HIDDEN void server_atfork_child(void);

@@ -261,7 +261,8 @@ EXPORT CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option
 		return NOFUNC;
 	CUresult r = f(lib, code, jo, jv, nj, lo, lv, nl);
 	if (r == CUDA_SUCCESS && lib)
-		server_hold(inv_add_module(MK_LIBRARY_DATA, *lib, code, NULL));
+		if (!g_agent_thread)
+			server_hold(inv_add_module(MK_LIBRARY_DATA, *lib, code, NULL));
 	return r;
 }
 
@@ -273,7 +274,8 @@ EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *file, CUjit_op
 		return NOFUNC;
 	CUresult r = f(lib, file, jo, jv, nj, lo, lv, nl);
 	if (r == CUDA_SUCCESS && lib)
-		server_hold(inv_add_module(MK_LIBRARY_FILE, *lib, NULL, file));
+		if (!g_agent_thread)
+			server_hold(inv_add_module(MK_LIBRARY_FILE, *lib, NULL, file));
 	return r;
 }
 
@@ -282,8 +284,10 @@ EXPORT CUresult cuLibraryUnload(CUlibrary lib)
 	libunload_t f = REAL(libunload_t, cuLibraryUnload);
 	if (!f)
 		return NOFUNC;
-	server_hold_unload(lib);
-	inv_module_unloaded(lib);
+	if (!g_agent_thread) {
+		server_hold_unload(lib);
+		inv_module_unloaded(lib);
+	}
 	return f(lib);
 }
 
@@ -294,7 +298,8 @@ EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image)
 		return NOFUNC;
 	CUresult r = f(m, image);
 	if (r == CUDA_SUCCESS && m)
-		server_hold(inv_add_module(MK_MODULE_DATA, *m, image, NULL));
+		if (!g_agent_thread)
+			server_hold(inv_add_module(MK_MODULE_DATA, *m, image, NULL));
 	return r;
 }
 
@@ -305,7 +310,8 @@ EXPORT CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, C
 		return NOFUNC;
 	CUresult r = f(m, image, n, o, v);
 	if (r == CUDA_SUCCESS && m)
-		server_hold(inv_add_module(MK_MODULE_DATA, *m, image, NULL));
+		if (!g_agent_thread)
+			server_hold(inv_add_module(MK_MODULE_DATA, *m, image, NULL));
 	return r;
 }
 
@@ -316,7 +322,8 @@ EXPORT CUresult cuModuleLoadFatBinary(CUmodule *m, const void *fatbin)
 		return NOFUNC;
 	CUresult r = f(m, fatbin);
 	if (r == CUDA_SUCCESS && m)
-		server_hold(inv_add_module(MK_MODULE_FATBIN, *m, fatbin, NULL));
+		if (!g_agent_thread)
+			server_hold(inv_add_module(MK_MODULE_FATBIN, *m, fatbin, NULL));
 	return r;
 }
 
@@ -327,7 +334,8 @@ EXPORT CUresult cuModuleLoad(CUmodule *m, const char *fname)
 		return NOFUNC;
 	CUresult r = f(m, fname);
 	if (r == CUDA_SUCCESS && m)
-		server_hold(inv_add_module(MK_MODULE_FILE, *m, NULL, fname));
+		if (!g_agent_thread)
+			server_hold(inv_add_module(MK_MODULE_FILE, *m, NULL, fname));
 	return r;
 }
 
@@ -336,8 +344,10 @@ EXPORT CUresult cuModuleUnload(CUmodule m)
 	modunload_t f = REAL(modunload_t, cuModuleUnload);
 	if (!f)
 		return NOFUNC;
-	server_hold_unload(m);
-	inv_module_unloaded(m);
+	if (!g_agent_thread) {
+		server_hold_unload(m);
+		inv_module_unloaded(m);
+	}
 	return f(m);
 }
 

@@ -207,6 +207,8 @@ struct session {
 	struct session *next;
 };
 
+__thread int g_agent_thread;
+
 static struct session *g_sessions; /* g_mu */
 static uint64_t g_next_id = 1;     /* clones, regions */
 static int g_listen_fd = -1;
@@ -1520,6 +1522,7 @@ static int flush_notes(struct session *s)
 static void *session_main(void *arg)
 {
 	struct session *s = arg;
+	g_agent_thread = 1;
 	for (;;) {
 		struct pollfd p[2] = {{s->fd, POLLIN, 0}, {s->efd, POLLIN, 0}};
 		int n = poll(p, 2, -1);
@@ -1619,6 +1622,7 @@ static int bind_socket(void)
 static void *listener_main(void *arg)
 {
 	int lfd = (int)(intptr_t)arg;
+	g_agent_thread = 1;
 	static int refused_logged;
 	for (;;) {
 		int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);

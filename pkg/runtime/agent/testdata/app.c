@@ -20,10 +20,32 @@ static const struct {
 	uint64_t size;
 	unsigned char payload[32];
 } fatbin = {0xBA55ED50u, 0x00100001u, 32, "fake fatbin payload 0123456789"};
-static const struct {
+static struct {
 	uint32_t magic, version;
 	const void *data, *unused;
 } wrapper = {0x466243b1u, 1, &fatbin, NULL};
+
+/* GPUBPF_TEST_FATBIN=FILE loads a real fatbin (nvcc/fatbinary output)
+ * instead, so the runtime's whole pipeline can run against this driver. */
+static void use_fatbin_file(void)
+{
+	const char *path = getenv("GPUBPF_TEST_FATBIN");
+	if (!path)
+		return;
+	FILE *f = fopen(path, "rb");
+	if (!f) {
+		perror(path);
+		exit(2);
+	}
+	static unsigned char buf[1 << 20];
+	size_t n = fread(buf, 1, sizeof(buf), f);
+	fclose(f);
+	if (n < 16) {
+		fprintf(stderr, "app: %s: too short\n", path);
+		exit(2);
+	}
+	wrapper.data = buf;
+}
 
 static gpa_t gpa;
 static void *get(const char *n, uint64_t flags)
@@ -39,6 +61,7 @@ static void *get(const char *n, uint64_t flags)
 
 int main(void)
 {
+	use_fatbin_file();
 	void *h = dlopen("libcuda.so.1", RTLD_NOW);
 	if (!h) {
 		fprintf(stderr, "app: %s\n", dlerror());

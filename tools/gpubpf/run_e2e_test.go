@@ -1,0 +1,115 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
+)
+
+// testPTX is a real PTX module (two kernels, a __constant__) that
+// fatbinary packs into a real fatbin container.
+const testPTX = `.version 7.8
+.target sm_90
+.address_size 64
+
+.const .align 4 .u32 d_N;
+
+.visible .entry _Z6vecAddPfi(
+	.param .u64 _Z6vecAddPfi_param_0,
+	.param .u32 _Z6vecAddPfi_param_1
+)
+{
+	.reg .b32 %r<3>;
+	ld.const.u32 %r1, [d_N];
+	ld.param.u32 %r2, [_Z6vecAddPfi_param_1];
+	ret;
+}
+
+.visible .entry _Z5otherv()
+{
+	ret;
+}
+`
+
+// TestRunCommandEndToEnd runs `gpubpf run -- CMD` the way a user does, on
+// this GPU-less machine: the real agent preloaded into an application that
+// reaches a stand-in libcuda the way cudart does and loads a real fatbin.
+// Everything of gpubpf is real: hold at the module load, fetching and
+// parsing the fatbin, compiling the eBPF program, instrumenting and aliasing
+// the PTX, loading and activating the clone, routing the launches, and the
+// exit hold that lets the tool read the maps of a program that has exited.
+// (The stand-in does not execute PTX, so the counts stay 0; the GPU check
+// proves those.)
+func TestRunCommandEndToEnd(t *testing.T) {
+	gcc := testenv.Tool(t, "gcc")
+	fatbinary := testenv.Tool(t, "fatbinary")
+	dir := t.TempDir()
+	agentSrc, _ := filepath.Abs("../../pkg/runtime/agent")
+	cudaDir := filepath.Join(dir, "cuda")
+	sockDir := filepath.Join(dir, "sock")
+	os.MkdirAll(cudaDir, 0o755)
+	run := func(name string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	run("make", "-s", "-C", agentSrc, "OUT="+dir, "CC="+gcc)
+	run(gcc, "-O1", "-fPIC", "-shared", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(cudaDir, "libcuda.so.1"), filepath.Join(agentSrc, "testdata/fakecuda.c"))
+	run(gcc, "-o", filepath.Join(dir, "app"), filepath.Join(agentSrc, "testdata/app.c"), "-ldl")
+	ptxFile := filepath.Join(dir, "k.ptx")
+	os.WriteFile(ptxFile, []byte(testPTX), 0o644)
+	fb := filepath.Join(dir, "k.fatbin")
+	run(fatbinary, "--create="+fb, "--image=profile=compute_90,file="+ptxFile)
+	tool := filepath.Join(dir, "gpubpf") // next to libgpubpf-agent.so, as make installs them
+	run("go", "build", "-o", tool, ".")
+
+	cmd := exec.Command(tool, "run", "-j", "-k", "_Z6vecAddPfi", "../../bpf/examples/counter_bpfel.o", "--", filepath.Join(dir, "app"))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_AGENT_SOCKET_DIR="+sockDir)
+	cmd.Stdin = strings.NewReader("launch\nlaunch\nquit\n")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("gpubpf run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	out := stdout.String()
+	if n := strings.Count(out, "LAUNCH _Z6vecAddPfi"); n != 2 {
+		t.Fatalf("the application launched %d times, want 2 (its output passes through):\n%s", n, out)
+	}
+	var summary map[string]any
+	maps := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		var o map[string]any
+		if json.Unmarshal([]byte(line), &o) != nil {
+			continue
+		}
+		switch o["type"] {
+		case "summary":
+			summary = o
+		case "map":
+			maps[o["map"].(string)+"["+o["key"].(string)+"]="+o["value"].(string)] = true
+		}
+	}
+	if summary == nil {
+		t.Fatalf("no summary line:\n%s\n%s", out, stderr.String())
+	}
+	if got := summary["instrumented_launches"]; got != float64(2) {
+		t.Errorf("instrumented launches %v, want 2 (both routed to the clone); stderr:\n%s", got, stderr.String())
+	}
+	if k, _ := summary["kernels_instrumented"].([]any); len(k) != 1 || k[0] != "_Z6vecAddPfi" {
+		t.Errorf("kernels instrumented %v, want [_Z6vecAddPfi]", summary["kernels_instrumented"])
+	}
+	// The maps were read at the exit hold, after the program had finished.
+	if !maps["calls[0]=0"] || !maps["calls[1]=0"] {
+		t.Errorf("map calls not reported after the program exited: %v\nstderr:\n%s", maps, stderr.String())
+	}
+	if strings.Contains(stderr.String(), "exited before its maps could be read") {
+		t.Errorf("maps lost at exit:\n%s", stderr.String())
+	}
+}
