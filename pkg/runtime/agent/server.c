@@ -1458,12 +1458,16 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 	}
 	case OP_RELEASE_UNLOAD: {
 		uint64_t id = rb_u64(&r);
+		/* Reply first: releasing the exit hold lets the process exit,
+		 * and the tool would then see EOF instead of its answer. */
+		wb_i32(&w, ST_OK);
+		ret = w.oom ? -1 : send_frame(s, type, req, &w);
+		free(w.p);
 		pthread_mutex_lock(&g_mu);
 		s->acked_unload = id;
 		pthread_cond_broadcast(&g_cond);
 		pthread_mutex_unlock(&g_mu);
-		wb_i32(&w, ST_OK);
-		break;
+		return ret < 0 ? -1 : 0;
 	}
 	default:
 		ret = send_error(s, type, req, ST_UNSUPPORTED, 0, "unknown operation %u (agent %s, protocol %u)", type,

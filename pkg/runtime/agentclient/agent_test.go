@@ -448,16 +448,7 @@ func TestUnloadHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Fprintln(a.in, "unload")
-	var id uint64
-	deadline := time.After(5 * time.Second)
-	for id == 0 {
-		select {
-		case n := <-c.Notifications():
-			id = n.Unloading
-		case <-deadline:
-			t.Fatal("no unloading notification")
-		}
-	}
+	id := waitUnloading(t, c)
 	// The application is held: device memory is still there to read.
 	if _, err := c.Read(OnDevice(0), addr, 64); err != nil {
 		t.Fatalf("read during the hold: %v", err)
@@ -491,16 +482,7 @@ func TestExitHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	fmt.Fprintln(a.in, "quit")
-	var id uint64
-	deadline := time.After(5 * time.Second)
-	for id == 0 {
-		select {
-		case n := <-c.Notifications():
-			id = n.Unloading
-		case <-deadline:
-			t.Fatal("no notification before exit")
-		}
-	}
+	id := waitUnloading(t, c)
 	if id != math.MaxUint64 {
 		t.Fatalf("exit announced as module %d, want MaxUint64", id)
 	}
@@ -524,5 +506,21 @@ func TestExitHold(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the process did not exit after release")
+	}
+}
+
+// waitUnloading returns the module id of the next unloading notification.
+func waitUnloading(t *testing.T, c *Conn) uint64 {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case n := <-c.Notifications():
+			if n.Unloading != 0 {
+				return n.Unloading
+			}
+		case <-deadline:
+			t.Fatal("no unloading notification")
+		}
 	}
 }
