@@ -51,8 +51,8 @@ generate:
 
 # CI: the committed generated files must match what `make generate` makes.
 check-generated: generate
-	@if [ -n "$$(git status --porcelain -- '*_bpfel.go' '*_bpfel.o' '*_bpfeb.go' '*_bpfeb.o')" ]; then \
-		git status --porcelain -- '*_bpfel.go' '*_bpfel.o' '*_bpfeb.go' '*_bpfeb.o'; \
+	@if [ -n "$$(git status --porcelain -- '*_bpfel.go' '*_bpfel.o' '*_bpfeb.go' '*_bpfeb.o' '*.bpf.o')" ]; then \
+		git status --porcelain -- '*_bpfel.go' '*_bpfel.o' '*_bpfeb.go' '*_bpfeb.o' '*.bpf.o'; \
 		echo "generated bpf2go files are stale: run 'make generate' and commit them"; exit 1; \
 	fi
 	@echo "generated files are current"

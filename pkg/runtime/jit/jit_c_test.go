@@ -13,7 +13,7 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 )
 
-//go:generate sh -c "for f in ../../../bpf/testdata/*.bpf.c ../../../bpf/bench/*.bpf.c; do clang -O2 -g -mcpu=v3 -target bpf -I../../../bpf -I../../../bpf/include -c $DOLLAR{f} -o $DOLLAR{f%.c}.o; done"
+//go:generate sh -c "for f in ../../../bpf/testdata/*.bpf.c ../../../bpf/bench/*.bpf.c; do clang -O2 -g -mcpu=v3 -target bpf -fdebug-compilation-dir=. -I../../../bpf -I../../../bpf/include -c $DOLLAR{f} -o $DOLLAR{f%.c}.o; done"
 
 // loadGPU reads a clang-built object and places its maps like `gpubpf ptx`.
 func loadGPU(t *testing.T, path string) (map[string]*ebpf.ProgramSpec, Options) {
