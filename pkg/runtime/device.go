@@ -238,14 +238,26 @@ func (m *placedMap) unmap() {
 
 // probe returns the probe to inject for progs at one site: the compiled
 // program itself, or a small .func calling each in turn when several
-// programs share the site of a kernel.
+// programs share the site of a kernel. Its body is pasted into the kernel
+// (no call: an empty program then costs no instruction at all) unless
+// GPUBPF_NO_INLINE is set, which keeps plain calls (a fallback, should a
+// driver ever mis-handle the pasted blocks).
 func (d *device) probe(progs []GPUProgram, site string) (*instrument.Probe, error) {
+	p, err := d.probeFor(progs, site)
+	if p != nil && os.Getenv("GPUBPF_NO_INLINE") != "" {
+		p.Inline = nil
+	}
+	return p, err
+}
+
+func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, error) {
 	switch len(progs) {
 	case 0:
 		return nil, nil
 	case 1:
 		f := d.funcs[progs[0].Spec.Name]
-		return &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion}, nil
+		return &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion,
+			Inline: func(ctx, uniq string) string { return f.InlineBody(ctx, "", uniq) }}, nil
 	}
 	name := "gpubpf_" + site + "_all"
 	var body, defs strings.Builder
@@ -262,5 +274,17 @@ func (d *device) probe(progs []GPUProgram, site string) (*instrument.Probe, erro
 	}
 	fmt.Fprintf(&defs, ".func (.param .b64 ret) %s(.param .b64 ctx)\n{\n\t.reg .b64 %%c;\n\tld.param.b64 %%c, [ctx];\n%s\tst.param.b64 [ret], 0;\n\tret;\n}\n", name, body.String())
 	pr.PTX = defs.String()
+	// Pasted in, the programs run one after the other with no call at all.
+	fns := make([]*jit.Function, len(progs))
+	for i, g := range progs {
+		fns[i] = d.funcs[g.Spec.Name]
+	}
+	pr.Inline = func(ctx, uniq string) string {
+		var b strings.Builder
+		for i, f := range fns {
+			b.WriteString(f.InlineBody(ctx, "", fmt.Sprintf("%s_%d", uniq, i)))
+		}
+		return b.String()
+	}
 	return pr, nil
 }

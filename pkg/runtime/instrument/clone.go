@@ -12,6 +12,9 @@ import (
 // Clone is the module being built: a new ptx.Module holding copies of the
 // selected kernels and the functions and variables they reference.
 type Clone struct {
+	// inline holds the Inline hooks of the probes, by .func name.
+	inline  map[string]func(ctx, uniq string) string
+	inlined int
 	M       *ptx.Module
 	Kernels []*ptx.Func // selected kernels (copies)
 	Funcs   []*ptx.Func // defined .funcs they call (copies)

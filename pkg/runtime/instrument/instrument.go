@@ -15,6 +15,12 @@ type Probe struct {
 	PTX        string // its definition (and helper funcs), no .version/.target header
 	UsesCtx    bool   // if false the probe gets ctx = 0 and no context is built
 	PTXVersion [2]int // minimum .version the probe needs
+	// Inline, when set, returns the probe's body as a PTX block to paste
+	// at a site instead of calling Func (ptxas does not inline calls: a
+	// call costs a CALL and spills even for an empty probe). ctx is a
+	// register or "0"; uniq is a label prefix unique in the module. PTX
+	// must still be placed at module scope for the helpers the body calls.
+	Inline func(ctx, uniq string) string
 }
 
 // Request says what to instrument and how.
@@ -133,6 +139,12 @@ func InstrumentModule(m *ptx.Module, req Request) (*Result, error) {
 	c, err := Extract(m, sel, req.Entry != nil)
 	if err != nil {
 		return nil, err
+	}
+	c.inline = map[string]func(ctx, uniq string) string{}
+	for _, p := range []*Probe{req.Entry, req.Exit, req.MemAccess} {
+		if p != nil && p.Inline != nil {
+			c.inline[p.Func] = p.Inline
+		}
 	}
 	before := ""
 	if req.Dump != nil {

@@ -646,6 +646,11 @@ func (c *Clone) appendAddr(out []*ptx.Stmt, inner string) []*ptx.Stmt {
 
 // appendCall is callProbe appending to out.
 func (c *Clone) appendCall(out []*ptx.Stmt, probe, ctx string) []*ptx.Stmt {
+	if inline := c.inline[probe]; inline != nil {
+		c.inlined++
+		uniq := fmt.Sprintf("gpubpf_i%d", c.inlined)
+		return append(out, &ptx.Stmt{Kind: ptx.Raw, Text: inline(ctx, uniq)})
+	}
 	call := c.calls[probe]
 	if call == nil {
 		call = instr("", "call", "(gpubpf_ret)", probe, "(gpubpf_arg)")

@@ -100,6 +100,7 @@ const (
 	Comment             // Text is the comment as written
 	BlockOpen           // '{'
 	BlockClose          // '}'
+	Raw                 // Text is PTX emitted as is (a probe body pasted in by a pass)
 )
 
 // Stmt is one statement of a function body.
@@ -153,7 +154,7 @@ func (s *Stmt) writeTo(b *strings.Builder) {
 			b.WriteByte(';')
 		}
 		return
-	case Comment:
+	case Comment, Raw:
 		b.WriteString(s.Text)
 		return
 	case BlockOpen:

@@ -1,0 +1,135 @@
+package instrument
+
+import (
+	"bytes"
+	"debug/elf"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
+	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
+	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
+)
+
+// kernelText assembles PTX for sm_90 and returns the size of kernel's code.
+func kernelText(t *testing.T, src, kernel string) uint64 {
+	t.Helper()
+	dir := t.TempDir()
+	in, out := filepath.Join(dir, "m.ptx"), filepath.Join(dir, "m.cubin")
+	os.WriteFile(in, []byte(src), 0o644)
+	if b, err := exec.Command(testenv.Ptxas(t), "-arch=sm_90", "-O3", in, "-o", out).CombinedOutput(); err != nil {
+		t.Fatalf("ptxas: %v\n%s", err, b)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// ptxas writes its own version into the ELF version fields, which
+	// debug/elf refuses; the layout is plain ELF64.
+	b[6] = 1
+	binary.LittleEndian.PutUint32(b[20:], 1)
+	f, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := f.Section(".text." + kernel)
+	if s == nil {
+		t.Fatalf("no .text.%s in the cubin", kernel)
+	}
+	return s.Size
+}
+
+// An empty eBPF program injected at the entry and exits of a real nvcc
+// kernel, pasted in through Probe.Inline as the runtime does, leaves the
+// kernel's machine code exactly as it was: attaching costs nothing until
+// the program does something.
+func TestInlinedEmptyProbeAddsNoCode(t *testing.T) {
+	raw, err := os.ReadFile("../fatbin/testdata/vec_add_cuda118.fatbin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fbs, err := fatbin.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const kernel = "_Z9vectorAddPKfS0_Pfi"
+	_, src, err := fatbin.PTXFor(fbs, kernel, 90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := jit.Compile(&ebpf.ProgramSpec{Name: "empty", Type: ebpf.Kprobe, License: "GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, 0), asm.Return()}}, jit.Options{FuncName: "gpubpf_empty"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := func(inline bool) *Probe {
+		p := &Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion}
+		if inline {
+			p.Inline = func(ctx, uniq string) string { return f.InlineBody(ctx, "", uniq) }
+		}
+		return p
+	}
+	base := kernelText(t, string(src), kernel)
+	for _, inline := range []bool{true, false} {
+		r, err := Instrument(string(src), Request{Kernels: []string{kernel}, Entry: probe(inline), Exit: probe(inline)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := kernelText(t, r.PTX, kernel)
+		t.Logf("vectorAdd .text: %d bytes uninstrumented, %d with an empty entry+exit probe (inline=%v)", base, got, inline)
+		if inline && got != base {
+			t.Fatalf("inlined empty probe changed the kernel's code: %d -> %d bytes", base, got)
+		}
+		if !inline && got == base {
+			t.Fatalf("a called probe cost nothing: the test cannot tell inlining from calling")
+		}
+	}
+}
+
+// A real program with a map lookup, helpers and a per-thread array, pasted
+// into the real kernel at entry and exits, assembles (what the runtime
+// loads, minus the real map addresses).
+func TestInlinedCounterProbeAssembles(t *testing.T) {
+	raw, err := os.ReadFile("../fatbin/testdata/vec_add_cuda118.fatbin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fbs, err := fatbin.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const kernel = "_Z9vectorAddPKfS0_Pfi"
+	_, src, err := fatbin.PTXFor(fbs, kernel, 90)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := ebpf.LoadCollectionSpec("../../../bpf/bench/probe_counter.bpf.o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := spec.Maps["counters"]
+	f, err := jit.Compile(spec.Programs["probe_counter"], jit.Options{FuncName: "gpubpf_counter",
+		Maps:   map[string]gpumap.Placement{"counters": {Kind: gpumap.PerThreadArray, Addr: 0x7f0000000000, KeySize: m.KeySize, ValueSize: m.ValueSize, MaxEntries: m.MaxEntries, Threads: 1 << 16}},
+		Printk: gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7e0000000000, HostResident: true, MaxEntries: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion,
+		Inline: func(ctx, uniq string) string { return f.InlineBody(ctx, "", uniq) }}
+	r, err := Instrument(string(src), Request{Kernels: []string{kernel}, Entry: p, Exit: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, got := kernelText(t, string(src), kernel), kernelText(t, r.PTX, kernel)
+	t.Logf("vectorAdd .text: %d bytes, %d with the counter probe inlined at entry and exit", base, got)
+	if got <= base {
+		t.Fatalf("the counter probe added no code (%d -> %d): was it injected?", base, got)
+	}
+}
