@@ -343,6 +343,11 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 	p.modules[m.ID] = true
 	p.mu.Unlock()
 
+	// The agent already knows the module's kernel names: when none is
+	// targeted, leave its image (PyTorch's are hundreds of MB) unread.
+	if inv != nil && !p.anyTargeted(m.ID, inv) {
+		return
+	}
 	img, err := p.moduleImage(m)
 	if err != nil {
 		p.s.logf("process %d: module %d: %v", p.PID, m.ID, err)
@@ -355,10 +360,13 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 	}
 	names := make([]string, 0, len(mc.kernels))
 	byName := map[string]fatbin.Kernel{}
+	p.s.mu.Lock()
 	for _, k := range mc.kernels {
 		names = append(names, k.Name)
 		byName[k.Name] = k
+		p.s.stats.KernelsSeen[k.Name] = true
 	}
+	p.s.mu.Unlock()
 	sets := map[string]probeSet{}
 	for _, g := range p.s.gpu {
 		matched, _ := instrument.Match(p.s.kernelPatterns(g), names)
@@ -411,6 +419,32 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 			}
 		}
 	}
+}
+
+// anyTargeted reports whether a GPU program of the session may target a
+// kernel of module id, going by the agent's inventory. A module whose
+// kernels the agent could not list counts as targeted.
+func (p *Process) anyTargeted(id uint64, inv *agentproto.Inventory) bool {
+	var names []string
+	for _, k := range inv.Kernels {
+		if k.ModuleID == id && k.Name != "" {
+			names = append(names, k.Name)
+		}
+	}
+	if len(names) == 0 {
+		return true
+	}
+	p.s.mu.Lock()
+	for _, n := range names {
+		p.s.stats.KernelsSeen[n] = true
+	}
+	p.s.mu.Unlock()
+	for _, g := range p.s.gpu {
+		if matched, _ := instrument.Match(p.s.kernelPatterns(g), names); len(matched) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func hashString(s string) uint32 {

@@ -64,6 +64,7 @@ type Stats struct {
 	Processes       int
 	KernelsMatched  map[string]bool   // mangled names instrumented somewhere
 	KernelsSkipped  map[string]string // mangled name -> why
+	KernelsSeen     map[string]bool   // every kernel name of the traced processes' modules
 	Records         uint64            // ring-buffer records delivered
 	RecordsLost     uint64            // records the tool could not deliver (channel full)
 	RingDrops       uint64            // records GPU producers dropped (ring full)
@@ -113,7 +114,7 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		cpu:     cpu,
 		records: make(chan Record, 65536),
 		procs:   map[int]*Process{},
-		stats:   Stats{KernelsMatched: map[string]bool{}, KernelsSkipped: map[string]string{}, MapErrors: map[string]uint64{}},
+		stats:   Stats{KernelsMatched: map[string]bool{}, KernelsSkipped: map[string]string{}, KernelsSeen: map[string]bool{}, MapErrors: map[string]uint64{}},
 	}
 	for _, g := range gpu {
 		if _, err := s.compile(g, placeholderPlacements(spec, g), gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7f0000000000, HostResident: true, MaxEntries: 1 << 20}, 0); err != nil {
@@ -129,6 +130,21 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 // GPUPrograms and CPUPrograms describe what the session runs.
 func (s *Session) GPUPrograms() []GPUProgram { return s.gpu }
 func (s *Session) CPUPrograms() []CPUProgram { return s.cpu }
+
+// Patterns lists the kernel patterns the session's GPU programs attach to.
+func (s *Session) Patterns() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, g := range s.gpu {
+		for _, p := range s.kernelPatterns(g) {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
 
 // kernelPatterns is what program g attaches to.
 func (s *Session) kernelPatterns(g GPUProgram) []string {
@@ -193,6 +209,7 @@ func (s *Session) Stats() Stats {
 	st := s.stats
 	st.KernelsMatched = copyMap(s.stats.KernelsMatched)
 	st.KernelsSkipped = copyMap(s.stats.KernelsSkipped)
+	st.KernelsSeen = copyMap(s.stats.KernelsSeen)
 	st.MapErrors = copyMap(s.stats.MapErrors)
 	st.ProbeFailures = append([]string(nil), s.stats.ProbeFailures...)
 	s.mu.Unlock()

@@ -19,7 +19,9 @@ import (
 
 	"github.com/gpubpf/gpubpf/pkg/btffmt"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -127,6 +129,9 @@ func runAction(c *cli.Context) error {
 	out.summary(st)
 	if traceErr != nil {
 		return traceErr
+	}
+	if err := noKernelMatched(sess, st); err != nil {
+		return err
 	}
 	if closeErr != nil {
 		fmt.Fprintf(os.Stderr, "gpubpf: detaching: %v\n", closeErr)
@@ -339,4 +344,25 @@ func listOrNone(s []string) string {
 		return "none"
 	}
 	return strings.Join(s, ", ")
+}
+
+// noKernelMatched is the error of CLI.md for GPU programs whose pattern
+// matched none of the kernels the traced processes loaded.
+func noKernelMatched(s *runtime.Session, st runtime.Stats) error {
+	if len(s.GPUPrograms()) == 0 || len(st.KernelsMatched) > 0 || len(st.KernelsSkipped) > 0 || len(st.KernelsSeen) == 0 {
+		return nil
+	}
+	seen := sortedSet(st.KernelsSeen)
+	patterns := s.Patterns()
+	_, closest := instrument.Match(patterns, seen)
+	var names []string
+	for _, k := range closest {
+		base, _ := fatbin.Demangle(k)
+		names = append(names, base+" ("+k+")")
+	}
+	msg := fmt.Sprintf("no kernel matched %s among the %d kernels the process loaded", strings.Join(patterns, ", "), len(seen))
+	if len(names) > 0 {
+		msg += "; closest: " + strings.Join(names, ", ")
+	}
+	return fmt.Errorf("%s (list them with: gpubpf kernels -p PID)", msg)
 }

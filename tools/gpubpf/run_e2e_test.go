@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -70,11 +71,28 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	tool := filepath.Join(dir, "gpubpf") // next to libgpubpf-agent.so, as make installs them
 	run("go", "build", "-o", tool, ".")
 
-	cmd := exec.Command(tool, "run", "-j", "-k", "_Z6vecAddPfi", "../../bpf/examples/counter_bpfel.o", "--", filepath.Join(dir, "app"))
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_AGENT_SOCKET_DIR="+sockDir)
-	cmd.Stdin = strings.NewReader("launch\nlaunch\nquit\n")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	gpubpfRun := func(kernel string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+		cmd := exec.Command(tool, "run", "-j", "-k", kernel, "../../bpf/examples/counter_bpfel.o", "--", filepath.Join(dir, "app"))
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_AGENT_SOCKET_DIR="+sockDir)
+		cmd.Stdin = strings.NewReader("launch\nlaunch\nquit\n")
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		return cmd, &stdout, &stderr
+	}
+
+	// A pattern that matches nothing: the program runs untouched, and the
+	// tool says which kernels come closest, exit status 1 (CLI.md).
+	cmd, stdout, stderr := gpubpfRun("vecAd")
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "closest: vecAdd (_Z6vecAddPfi)") {
+		t.Fatalf("no-match run: %v\n%s", err, stderr.String())
+	}
+	if strings.Count(stdout.String(), "LAUNCH _Z6vecAddPfi") != 2 {
+		t.Fatalf("the application did not run normally:\n%s", stdout.String())
+	}
+
+	cmd, stdout, stderr = gpubpfRun("_Z6vecAddPfi")
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("gpubpf run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
 	}
