@@ -15,6 +15,7 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
+	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
 	"github.com/gpubpf/gpubpf/pkg/runtime/ptx"
 )
@@ -402,7 +403,7 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 				p.skip(k, err.Error())
 				continue
 			}
-			gk := fmt.Sprintf("%d:%x/%s", len(text), hashString(text), set.key())
+			gk := fmt.Sprintf("%d:%x/%s", len(text), gpumap.FNV1a([]byte(text)), set.key())
 			g := groups[gk]
 			if g == nil {
 				g = &group{text: text, set: set}
@@ -447,14 +448,6 @@ func (p *Process) anyTargeted(id uint64, inv *agentproto.Inventory) bool {
 	return false
 }
 
-func hashString(s string) uint32 {
-	h := uint32(2166136261)
-	for i := 0; i < len(s); i++ {
-		h ^= uint32(s[i])
-		h *= 16777619
-	}
-	return h
-}
 
 // loadClone builds, loads and activates one instrumented clone.
 func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t agentproto.Target, text string, set probeSet, kernels []string) error {

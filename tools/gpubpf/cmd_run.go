@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -269,7 +270,7 @@ func (o *runOutput) maps(s *runtime.Session) {
 			n++
 			key := btffmt.Format(kt, k)
 			if mc.Kind == gpumap.PerThreadArray && len(k) == 8 {
-				key = fmt.Sprintf("thread %d key %s", le32(k[4:]), btffmt.Format(kt, k[:4]))
+				key = fmt.Sprintf("thread %d key %s", binary.LittleEndian.Uint32(k[4:]), btffmt.Format(kt, k[:4]))
 			}
 			if o.json {
 				o.emit(map[string]any{"type": "map", "map": mc.Name, "pid": mc.PID, "device": mc.Device, "key": key, "value": btffmt.Format(vt, v)})
