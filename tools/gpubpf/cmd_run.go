@@ -288,10 +288,6 @@ func (o *runOutput) maps(s *runtime.Session) {
 	}
 }
 
-func le32(b []byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
-}
-
 func errorWord(k gpumap.Kind) string {
 	switch k {
 	case gpumap.PerThreadArray:
