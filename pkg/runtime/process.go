@@ -448,7 +448,6 @@ func (p *Process) anyTargeted(id uint64, inv *agentproto.Inventory) bool {
 	return false
 }
 
-
 // loadClone builds, loads and activates one instrumented clone.
 func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t agentproto.Target, text string, set probeSet, kernels []string) error {
 	dev, err := p.device(t)
