@@ -253,6 +253,26 @@ static inline void *real(int i)
 
 /* ---------------- module loads ---------------- */
 
+/* The application loaded a module: record it and, if a tool asked, hold
+ * until the tool has instrumented it. Loads by the agent's own threads
+ * (clones) are not the application's; they reach these wrappers only when
+ * the driver's own entry points resolve to the agent's exports, and must
+ * never wait on themselves. */
+static void app_module_loaded(int kind, void *handle, const void *image, const char *path)
+{
+	if (!g_agent_thread)
+		server_hold(inv_add_module(kind, handle, image, path));
+}
+
+/* The application is about to unload a module: let tools take a last look. */
+static void app_module_unloading(void *handle)
+{
+	if (g_agent_thread)
+		return;
+	server_hold_unload(handle);
+	inv_module_unloaded(handle);
+}
+
 EXPORT CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option *jo, void **jv, unsigned nj,
 				  CUlibraryOption *lo, void **lv, unsigned nl)
 {
@@ -261,8 +281,7 @@ EXPORT CUresult cuLibraryLoadData(CUlibrary *lib, const void *code, CUjit_option
 		return NOFUNC;
 	CUresult r = f(lib, code, jo, jv, nj, lo, lv, nl);
 	if (r == CUDA_SUCCESS && lib)
-		if (!g_agent_thread)
-			server_hold(inv_add_module(MK_LIBRARY_DATA, *lib, code, NULL));
+		app_module_loaded(MK_LIBRARY_DATA, *lib, code, NULL);
 	return r;
 }
 
@@ -274,8 +293,7 @@ EXPORT CUresult cuLibraryLoadFromFile(CUlibrary *lib, const char *file, CUjit_op
 		return NOFUNC;
 	CUresult r = f(lib, file, jo, jv, nj, lo, lv, nl);
 	if (r == CUDA_SUCCESS && lib)
-		if (!g_agent_thread)
-			server_hold(inv_add_module(MK_LIBRARY_FILE, *lib, NULL, file));
+		app_module_loaded(MK_LIBRARY_FILE, *lib, NULL, file);
 	return r;
 }
 
@@ -284,10 +302,7 @@ EXPORT CUresult cuLibraryUnload(CUlibrary lib)
 	libunload_t f = REAL(libunload_t, cuLibraryUnload);
 	if (!f)
 		return NOFUNC;
-	if (!g_agent_thread) {
-		server_hold_unload(lib);
-		inv_module_unloaded(lib);
-	}
+	app_module_unloading(lib);
 	return f(lib);
 }
 
@@ -298,8 +313,7 @@ EXPORT CUresult cuModuleLoadData(CUmodule *m, const void *image)
 		return NOFUNC;
 	CUresult r = f(m, image);
 	if (r == CUDA_SUCCESS && m)
-		if (!g_agent_thread)
-			server_hold(inv_add_module(MK_MODULE_DATA, *m, image, NULL));
+		app_module_loaded(MK_MODULE_DATA, *m, image, NULL);
 	return r;
 }
 
@@ -310,8 +324,7 @@ EXPORT CUresult cuModuleLoadDataEx(CUmodule *m, const void *image, unsigned n, C
 		return NOFUNC;
 	CUresult r = f(m, image, n, o, v);
 	if (r == CUDA_SUCCESS && m)
-		if (!g_agent_thread)
-			server_hold(inv_add_module(MK_MODULE_DATA, *m, image, NULL));
+		app_module_loaded(MK_MODULE_DATA, *m, image, NULL);
 	return r;
 }
 
@@ -322,8 +335,7 @@ EXPORT CUresult cuModuleLoadFatBinary(CUmodule *m, const void *fatbin)
 		return NOFUNC;
 	CUresult r = f(m, fatbin);
 	if (r == CUDA_SUCCESS && m)
-		if (!g_agent_thread)
-			server_hold(inv_add_module(MK_MODULE_FATBIN, *m, fatbin, NULL));
+		app_module_loaded(MK_MODULE_FATBIN, *m, fatbin, NULL);
 	return r;
 }
 
@@ -334,8 +346,7 @@ EXPORT CUresult cuModuleLoad(CUmodule *m, const char *fname)
 		return NOFUNC;
 	CUresult r = f(m, fname);
 	if (r == CUDA_SUCCESS && m)
-		if (!g_agent_thread)
-			server_hold(inv_add_module(MK_MODULE_FILE, *m, NULL, fname));
+		app_module_loaded(MK_MODULE_FILE, *m, NULL, fname);
 	return r;
 }
 
@@ -344,10 +355,7 @@ EXPORT CUresult cuModuleUnload(CUmodule m)
 	modunload_t f = REAL(modunload_t, cuModuleUnload);
 	if (!f)
 		return NOFUNC;
-	if (!g_agent_thread) {
-		server_hold_unload(m);
-		inv_module_unloaded(m);
-	}
+	app_module_unloading(m);
 	return f(m);
 }
 
