@@ -36,7 +36,8 @@ type Process struct {
 	devs     map[agentproto.Target]*device
 	modules  map[uint64]bool
 	clones   int
-	launches map[uint64]uint64
+	launches map[probeKey]uint64 // agent counters, cached (see refreshLaunches)
+	failures map[probeKey]uint64
 	devList  []agentproto.Device
 	// final holds each device map's contents as read at the application's
 	// last module unload (exit): what ReadMaps shows once it is gone.
@@ -75,7 +76,7 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 		opts.Start = time.Now()
 	}
 	p := &Process{PID: pid, s: s, hold: opts.Hold, start: opts.Start,
-		devs: map[agentproto.Target]*device{}, modules: map[uint64]bool{}, launches: map[uint64]uint64{}, stop: make(chan struct{})}
+		devs: map[agentproto.Target]*device{}, modules: map[uint64]bool{}, launches: map[probeKey]uint64{}, failures: map[probeKey]uint64{}, stop: make(chan struct{})}
 	// A command the tool started always has the agent (it holds the
 	// program at its first module load, after exec, so uprobes go on the
 	// real program); a running process needs one only for GPU programs.
@@ -384,6 +385,19 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 	if len(sets) == 0 {
 		return
 	}
+	// The same PTX serves every GPU of a process: parse each text once.
+	modules := map[string]*ptx.Module{}
+	parsed := func(text string) (*ptx.Module, error) {
+		if mod := modules[text]; mod != nil {
+			return mod, nil
+		}
+		mod, err := ptx.Parse(text)
+		if err != nil {
+			return nil, fmt.Errorf("parsing the module's PTX: %w", err)
+		}
+		modules[text] = mod
+		return mod, nil
+	}
 	for _, t := range p.targets(m) {
 		// Group kernels by PTX text and probe set: one clone each.
 		type group struct {
@@ -413,7 +427,11 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 		}
 		for _, g := range groups {
 			sort.Strings(g.kernels)
-			if err := p.loadClone(m, inv, t, g.text, g.set, g.kernels); err != nil {
+			mod, err := parsed(g.text)
+			if err == nil {
+				err = p.loadClone(m, inv, t, mod, g.set, g.kernels)
+			}
+			if err != nil {
 				for _, k := range g.kernels {
 					p.skip(k, err.Error())
 				}
@@ -449,7 +467,7 @@ func (p *Process) anyTargeted(id uint64, inv *agentproto.Inventory) bool {
 }
 
 // loadClone builds, loads and activates one instrumented clone.
-func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t agentproto.Target, text string, set probeSet, kernels []string) error {
+func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t agentproto.Target, mod *ptx.Module, set probeSet, kernels []string) error {
 	dev, err := p.device(t)
 	if err != nil {
 		return err
@@ -461,10 +479,6 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 	exit, err := dev.probe(set.exit, "exit")
 	if err != nil {
 		return err
-	}
-	mod, err := ptx.Parse(text)
-	if err != nil {
-		return fmt.Errorf("parsing the module's PTX: %w", err)
 	}
 	// Which module variables do these kernels use? Their clones must use
 	// the application's copies, by address.
@@ -544,24 +558,38 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 	return nil
 }
 
-// addStats adds this process's agent-side counters and ring drops.
-func (p *Process) addStats(st *Stats) {
+// probeKey names one active probe: a kernel handle in a context.
+type probeKey struct{ kernel, ctx uint64 }
+
+// refreshLaunches caches the agent's per-probe counters: they go with the
+// process, and the tool reports them after it has exited.
+func (p *Process) refreshLaunches() {
 	if p.conn == nil {
 		return
 	}
-	if probes, err := p.conn.Stats(); err == nil {
-		for _, pr := range probes {
-			p.mu.Lock()
-			if pr.Launches > p.launches[pr.Kernel^pr.Ctx] {
-				p.launches[pr.Kernel^pr.Ctx] = pr.Launches
-			}
-			p.mu.Unlock()
-			st.LaunchFailures += pr.Failures
-		}
+	probes, err := p.conn.Stats()
+	if err != nil {
+		return
 	}
 	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, pr := range probes {
+		k := probeKey{pr.Kernel, pr.Ctx}
+		p.launches[k] = max(p.launches[k], pr.Launches)
+		p.failures[k] = max(p.failures[k], pr.Failures)
+	}
+}
+
+// addStats adds this process's agent-side counters and ring drops.
+func (p *Process) addStats(st *Stats) {
+	p.refreshLaunches()
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, n := range p.launches {
 		st.Launches += n
+	}
+	for _, n := range p.failures {
+		st.LaunchFailures += n
 	}
 	for _, d := range p.devs {
 		for _, m := range d.maps {
@@ -573,7 +601,6 @@ func (p *Process) addStats(st *Stats) {
 			st.RingDrops += d.printk.ring.Drops()
 		}
 	}
-	p.mu.Unlock()
 }
 
 // close detaches: the agent restores the original kernels (also what it
@@ -590,8 +617,7 @@ func (p *Process) close() error {
 	if p.conn != nil {
 		// Drain the rings one last time so nothing the GPU produced is lost.
 		p.drain()
-		st := Stats{}
-		p.addStats(&st)
+		p.refreshLaunches()
 		select {
 		case <-p.conn.Done(): // the process is gone: nothing to restore
 		default:

@@ -34,13 +34,7 @@ func (p *Process) poll() {
 
 // drain hands every committed record of every ring to the session.
 func (p *Process) drain() {
-	p.mu.Lock()
-	devs := make([]*device, 0, len(p.devs))
-	for _, d := range p.devs {
-		devs = append(devs, d)
-	}
-	p.mu.Unlock()
-	for _, d := range devs {
+	for _, d := range p.placed() {
 		dev := int(d.target.Device)
 		for _, m := range d.maps {
 			if m.ring == nil || m.mem == nil {
@@ -105,32 +99,20 @@ func (s *Session) ReadMaps() ([]MapCopy, error) {
 	var out []MapCopy
 	var firstErr error
 	for _, p := range s.Processes() {
-		p.mu.Lock()
-		devs := make([]*device, 0, len(p.devs))
-		for _, d := range p.devs {
-			devs = append(devs, d)
-		}
-		p.mu.Unlock()
-		for _, d := range devs {
-			for _, name := range sortedKeys(d.maps) {
-				m := d.maps[name]
-				if m.ring != nil || m.kmap != nil || strings.HasPrefix(name, ".rodata") {
-					continue // rings arrive as records; constants never change
+		p.deviceMaps(func(d *device, m *placedMap) {
+			data, err := p.readMap(d, m)
+			if err != nil {
+				if firstErr == nil {
+					firstErr = fmt.Errorf("process %d: reading map %s: %w", p.PID, m.name, err)
 				}
-				data, err := p.readMap(d, m)
-				if err != nil {
-					if firstErr == nil {
-						firstErr = fmt.Errorf("process %d: reading map %s: %w", p.PID, name, err)
-					}
-					continue
-				}
-				mc := MapCopy{Name: name, Spec: m.spec, PID: p.PID, Device: int(d.target.Device), Kind: m.place.Kind, Place: m.place, Data: data}
-				if h, err := gpumap.ReadHeader(data); err == nil {
-					mc.Errors = h.Errors
-				}
-				out = append(out, mc)
+				return
 			}
-		}
+			mc := MapCopy{Name: m.name, Spec: m.spec, PID: p.PID, Device: int(d.target.Device), Kind: m.place.Kind, Place: m.place, Data: data}
+			if h, err := gpumap.ReadHeader(data); err == nil {
+				mc.Errors = h.Errors
+			}
+			out = append(out, mc)
+		})
 	}
 	if s.kern.coll != nil {
 		for _, name := range sortedKeys(s.kern.coll.Maps) {
@@ -248,29 +230,45 @@ func (p *Process) finalCopy(t agentproto.Target, name string) []byte {
 // so the tool can report them after the process is gone.
 func (p *Process) lastLook() {
 	p.drain()
+	final := map[agentproto.Target]map[string][]byte{}
+	p.deviceMaps(func(d *device, m *placedMap) {
+		if final[d.target] == nil {
+			final[d.target] = map[string][]byte{}
+		}
+		if data, err := p.readDevice(d.target, m.devAddr, gpumap.SizeOf(m.place)); err == nil {
+			final[d.target][m.name] = data
+		} else {
+			p.s.logf("process %d: last read of map %s: %v", p.PID, m.name, err)
+		}
+	})
+	p.refreshLaunches()
 	p.mu.Lock()
+	p.final = final
+	p.mu.Unlock()
+}
+
+// placed returns the contexts the session has placed maps in.
+func (p *Process) placed() []*device {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	devs := make([]*device, 0, len(p.devs))
 	for _, d := range p.devs {
 		devs = append(devs, d)
 	}
-	p.mu.Unlock()
-	final := map[agentproto.Target]map[string][]byte{}
-	for _, d := range devs {
-		final[d.target] = map[string][]byte{}
-		for name, m := range d.maps {
-			if m.ring != nil || m.kmap != nil {
+	return devs
+}
+
+// deviceMaps calls fn for every map of p that lives in device memory and is
+// worth reading back: not rings (their records arrive on Records), not
+// kernel maps (read through the kernel), not constants (.rodata).
+func (p *Process) deviceMaps(fn func(d *device, m *placedMap)) {
+	for _, d := range p.placed() {
+		for _, name := range sortedKeys(d.maps) {
+			m := d.maps[name]
+			if m.ring != nil || m.kmap != nil || strings.HasPrefix(name, ".rodata") {
 				continue
 			}
-			if data, err := p.readDevice(d.target, m.devAddr, gpumap.SizeOf(m.place)); err == nil {
-				final[d.target][name] = data
-			} else {
-				p.s.logf("process %d: last read of map %s: %v", p.PID, name, err)
-			}
+			fn(d, m)
 		}
 	}
-	var st Stats
-	p.addStats(&st)
-	p.mu.Lock()
-	p.final = final
-	p.mu.Unlock()
 }
