@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
+	"github.com/gpubpf/gpubpf/pkg/links"
 	"github.com/gpubpf/gpubpf/pkg/procmaps"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
@@ -631,9 +632,7 @@ func (p *Process) close() error {
 		p.drain()
 	}
 	p.mu.Lock()
-	for _, l := range p.links {
-		l.Close()
-	}
+	links.CloseAll(p.links)
 	p.links = nil
 	for _, d := range p.devs {
 		d.release()

@@ -225,25 +225,38 @@ func (p *Process) finalCopy(t agentproto.Target, name string) []byte {
 	return p.final[t][name]
 }
 
-// lastLook runs while the application waits in a module unload (normally
-// at exit): drain the rings, copy every device map and the launch counts,
-// so the tool can report them after the process is gone.
+// lastLook runs while the application waits in a module unload or at
+// exit: drain the rings, copy every device map and the launch counts, so
+// the tool can report them after the process is gone. It can run several
+// times (every unload, then exit); a read that fails because the
+// application has already torn its contexts down keeps the copy an
+// earlier look took.
 func (p *Process) lastLook() {
 	p.drain()
-	final := map[agentproto.Target]map[string][]byte{}
+	type copied struct {
+		t    agentproto.Target
+		name string
+		data []byte
+	}
+	var got []copied
 	p.deviceMaps(func(d *device, m *placedMap) {
-		if final[d.target] == nil {
-			final[d.target] = map[string][]byte{}
-		}
 		if data, err := p.readDevice(d.target, m.devAddr, gpumap.SizeOf(m.place)); err == nil {
-			final[d.target][m.name] = data
-		} else {
+			got = append(got, copied{d.target, m.name, data})
+		} else if p.finalCopy(d.target, m.name) == nil {
 			p.s.logf("process %d: last read of map %s: %v", p.PID, m.name, err)
 		}
 	})
 	p.refreshLaunches()
 	p.mu.Lock()
-	p.final = final
+	if p.final == nil {
+		p.final = map[agentproto.Target]map[string][]byte{}
+	}
+	for _, c := range got {
+		if p.final[c.t] == nil {
+			p.final[c.t] = map[string][]byte{}
+		}
+		p.final[c.t][c.name] = c.data
+	}
 	p.mu.Unlock()
 }
 

@@ -8,6 +8,8 @@ import (
 
 	"github.com/cilium/ebpf/link"
 
+	"github.com/gpubpf/gpubpf/pkg/links"
+
 	"github.com/gpubpf/gpubpf/pkg/procmaps"
 )
 
@@ -54,11 +56,9 @@ func resolveUprobeTarget(c CPUProgram, pid int) (string, error) {
 // attachUprobes attaches every CPU program to process pid (pid 0: every
 // process, absolute paths only).
 func (k *kernelSide) attachUprobes(cpu []CPUProgram, pid int) ([]link.Link, error) {
-	var links []link.Link
+	var attached []link.Link
 	fail := func(err error) ([]link.Link, error) {
-		for _, l := range links {
-			l.Close()
-		}
+		links.CloseAll(attached)
 		return nil, err
 	}
 	for _, c := range cpu {
@@ -81,7 +81,7 @@ func (k *kernelSide) attachUprobes(cpu []CPUProgram, pid int) ([]link.Link, erro
 		if err != nil {
 			return fail(fmt.Errorf("program %s: attaching to %s in %s: %w", c.Spec.Name, c.Symbol, path, err))
 		}
-		links = append(links, l)
+		attached = append(attached, l)
 	}
-	return links, nil
+	return attached, nil
 }

@@ -19,6 +19,40 @@ if [ ! -x "$TOOL" ]; then echo "SUMMARY: FAIL no $TOOL (make gpu-bundle on a bui
 if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
 ts() { date -u +%H:%M:%S; }
 
+# bounded SECS CMD...: run CMD (the caller redirects its output); if it has
+# not ended after SECS, record what it and its children are doing (states,
+# kernel stacks of every thread, the Go tool's goroutines via SIGQUIT) in
+# $OUTDIR/hangs.txt, kill it and return 124.
+HANGS=$OUTDIR/hangs.txt
+: >"$HANGS"
+bounded() {
+	local secs=$1 p i c t
+	shift
+	"$@" &
+	p=$!
+	for ((i = 0; i < secs * 10; i++)); do
+		kill -0 $p 2>/dev/null || { wait $p; return; }
+		sleep 0.1
+	done
+	{
+		echo "== HANG after ${secs}s: $*"
+		ps -eo pid,ppid,stat,wchan:32,etimes,args --forest | grep -v -E 'ps -eo|grep' | grep -A8 -E "^ *$p "
+		for c in $p $(pgrep -P $p); do
+			for t in /proc/$c/task/*; do
+				echo "-- $t ($(cat $t/comm 2>/dev/null)) $(cut -d' ' -f3 $t/stat 2>/dev/null)"
+				cat $t/stack 2>/dev/null | head -12
+			done
+		done
+	} >>"$HANGS" 2>&1
+	local kids
+	kids=$(pgrep -P $p)
+	kill -QUIT $p 2>/dev/null # a Go program prints every goroutine's stack
+	sleep 2
+	kill -9 $p $kids 2>/dev/null
+	wait $p
+	return 124
+}
+
 # leakcheck NAME: run alloc_mix under the tool (JSON) and compare its leak
 # report with the "LEAK planned: N allocations, B bytes" line it prints.
 leakcheck() {
@@ -26,10 +60,10 @@ leakcheck() {
 	echo "== $(ts) $bin: live stream"
 	# Output to a file first: a pipe into head would end the tool and the
 	# traced program with SIGPIPE.
-	$SUDO "$TOOL" -- "$bin" 4 >"$OUTDIR/$(basename "$bin").txt" 2>&1
+	bounded 90 $SUDO "$TOOL" -- "$bin" 4 >"$OUTDIR/$(basename "$bin").txt" 2>&1
 	head -60 "$OUTDIR/$(basename "$bin").txt"
 	echo "== $(ts) $bin: JSON, leak check"
-	$SUDO "$TOOL" -j -- "$bin" 4 >"$j" 2>"$j.err"
+	bounded 90 $SUDO "$TOOL" -j -- "$bin" 4 >"$j" 2>"$j.err"
 	cat "$j.err"
 	# The sample prints its leak and its call counts; the tool must agree.
 	local verdict
@@ -78,9 +112,11 @@ done
 for b in "$S/vec_add" "$S/vec_add_shared"; do
 	[ -x "$b" ] || { echo "skip: no $b"; continue; }
 	echo "== $(ts) $b: launches with 4 argument words, summary"
-	$SUDO "$TOOL" -a 4 -- "$b" >"$OUTDIR/$(basename "$b").txt" 2>&1
+	bounded 90 $SUDO "$TOOL" -a 4 -- "$b" >"$OUTDIR/$(basename "$b").txt" 2>&1
 	head -30 "$OUTDIR/$(basename "$b").txt"
-	$SUDO "$TOOL" --summary -- "$b" >"$OUTDIR/$(basename "$b").summary" 2>&1
+	# Kernel names must be names, not addresses: what the binary has.
+	echo "symbols of $b:"; nm "$b" | grep -i -E 'vectorAdd|cudaLaunchKernel' | head -8
+	bounded 90 $SUDO "$TOOL" --summary -- "$b" >"$OUTDIR/$(basename "$b").summary" 2>&1
 	tail -30 "$OUTDIR/$(basename "$b").summary"
 done
 
@@ -102,18 +138,19 @@ if [ -x "$S/launch_heavy" ]; then
 	rate() { grep -o 'launches_per_s=[0-9.]*' | tail -1 | cut -d= -f2; }
 	un=(); tr=(); nd=()
 	for i in 1 2 3; do
-		un+=("$("$S/launch_heavy" "$N" 4 0 64 | rate)")
-		timeout -k 5 90 $SUDO "$TOOL" -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy.txt" 2>"$OUTDIR/launch_heavy.err" || echo "traced run $i exited with $?"
+		bounded 90 "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy_untraced.txt" 2>&1 || echo "untraced run $i exited with $?"
+		un+=("$(rate <"$OUTDIR/launch_heavy_untraced.txt")")
+		bounded 90 $SUDO "$TOOL" -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy.txt" 2>"$OUTDIR/launch_heavy.err" || echo "traced run $i exited with $?"
 		tr+=("$(rate <"$OUTDIR/launch_heavy.txt")")
 		tail -1 "$OUTDIR/launch_heavy.err"
 		# The same with --no-driver (runtime probes only).
-		timeout -k 5 90 $SUDO "$TOOL" --no-driver -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy_nd.txt" 2>"$OUTDIR/launch_heavy_nd.err" || echo "--no-driver run $i exited with $?"
+		bounded 90 $SUDO "$TOOL" --no-driver -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy_nd.txt" 2>"$OUTDIR/launch_heavy_nd.err" || echo "--no-driver run $i exited with $?"
 		nd+=("$(rate <"$OUTDIR/launch_heavy_nd.txt")")
 	done
 	for b in "$S/launch_heavy_shared"; do
 		[ -x "$b" ] || continue
-		us=$("$b" "$N" 4 0 64 | rate)
-		timeout -k 5 90 $SUDO "$TOOL" -- "$b" "$N" 4 0 64 >"$OUTDIR/launch_heavy_shared.txt" 2>"$OUTDIR/launch_heavy_shared.err" || echo "shared run exited with $?"
+		us=$(bounded 90 "$b" "$N" 4 0 64 | rate)
+		bounded 90 $SUDO "$TOOL" -- "$b" "$N" 4 0 64 >"$OUTDIR/launch_heavy_shared.txt" 2>"$OUTDIR/launch_heavy_shared.err" || echo "shared run exited with $?"
 		ts_=$(rate <"$OUTDIR/launch_heavy_shared.txt")
 		echo "launch_heavy_shared: untraced $us/s traced $ts_/s"
 	done
@@ -129,5 +166,9 @@ else
 	echo "skip: no $S/launch_heavy"
 fi
 
+if [ -s "$HANGS" ]; then
+	echo "runs that did not end:"; cat "$HANGS"
+	fail=1; notes+=("$(grep -c '^== HANG' "$HANGS") hang(s)")
+fi
 if [ $fail -eq 0 ]; then echo "SUMMARY: PASS ${notes[*]}"; else echo "SUMMARY: FAIL ${notes[*]}"; fi
 exit $fail

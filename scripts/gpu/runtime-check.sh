@@ -90,7 +90,8 @@ sleep 1.5
 for round in 1 2; do
 	gpubpf run -j -p $app -d 1 bpf/examples/counter_bpfel.o >"$T/attach$round.out" 2>"$T/attach$round.err"
 	n=$(map_value "$T/attach$round.out" calls 0)
-	if [ "$n" != missing ] && [ "$n" -gt 0 ] && [ $((n % (THR * BLK))) -eq 0 ]; then ok "attach round $round: $n entries counted in 1 s"; else bad "attach round $round: calls[0]=$n"; tail -n 3 "$T/attach$round.err"; fi
+	pa=$(summary_field "$T/attach$round.out" first_attach_ms) pj=$(summary_field "$T/attach$round.out" jit_ms)
+	if [ "$n" != missing ] && [ "$n" -gt 0 ] && [ $((n % (THR * BLK))) -eq 0 ]; then ok "attach round $round: $n entries counted in 1 s; first probe $pa ms after start (JIT $pj ms)"; else bad "attach round $round: calls[0]=$n"; tail -n 3 "$T/attach$round.err"; fi
 done
 # 3. kill -9 the tool while attached
 gpubpf run -p $app bpf/examples/counter_bpfel.o >/dev/null 2>&1 &
@@ -167,5 +168,6 @@ else
 fi
 
 FA=$(summary_field "$T/vec_add.out" first_attach_ms) JIT=$(summary_field "$T/vec_add.out" jit_ms)
-echo "SUMMARY: $pass passed, $fail failed; first probe ${FA} ms after start (JIT ${JIT} ms)"
+PA=$(summary_field "$T/attach1.out" first_attach_ms) PJ=$(summary_field "$T/attach1.out" jit_ms)
+echo "SUMMARY: $pass passed, $fail failed; first probe after start: -p ${PA} ms (JIT ${PJ}), -- CMD ${FA} ms (JIT ${JIT})"
 [ $fail -eq 0 ]

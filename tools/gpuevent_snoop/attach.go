@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpubpf/gpubpf/pkg/links"
 	"github.com/gpubpf/gpubpf/pkg/procmaps"
 	"github.com/gpubpf/gpubpf/pkg/symbolize"
 )
@@ -36,6 +37,7 @@ type Attacher struct {
 	kinds       uint32
 	noDriver    bool // --no-driver: runtime APIs only
 	launchEntry bool // --launch-entry: launches from the entry probe alone
+	multi       bool // programs loaded for uprobe_multi links (kernel 6.6+)
 
 	mu      sync.Mutex
 	done    map[fileID]bool
@@ -96,39 +98,34 @@ func (a *Attacher) Attach(hostPath, shown string) (int, error) {
 	if idx > 254 {
 		idx = 255 // unknown to the fallback symboliser; still traced
 	}
-	n := 0
+	var entry, ret probeList
 	for i := range apis {
 		api := &apis[i]
 		if a.kinds&(1<<api.Kind) == 0 || !defs[api.Name] || (api.Driver && a.noDriver) {
 			continue
 		}
-		opts := &link.UprobeOptions{Cookie: cookie(i) | idx<<24}
+		c := cookie(i) | idx<<24
 		if a.launchEntry && api.Kind == KindLaunch {
-			opts.Cookie |= cEntryOnly
-			el, err := ex.Uprobe(api.Name, a.enter, opts)
-			if err != nil {
-				return n, fmt.Errorf("attaching a uprobe to %s in %s: %w", api.Name, shown, err)
-			}
-			a.links = append(a.links, el)
-			n++
+			entry.add(api.Name, c|cEntryOnly)
 			continue
 		}
-		// Return probe first: a thread entering between the two attachments
-		// then only produces a return without entry, which the BPF side
-		// ignores, never an entry whose return is lost (that would hold
-		// the thread's in-flight record and fold its later calls away).
-		rl, err := ex.Uretprobe(api.Name, a.exit, opts)
-		if err != nil {
-			return n, fmt.Errorf("attaching a uretprobe to %s in %s: %w", api.Name, shown, err)
-		}
-		el, err := ex.Uprobe(api.Name, a.enter, opts)
-		if err != nil {
-			rl.Close()
-			return n, fmt.Errorf("attaching a uprobe to %s in %s: %w", api.Name, shown, err)
-		}
-		a.links = append(a.links, rl, el)
-		n++
+		entry.add(api.Name, c)
+		ret.add(api.Name, c)
 	}
+	// Return probes first: a thread entering between the two attachments
+	// then only produces a return without entry, which the BPF side
+	// ignores, never an entry whose return is lost (that would hold the
+	// thread's in-flight record and fold its later calls away).
+	before := len(a.links)
+	if err := a.attachList(ex, &ret, true, shown); err != nil {
+		return 0, err
+	}
+	if err := a.attachList(ex, &entry, false, shown); err != nil {
+		links.CloseAll(a.links[before:])
+		a.links = a.links[:before]
+		return 0, err
+	}
+	n := len(entry.syms)
 	if n == 0 {
 		a.checked[id] = true
 		return 0, nil
@@ -139,6 +136,59 @@ func (a *Attacher) Attach(hostPath, shown string) (int, error) {
 	sym, _ := symbolize.Open(hostPath) // nil: names from /proc/PID/maps only
 	a.syms = append(a.syms, sym)
 	return n, nil
+}
+
+// probeList is the functions of one object to probe, with their cookies.
+type probeList struct {
+	syms    []string
+	cookies []uint64
+}
+
+func (l *probeList) add(sym string, cookie uint64) {
+	l.syms = append(l.syms, sym)
+	l.cookies = append(l.cookies, cookie)
+}
+
+// attachList attaches one program to every function of l: as one
+// uprobe_multi link where the kernel has them (detaching it waits for one
+// RCU grace period instead of one per probe, which kept the tool alive for
+// seconds after the traced program had ended), else one link per function.
+// On error, what this call attached is detached again.
+func (a *Attacher) attachList(ex *link.Executable, l *probeList, ret bool, shown string) error {
+	if len(l.syms) == 0 {
+		return nil
+	}
+	kind, prog := "uprobe", a.enter
+	if ret {
+		kind, prog = "uretprobe", a.exit
+	}
+	if a.multi {
+		attach := ex.UprobeMulti
+		if ret {
+			attach = ex.UretprobeMulti
+		}
+		ml, err := attach(l.syms, prog, &link.UprobeMultiOptions{Cookies: l.cookies})
+		if err != nil {
+			return fmt.Errorf("attaching %ss to %d functions in %s: %w", kind, len(l.syms), shown, err)
+		}
+		a.links = append(a.links, ml)
+		return nil
+	}
+	var done []link.Link
+	for i, sym := range l.syms {
+		attach := ex.Uprobe
+		if ret {
+			attach = ex.Uretprobe
+		}
+		pl, err := attach(sym, prog, &link.UprobeOptions{Cookie: l.cookies[i]})
+		if err != nil {
+			links.CloseAll(done)
+			return fmt.Errorf("attaching a %s to %s in %s: %w", kind, sym, shown, err)
+		}
+		done = append(done, pl)
+	}
+	a.links = append(a.links, done...)
+	return nil
 }
 
 // Objects lists what has been attached.
@@ -152,9 +202,7 @@ func (a *Attacher) Objects() []string {
 func (a *Attacher) Close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for _, l := range a.links {
-		l.Close()
-	}
+	links.CloseAll(a.links)
 	a.links = nil
 }
 

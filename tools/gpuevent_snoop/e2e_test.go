@@ -256,9 +256,17 @@ func runTool(t *testing.T, args ...string) (stdout, stderr []byte, code int) {
 func TestCommandSharedCudart(t *testing.T) { testCommand(t, "app_shared") }
 func TestCommandStaticCudart(t *testing.T) { testCommand(t, "app_static") }
 
+// Kernels without uprobe_multi links get one link per probe: same trace.
+func TestCommandSingleUprobes(t *testing.T) {
+	t.Setenv("GPUEVENT_SNOOP_SINGLE_UPROBES", "1")
+	testCommand(t, "app_shared")
+}
+
 func testCommand(t *testing.T, app string) {
 	build(t)
+	t0 := time.Now()
 	out, errOut, code := runTool(t, "-j", "-a", "3", "--", "./"+app)
+	t.Logf("traced run took %v", time.Since(t0))
 	if code != 0 {
 		t.Fatalf("exit %d\nstderr: %s", code, errOut)
 	}

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/urfave/cli/v2"
@@ -234,6 +235,13 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	if err := set("want_stack", b2u(cfg.opt.Stack)); err != nil {
 		return err
 	}
+	// One uprobe_multi link per object where the kernel has them: detaching
+	// is then one RCU wait per object instead of one per probe.
+	multi := features.HaveBPFLinkUprobeMulti() == nil && os.Getenv("GPUEVENT_SNOOP_SINGLE_UPROBES") == ""
+	if multi {
+		spec.Programs["ges_enter"].AttachType = ebpf.AttachTraceUprobeMulti
+		spec.Programs["ges_exit"].AttachType = ebpf.AttachTraceUprobeMulti
+	}
 	var objs gpueventsnoopObjects
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		var ve *ebpf.VerifierError
@@ -247,6 +255,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	att := NewAttacher(objs.GesEnter, objs.GesExit, cfg.kinds)
 	att.noDriver = cfg.noDriver
 	att.launchEntry = cfg.launchEntry
+	att.multi = multi
 	defer att.Close()
 	res := NewResolver()
 	res.objects = att.Object

@@ -269,6 +269,7 @@ static void app_module_unloading(void *handle)
 {
 	if (g_agent_thread)
 		return;
+	DBG("application unloads module %p", handle);
 	server_hold_unload(handle);
 	inv_module_unloaded(handle);
 }

@@ -311,6 +311,7 @@ static int unload_pending_for(uint64_t id)
 
 static void exit_hold(void)
 {
+	DBG("exit: last look for attached tools");
 	server_hold_id(EXIT_MODULE_ID);
 }
 
@@ -324,6 +325,7 @@ static void register_exit_hold(void)
 	static int done;
 	if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
 		return;
+	DBG("exit hold registered");
 	atexit(exit_hold);
 }
 
@@ -340,6 +342,8 @@ void server_hold_unload(void *handle)
 	uint64_t id = inv_module_id(handle);
 	if (id)
 		server_hold_id(id);
+	else
+		DBG("module %p is not in the inventory: no last look", handle);
 }
 
 void server_hold_id(uint64_t id)
@@ -363,10 +367,15 @@ void server_hold_id(uint64_t id)
 			wake(s);
 			any = 1;
 		}
+	int timedout = 0;
 	while (any && unload_pending_for(id))
-		if (pthread_cond_timedwait(&g_cond, &g_mu, &dl) == ETIMEDOUT)
+		if (pthread_cond_timedwait(&g_cond, &g_mu, &dl) == ETIMEDOUT) {
+			timedout = 1;
 			break;
+		}
 	pthread_mutex_unlock(&g_mu);
+	if (any)
+		DBG("last-look hold %llu: %s", (unsigned long long)id, timedout ? "timed out" : "released");
 }
 
 /* ---------------- frames ---------------- */
@@ -1174,6 +1183,7 @@ static int op_mem(struct session *s, uint16_t op, uint32_t req, struct rbuf *r, 
 		if (cr == CUDA_SUCCESS)
 			cr = D.cuStreamSynchronize(st);
 		if (cr != CUDA_SUCCESS) {
+			DBG("read of %u bytes at 0x%llx: CUresult %d", n, (unsigned long long)p, (int)cr);
 			ret = send_error(s, op, req, ST_CUDA, cr, "cuMemcpyDtoH failed");
 			break;
 		}
