@@ -45,6 +45,19 @@ struct {
 	__type(value, struct inflight);
 } inflight SEC(".maps");
 
+/* pid_tgid -> a kernel-handle lookup in flight (GES_C_HANDLE). */
+struct handle_call {
+	__u64 cookie;
+	__u64 regs[3];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, struct handle_call);
+} handle_calls SEC(".maps");
+
 /* Traced processes (tgid -> 1) when filter_pids is set. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
@@ -62,8 +75,9 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-/* Only to make bpf2go emit the Go type of the event. */
+/* Only to make bpf2go emit the Go types of the events. */
 const struct ges_event *unused_event __attribute__((unused));
+const struct ges_name_event *unused_name_event __attribute__((unused));
 
 static __always_inline void count(__u32 idx)
 {
@@ -149,6 +163,15 @@ int ges_enter(struct pt_regs *ctx)
 		return 0;
 
 	__u64 cookie = bpf_get_attach_cookie(ctx);
+	if (cookie & GES_C_HANDLE) {
+		struct handle_call hc = {
+			.cookie = cookie,
+			.regs = { ctx->di, ctx->si, ctx->dx },
+		};
+		if (bpf_map_update_elem(&handle_calls, &id, &hc, BPF_ANY))
+			count(GES_CNT_INFLIGHT_FULL);
+		return 0;
+	}
 	struct inflight *cur = bpf_map_lookup_elem(&inflight, &id);
 	if (cur) {
 		/* Inside another traced call of this thread: fold it. An
@@ -183,10 +206,42 @@ int ges_enter(struct pt_regs *ctx)
 	return 0;
 }
 
+/* Emits what a kernel-handle lookup returned (GES_C_HANDLE). */
+static __always_inline void emit_handle(struct pt_regs *ctx, __u64 id)
+{
+	struct handle_call *hc = bpf_map_lookup_elem(&handle_calls, &id);
+	if (!hc)
+		return;
+	struct ges_name_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(GES_CNT_RINGBUF_FULL);
+		bpf_map_delete_elem(&handle_calls, &id);
+		return;
+	}
+	e->pid = id >> 32;
+	e->cookie = (__u32)hc->cookie;
+	e->ret = (__s32)PT_REGS_RC(ctx);
+	e->pad = 0;
+	e->handle = 0;
+	e->aux = hc->regs[1];
+	e->name[0] = 0;
+	if (e->ret == 0) {
+		bpf_probe_read_user(&e->handle, sizeof(e->handle), (void *)hc->regs[0]);
+		if (hc->cookie & GES_C_NAME_ARG2)
+			bpf_probe_read_user_str(e->name, sizeof(e->name), (void *)hc->regs[2]);
+	}
+	bpf_ringbuf_submit(e, 0);
+	bpf_map_delete_elem(&handle_calls, &id);
+}
+
 SEC("uretprobe")
 int ges_exit(struct pt_regs *ctx)
 {
 	__u64 id = bpf_get_current_pid_tgid();
+	if (bpf_get_attach_cookie(ctx) & GES_C_HANDLE) {
+		emit_handle(ctx, id);
+		return 0;
+	}
 	struct inflight *in = bpf_map_lookup_elem(&inflight, &id);
 	if (!in) {
 		/* Entered before the probes were attached, or filtered. */

@@ -29,6 +29,13 @@
 /* Entry probe only (no uretprobe): emit the event at entry, with no return
  * code or duration (--launch-entry: about half the cost per launch). */
 #define GES_C_ENTRY_ONLY (1ULL << 11)
+/* A kernel-handle lookup (cuLibraryGetKernel, cuModuleGetFunction,
+ * cuKernelGetFunction): at return, emit a struct ges_name_event with the
+ * handle written to *arg0 and, with GES_C_NAME_ARG2, the name in arg2.
+ * These calls are tracked apart from the API calls (they happen inside
+ * cudaLaunchKernel's first call, which must not fold them away). */
+#define GES_C_HANDLE (1ULL << 12)
+#define GES_C_NAME_ARG2 (1ULL << 13)
 /* Bits 16-19: where the kernel-parameter array (void **) is. */
 #define GES_C_PARAMS_SHIFT 16
 #define GES_PARAMS_NONE 0
@@ -69,6 +76,21 @@ struct ges_event {
 	 * in the cookie it gives the object's load bias, so addresses can be
 	 * named after the process has exited and /proc/PID/maps is gone. */
 	__u64 ip;
+};
+
+#define GES_NAME_LEN 256
+
+/* What a kernel-handle lookup returned: handle -> name (or, for
+ * cuKernelGetFunction, CUfunction -> CUkernel in aux). Told apart from
+ * ges_event by its size. */
+struct ges_name_event {
+	__u32 pid;
+	__u32 cookie;
+	__s32 ret;
+	__u32 pad;
+	__u64 handle; /* *arg0 after return */
+	__u64 aux; /* arg1: the CUlibrary, CUmodule or CUkernel */
+	char name[GES_NAME_LEN]; /* arg2, NUL-terminated (GES_C_NAME_ARG2) */
 };
 
 #endif

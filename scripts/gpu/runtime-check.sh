@@ -62,6 +62,9 @@ for v in vec_add vec_add_shared; do
 		ok "$v: counter entry=$entry exit=$exit_ (want $WANT), launches=$launches, app RESULT ok"
 	else
 		bad "$v: rc=$rc entry=$entry exit=$exit_ (want $WANT) launches=$launches"; tail -n 5 "$T/$v.out" "$T/$v.err"
+		# Again with the agent's and the tool's diagnostics, to see why.
+		GPUBPF_AGENT_DEBUG=1 gpubpf run -v -j bpf/examples/counter_bpfel.o -- samples/bin/$v 4096 $ITER $THR $BLK >"$T/$v.debug.out" 2>"$T/$v.debug.err"
+		echo "-- diagnostics (rc $?):"; grep -v '"type":"map"' "$T/$v.debug.err" | tail -n 25
 	fi
 	grep -h 'first_attach_ms' "$T/$v.out" | tail -1
 done

@@ -54,6 +54,7 @@ const (
 	lLaunchEx                 // (const CUlaunchConfig *, CUfunction, params, extra)
 	lLaunchExRT               // (const cudaLaunchConfig_t *, const void *func, void **args)
 	lGraph                    // (cudaGraphExec_t, stream)
+	lHandle                   // (handle *out, parent, [const char *name]): a ges_name_event
 )
 
 // API is one traced function.
@@ -65,6 +66,10 @@ type API struct {
 	Dir     uint8 // lMemcpyDrv
 	Stream  int8  // register index of the stream argument, -1 if none
 	Async   bool
+	// Lookup: a kernel-handle lookup, never shown; what it returns names
+	// the kernels of later launches (runtime launches of CUDA 12.x/13
+	// binaries pass a kernel handle, not the host stub).
+	Lookup  bool
 	cookieF uint64 // cookie flags for the BPF return program
 }
 
@@ -115,6 +120,10 @@ var apis = []API{
 	{Name: "cuLaunchKernel_ptsz", Kind: KindLaunch, Driver: true, Layout: lLaunchDrv, Stream: -1, Async: true, cookieF: cStack | paramsStk4},
 	{Name: "cuLaunchKernelEx", Kind: KindLaunch, Driver: true, Layout: lLaunchEx, Stream: -1, Async: true, cookieF: cStack | paramsReg2 | cLaunchConfig},
 	{Name: "cuLaunchKernelEx_ptsz", Kind: KindLaunch, Driver: true, Layout: lLaunchEx, Stream: -1, Async: true, cookieF: cStack | paramsReg2 | cLaunchConfig},
+	// Kernel-handle lookups: handle -> name, for naming launches.
+	{Name: "cuLibraryGetKernel", Kind: KindLaunch, Driver: true, Layout: lHandle, Stream: -1, Lookup: true, cookieF: cHandle | cNameArg2},
+	{Name: "cuModuleGetFunction", Kind: KindLaunch, Driver: true, Layout: lHandle, Stream: -1, Lookup: true, cookieF: cHandle | cNameArg2},
+	{Name: "cuKernelGetFunction", Kind: KindLaunch, Driver: true, Layout: lHandle, Stream: -1, Lookup: true, cookieF: cHandle},
 }
 
 // Cookie flags, mirrored from bpf/gpuevent_snoop.h.
@@ -123,6 +132,8 @@ const (
 	cStack        = 1 << 9
 	cLaunchConfig = 1 << 10
 	cEntryOnly    = 1 << 11
+	cHandle       = 1 << 12
+	cNameArg2     = 1 << 13
 	paramsReg5    = 1 << 16
 	paramsStk4    = 2 << 16
 	paramsReg2    = 3 << 16

@@ -101,11 +101,12 @@ func (a *Attacher) Attach(hostPath, shown string) (int, error) {
 	var entry, ret probeList
 	for i := range apis {
 		api := &apis[i]
-		if a.kinds&(1<<api.Kind) == 0 || !defs[api.Name] || (api.Driver && a.noDriver) {
+		// Lookups name the launches; they are rare, so --no-driver keeps them.
+		if a.kinds&(1<<api.Kind) == 0 || !defs[api.Name] || (api.Driver && a.noDriver && !api.Lookup) {
 			continue
 		}
 		c := cookie(i) | idx<<24
-		if a.launchEntry && api.Kind == KindLaunch {
+		if a.launchEntry && api.Kind == KindLaunch && !api.Lookup {
 			entry.add(api.Name, c|cEntryOnly)
 			continue
 		}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"unsafe"
@@ -31,10 +32,54 @@ const (
 	maxStack   = 16
 )
 
+// struct ges_name_event: the record of a kernel-handle lookup.
+const (
+	offNameHandle = 16
+	offNameAux    = 24
+	offName       = 32
+	nameEventSize = 32 + 256
+)
+
 func init() {
 	if s := unsafe.Sizeof(gpueventsnoopGesEvent{}); s != eventSize {
 		panic(fmt.Sprintf("struct ges_event is %d bytes, decoder expects %d", s, eventSize))
 	}
+	if s := unsafe.Sizeof(gpueventsnoopGesNameEvent{}); s != nameEventSize {
+		panic(fmt.Sprintf("struct ges_name_event is %d bytes, decoder expects %d", s, nameEventSize))
+	}
+}
+
+// Lookup is what a kernel-handle lookup returned.
+type Lookup struct {
+	PID    uint32
+	API    *API
+	Ret    int32
+	Handle uint64 // the CUkernel or CUfunction written to *arg0
+	Parent uint64 // arg1: CUlibrary, CUmodule, or (cuKernelGetFunction) the CUkernel
+	Name   string // mangled kernel name ("" for cuKernelGetFunction)
+}
+
+// IsLookup tells a kernel-handle lookup record from an API call record.
+func IsLookup(b []byte) bool { return len(b) == nameEventSize }
+
+// DecodeLookup decodes a kernel-handle lookup record.
+func DecodeLookup(b []byte, l *Lookup) error {
+	if len(b) != nameEventSize {
+		return fmt.Errorf("kernel-handle record of %d bytes, want %d", len(b), nameEventSize)
+	}
+	id := u32(b, 4) & 0xff
+	if int(id) >= len(apis) || !apis[id].Lookup {
+		return fmt.Errorf("kernel-handle record for API id %d, which is no lookup", id)
+	}
+	name := b[offName:]
+	if i := bytes.IndexByte(name, 0); i >= 0 {
+		name = name[:i]
+	}
+	*l = Lookup{
+		PID: u32(b, 0), API: &apis[id], Ret: int32(u32(b, 8)),
+		Handle: u64(b, offNameHandle), Parent: u64(b, offNameAux), Name: string(name),
+	}
+	return nil
 }
 
 // Event is one decoded call. Slices point into the Event's own arrays; an

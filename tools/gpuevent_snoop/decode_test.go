@@ -212,3 +212,48 @@ func TestCudartInternal(t *testing.T) {
 		}
 	}
 }
+
+func TestDecodeLookup(t *testing.T) {
+	b := make([]byte, nameEventSize)
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], 77)
+	le.PutUint32(b[4:], uint32(cookie(apiIndex(t, "cuLibraryGetKernel"))))
+	le.PutUint64(b[offNameHandle:], 0x5555deadbeef)
+	le.PutUint64(b[offNameAux:], 0x10)
+	copy(b[offName:], "_Z5scalePfi\x00junk")
+	if !IsLookup(b) || IsLookup(make([]byte, eventSize)) {
+		t.Fatal("IsLookup does not tell the records apart by size")
+	}
+	var l Lookup
+	if err := DecodeLookup(b, &l); err != nil {
+		t.Fatal(err)
+	}
+	if l.PID != 77 || l.API.Name != "cuLibraryGetKernel" || l.Handle != 0x5555deadbeef || l.Parent != 0x10 || l.Name != "_Z5scalePfi" {
+		t.Errorf("decoded %+v", l)
+	}
+	le.PutUint32(b[4:], uint32(cookie(apiIndex(t, "cudaMalloc"))))
+	if err := DecodeLookup(b, &l); err == nil {
+		t.Error("a record naming a non-lookup API was accepted")
+	}
+}
+
+// The ring buffer's records are bytes from the kernel: no input may make
+// the decoders panic.
+func FuzzDecodeRecord(f *testing.F) {
+	f.Add(rawEvent(apiIndex(f, "cudaLaunchKernel"), 0, [6]uint64{1, 2, 3, 4, 5, 6}, [6]uint64{7, 8, 9}, 0))
+	f.Add(make([]byte, nameEventSize))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if IsLookup(b) {
+			var l Lookup
+			DecodeLookup(b, &l)
+			return
+		}
+		var e Event
+		if Decode(b, &e) == nil {
+			_ = e.Args()
+			_ = e.Stack()
+			_ = e.Comm()
+		}
+	})
+}

@@ -577,3 +577,32 @@ func TestRingBufferDropsCounted(t *testing.T) {
 		t.Errorf("stderr account lacks the drops: %s", errb.String())
 	}
 }
+
+// Launches through kernel handles (nvcc 13's stubs, the driver API) are
+// named from the lookups that returned the handles; the lookups themselves
+// are not shown.
+func TestKernelHandles(t *testing.T) {
+	build(t)
+	for _, app := range []string{"app_shared", "app_static"} {
+		out, errOut, code := runTool(t, "-j", "--", "./"+app, "handles")
+		if code != 0 {
+			t.Fatalf("%s: exit %d\nstderr: %s", app, code, errOut)
+		}
+		var got []string
+		for _, r := range parseJSONLines(t, out) {
+			switch r.str("type") {
+			case "launch":
+				got = append(got, r.str("api")+":"+r.str("kernel"))
+			case "malloc", "free", "memcpy", "memset", "graph":
+				t.Errorf("%s: unexpected event %v", app, r)
+			}
+		}
+		want := "[cudaLaunchKernel:scale(float*, int) cuLaunchKernel:scale(float*, int) cuLaunchKernel:void gemm::kernel<float>(float*)]"
+		if fmt.Sprint(got) != want {
+			t.Errorf("%s: launches %v, want %s\nstderr: %s", app, got, want, errOut)
+		}
+		if !bytes.Contains(errOut, []byte("3 events")) || !bytes.Contains(errOut, []byte("2 kernels named")) {
+			t.Errorf("%s: account line: %s", app, errOut)
+		}
+	}
+}

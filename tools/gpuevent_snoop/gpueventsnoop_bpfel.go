@@ -34,6 +34,23 @@ type gpueventsnoopGesEvent struct {
 	Ip      uint64
 }
 
+type gpueventsnoopGesNameEvent struct {
+	_      structs.HostLayout
+	Pid    uint32
+	Cookie uint32
+	Ret    int32
+	Pad    uint32
+	Handle uint64
+	Aux    uint64
+	Name   [256]int8
+}
+
+type gpueventsnoopHandleCall struct {
+	_      structs.HostLayout
+	Cookie uint64
+	Regs   [3]uint64
+}
+
 type gpueventsnoopInflight struct {
 	_       structs.HostLayout
 	Ts      uint64
@@ -50,16 +67,18 @@ type gpueventsnoopInflight struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	gpueventsnoopMapCounters    = "counters"
-	gpueventsnoopMapEvents      = "events"
-	gpueventsnoopMapInflight    = "inflight"
-	gpueventsnoopMapPids        = "pids"
-	gpueventsnoopProgGesEnter   = "ges_enter"
-	gpueventsnoopProgGesExit    = "ges_exit"
-	gpueventsnoopVarFilterPids  = "filter_pids"
-	gpueventsnoopVarUnusedEvent = "unused_event"
-	gpueventsnoopVarWantNargs   = "want_nargs"
-	gpueventsnoopVarWantStack   = "want_stack"
+	gpueventsnoopMapCounters        = "counters"
+	gpueventsnoopMapEvents          = "events"
+	gpueventsnoopMapHandleCalls     = "handle_calls"
+	gpueventsnoopMapInflight        = "inflight"
+	gpueventsnoopMapPids            = "pids"
+	gpueventsnoopProgGesEnter       = "ges_enter"
+	gpueventsnoopProgGesExit        = "ges_exit"
+	gpueventsnoopVarFilterPids      = "filter_pids"
+	gpueventsnoopVarUnusedEvent     = "unused_event"
+	gpueventsnoopVarUnusedNameEvent = "unused_name_event"
+	gpueventsnoopVarWantNargs       = "want_nargs"
+	gpueventsnoopVarWantStack       = "want_stack"
 )
 
 // loadGpueventsnoop returns the embedded CollectionSpec for gpueventsnoop.
@@ -112,20 +131,22 @@ type gpueventsnoopProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gpueventsnoopMapSpecs struct {
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	Events   *ebpf.MapSpec `ebpf:"events"`
-	Inflight *ebpf.MapSpec `ebpf:"inflight"`
-	Pids     *ebpf.MapSpec `ebpf:"pids"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	Events      *ebpf.MapSpec `ebpf:"events"`
+	HandleCalls *ebpf.MapSpec `ebpf:"handle_calls"`
+	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
+	Pids        *ebpf.MapSpec `ebpf:"pids"`
 }
 
 // gpueventsnoopVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gpueventsnoopVariableSpecs struct {
-	FilterPids  *ebpf.VariableSpec `ebpf:"filter_pids"`
-	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
-	WantNargs   *ebpf.VariableSpec `ebpf:"want_nargs"`
-	WantStack   *ebpf.VariableSpec `ebpf:"want_stack"`
+	FilterPids      *ebpf.VariableSpec `ebpf:"filter_pids"`
+	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedNameEvent *ebpf.VariableSpec `ebpf:"unused_name_event"`
+	WantNargs       *ebpf.VariableSpec `ebpf:"want_nargs"`
+	WantStack       *ebpf.VariableSpec `ebpf:"want_stack"`
 }
 
 // gpueventsnoopObjects contains all objects after they have been loaded into the kernel.
@@ -148,16 +169,18 @@ func (o *gpueventsnoopObjects) Close() error {
 //
 // It can be passed to loadGpueventsnoopObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gpueventsnoopMaps struct {
-	Counters *ebpf.Map `ebpf:"counters"`
-	Events   *ebpf.Map `ebpf:"events"`
-	Inflight *ebpf.Map `ebpf:"inflight"`
-	Pids     *ebpf.Map `ebpf:"pids"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	Events      *ebpf.Map `ebpf:"events"`
+	HandleCalls *ebpf.Map `ebpf:"handle_calls"`
+	Inflight    *ebpf.Map `ebpf:"inflight"`
+	Pids        *ebpf.Map `ebpf:"pids"`
 }
 
 func (m *gpueventsnoopMaps) Close() error {
 	return _GpueventsnoopClose(
 		m.Counters,
 		m.Events,
+		m.HandleCalls,
 		m.Inflight,
 		m.Pids,
 	)
@@ -167,10 +190,11 @@ func (m *gpueventsnoopMaps) Close() error {
 //
 // It can be passed to loadGpueventsnoopObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gpueventsnoopVariables struct {
-	FilterPids  *ebpf.Variable `ebpf:"filter_pids"`
-	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
-	WantNargs   *ebpf.Variable `ebpf:"want_nargs"`
-	WantStack   *ebpf.Variable `ebpf:"want_stack"`
+	FilterPids      *ebpf.Variable `ebpf:"filter_pids"`
+	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
+	UnusedNameEvent *ebpf.Variable `ebpf:"unused_name_event"`
+	WantNargs       *ebpf.Variable `ebpf:"want_nargs"`
+	WantStack       *ebpf.Variable `ebpf:"want_stack"`
 }
 
 // gpueventsnoopPrograms contains all programs after they have been loaded into the kernel.

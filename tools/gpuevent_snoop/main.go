@@ -361,6 +361,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	go func() {
 		var rec ringbuf.Record
 		var ev Event
+		var lk Lookup
 		for {
 			if err := rd.ReadInto(&rec); err != nil {
 				if errors.Is(err, ringbuf.ErrFlushed) || errors.Is(err, ringbuf.ErrClosed) {
@@ -369,6 +370,16 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 					readerDone <- fmt.Errorf("reading the BPF ring buffer: %w", err)
 				}
 				return
+			}
+			if IsLookup(rec.RawSample) {
+				if err := DecodeLookup(rec.RawSample, &lk); err != nil {
+					cfg.logf("%v", err)
+					continue
+				}
+				lock()
+				res.AddLookup(&lk)
+				unlock()
+				continue
 			}
 			if err := Decode(rec.RawSample, &ev); err != nil {
 				cfg.logf("%v", err)

@@ -73,7 +73,7 @@ type procStats struct {
 }
 
 // apisArray only gives len(apis) as a constant.
-var apisArray [41]struct{}
+var apisArray [44]struct{}
 
 func init() {
 	if len(apisArray) != len(apis) {

@@ -21,6 +21,11 @@ type Resolver struct {
 	procs map[uint32]*procInfo
 	names map[pidAddr]*Kernel
 	sites map[pidAddr]string
+	// handles maps kernel handles (CUkernel, CUfunction) to mangled names,
+	// from the lookups the BPF side reports; funcKernel maps a CUfunction
+	// from cuKernelGetFunction to its CUkernel.
+	handles    map[pidAddr]string
+	funcKernel map[pidAddr]uint64
 	// objects gives the probed object an event's cookie names, for the
 	// fallback when the process's mappings cannot be read (it exited).
 	objects func(i int) (*symbolize.Object, string)
@@ -51,7 +56,39 @@ func NewResolver() *Resolver {
 		procs: map[uint32]*procInfo{},
 		names: map[pidAddr]*Kernel{},
 		sites: map[pidAddr]string{},
+
+		handles:    map[pidAddr]string{},
+		funcKernel: map[pidAddr]uint64{},
 	}
+}
+
+// AddLookup records what a kernel-handle lookup returned. Launches seen
+// before it (a tool attached to a running process) may have been cached as
+// unnamed: they are named from now on.
+func (r *Resolver) AddLookup(l *Lookup) {
+	if l.Ret != 0 || l.Handle == 0 {
+		return
+	}
+	key := pidAddr{l.PID, l.Handle}
+	if l.Name != "" {
+		r.handles[key] = l.Name
+	} else {
+		r.funcKernel[key] = l.Parent
+	}
+	delete(r.names, key)
+	delete(r.names, pidAddr{l.PID, l.Handle | 1<<63})
+}
+
+// handleName returns the kernel name a lookup gave for a handle.
+func (r *Resolver) handleName(pid uint32, h uint64) (string, bool) {
+	if n, ok := r.handles[pidAddr{pid, h}]; ok {
+		return n, true
+	}
+	if k, ok := r.funcKernel[pidAddr{pid, h}]; ok {
+		n, ok := r.handles[pidAddr{pid, k}]
+		return n, ok
+	}
+	return "", false
 }
 
 // Prime reads (or re-reads) a process's mappings now, while it is alive.
@@ -126,8 +163,9 @@ func (r *Resolver) frame(pid uint32, addr uint64) symbolize.Frame {
 }
 
 // KernelName names the function a launch started. Runtime launches pass the
-// host stub, which carries the kernel's mangled name; driver launches pass an
-// opaque CUfunction handle that has no host symbol.
+// host stub, which carries the kernel's mangled name, or (CUDA 12.x/13
+// stubs) a kernel handle; driver launches pass a CUfunction or CUkernel.
+// Handles are named by the lookups that returned them (AddLookup).
 func (r *Resolver) KernelName(e *Event) *Kernel {
 	key := pidAddr{e.PID, e.Func}
 	if e.API.Driver {
@@ -137,19 +175,30 @@ func (r *Resolver) KernelName(e *Event) *Kernel {
 		return k
 	}
 	k := &Kernel{}
+	named := func(mangled string) {
+		k.Mangled = mangled
+		k.Demangled = symbolize.Demangle(mangled)
+		k.Short = symbolize.DemangledBase(mangled)
+	}
 	switch {
 	case e.API.Kind == KindGraph:
 		k.Short = "graph:0x" + hex(e.Func)
 		k.Demangled = k.Short
 	case e.API.Driver:
+		if n, ok := r.handleName(e.PID, e.Func); ok {
+			named(n)
+			break
+		}
 		k.Short = "CUfunction:0x" + hex(e.Func)
 		k.Demangled = k.Short
 	default:
+		// Runtime launches pass the host stub (older nvcc) or, from
+		// CUDA 12.x/13 stubs, the kernel handle (a CUkernel).
 		fr := r.frameE(e, e.Func)
 		if fr.Name != "" && fr.Offset == 0 {
-			k.Mangled = fr.Name
-			k.Demangled = symbolize.Demangle(fr.Name)
-			k.Short = symbolize.DemangledBase(fr.Name)
+			named(fr.Name)
+		} else if n, ok := r.handleName(e.PID, e.Func); ok && fr.Module == "" {
+			named(n)
 		} else {
 			k.Short = fr.String()
 			k.Demangled = k.Short

@@ -1,7 +1,8 @@
 /* The traced program of gpuevent_snoop's tests: a known sequence of CUDA calls
  * with a planted leak (leaky_alloc), a failing allocation and driver calls
  * made directly. "wait" as argv[1] makes it block on stdin first (for -p);
- * "loop N" makes N launches and nothing else (ring-buffer overflow test). */
+ * "loop N" makes N launches and nothing else (ring-buffer overflow test);
+ * "handles" launches through kernel handles the way CUDA 12.x/13 code does. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,21 @@ int main(int argc, char **argv)
 		dim3 g = {1, 1, 1}, bl = {32, 1, 1};
 		for (long i = 0; i < n; i++)
 			cudaLaunchKernel((const void *)vec_add_stub, g, bl, 0, 0, 0);
+		return 0;
+	}
+	if (argc > 1 && argv[1][0] == 'h') {
+		dim3 g = {1, 1, 1}, bl = {32, 1, 1};
+		/* nvcc 13's stubs launch a kernel handle through the runtime. */
+		CUkernel k = 0;
+		cuLibraryGetKernel(&k, (CUlibrary)0x10, "_Z5scalePfi");
+		cudaLaunchKernel((const void *)k, g, bl, 0, 0, 0);
+		/* The driver API: a function of a kernel, and of a module. */
+		CUfunction f = 0, f2 = 0;
+		cuKernelGetFunction(&f, k);
+		cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0);
+		cuModuleGetFunction(&f2, (CUmodule)0x20, "_ZN4gemm6kernelIfEEvPT_");
+		cuLaunchKernel(f2, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0);
+		usleep(200 * 1000);
 		return 0;
 	}
 	if (argc > 1 && argv[1][0] == 'w') {

@@ -10,6 +10,9 @@ typedef int CUresult;
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUstream_st *CUstream;
 typedef struct CUfunc_st *CUfunction;
+typedef struct CUlib_st *CUlibrary;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUkern_st *CUkernel;
 typedef unsigned long long CUdeviceptr;
 typedef struct CUgraphExec_st *cudaGraphExec_t;
 typedef struct dim3 { unsigned int x, y, z; } dim3;
@@ -40,4 +43,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned
 	unsigned int bx, unsigned int by, unsigned int bz, unsigned int sharedMemBytes,
 	CUstream hStream, void **kernelParams, void **extra);
 CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra);
+CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary lib, const char *name);
+CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name);
+CUresult cuKernelGetFunction(CUfunction *f, CUkernel k);
 #endif

@@ -1,4 +1,5 @@
 /* Fake libcuda: hands out distinct fake device addresses. */
+#include <stdlib.h>
 #include "fakecuda.h"
 
 static CUdeviceptr next_ptr = 0x7f0000000000ULL;
@@ -28,5 +29,25 @@ API CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsi
 API CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **kernelParams, void **extra)
 {
 	sink = c->gridDimX + (unsigned long long)f;
+	return 0;
+}
+
+/* Handles are heap objects, as the driver's are: no symbol names them. */
+API CUresult cuLibraryGetKernel(CUkernel *k, CUlibrary lib, const char *name)
+{
+	sink = (unsigned long long)lib + (unsigned long long)name;
+	*k = malloc(64);
+	return 0;
+}
+API CUresult cuModuleGetFunction(CUfunction *f, CUmodule mod, const char *name)
+{
+	sink = (unsigned long long)mod + (unsigned long long)name;
+	*f = malloc(64);
+	return 0;
+}
+API CUresult cuKernelGetFunction(CUfunction *f, CUkernel k)
+{
+	sink = (unsigned long long)k;
+	*f = malloc(64);
 	return 0;
 }
