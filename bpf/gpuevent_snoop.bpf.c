@@ -20,6 +20,11 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 const volatile __u32 filter_pids = 0; /* only tgids present in `pids` */
 const volatile __u32 want_nargs = 0; /* kernel argument words to copy (-a) */
 const volatile __u32 want_stack = 0; /* user stacks (-s) */
+/* Wake the reader only once this much is buffered: a wakeup per event
+ * (irq_work, then the reader's epoll and a context switch) cost more than
+ * the probe itself under launch-heavy load. The reader also polls on a
+ * short timer, so a quiet stream is still shown within its period. */
+const volatile __u64 wakeup_bytes = 0;
 
 struct inflight {
 	__u64 ts;
@@ -86,6 +91,15 @@ static __always_inline void count(__u32 idx)
 		__sync_fetch_and_add(v, 1);
 }
 
+/* Submits a record, waking the reader only when enough is buffered. */
+static __always_inline void submit(void *e)
+{
+	__u64 flags = BPF_RB_NO_WAKEUP;
+	if (bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes)
+		flags = BPF_RB_FORCE_WAKEUP;
+	bpf_ringbuf_submit(e, flags);
+}
+
 /* Emits the event of a call from its entry record; with ret_known, ctx is
  * the return's registers, else the entry's (entry-only APIs). */
 static __always_inline void emit(struct pt_regs *ctx, __u64 id, struct inflight *in, bool ret_known)
@@ -150,7 +164,7 @@ static __always_inline void emit(struct pt_regs *ctx, __u64 id, struct inflight 
 	if (want_stack && (cookie & GES_C_STACK))
 		e->nstack = bpf_get_stack(ctx, e->stack, sizeof(e->stack), BPF_F_USER_STACK);
 
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 }
 
 SEC("uprobe")
@@ -230,7 +244,7 @@ static __always_inline void emit_handle(struct pt_regs *ctx, __u64 id)
 		if (hc->cookie & GES_C_NAME_ARG2)
 			bpf_probe_read_user_str(e->name, sizeof(e->name), (void *)hc->regs[2]);
 	}
-	bpf_ringbuf_submit(e, 0);
+	submit(e);
 	bpf_map_delete_elem(&handle_calls, &id);
 }
 

@@ -79,6 +79,14 @@ enum {
 	BPF_RB_FORCE_WAKEUP = (1ULL << 1),
 };
 
+/* Flags for bpf_ringbuf_query. */
+enum {
+	BPF_RB_AVAIL_DATA = 0,
+	BPF_RB_RING_SIZE = 1,
+	BPF_RB_CONS_POS = 2,
+	BPF_RB_PROD_POS = 3,
+};
+
 /*
  * x86-64 register file as the kernel lays it out. Defining __VMLINUX_H__
  * makes bpf_tracing.h use these kernel field names (di, si, ...) for

@@ -132,36 +132,56 @@ else
 fi
 
 # Launch rate: empty kernels (KERNEL_NS=0) so the CPU-side launch path is
-# what is measured; alternate untraced and traced runs, median of 3 each.
+# what is measured. Untraced and each probe configuration alternate, three
+# rounds; medians. Configurations:
+#   default        runtime + driver APIs, entry and return probes
+#   no-driver      runtime APIs only (--no-driver)
+#   entry          launches from the entry probe alone (--launch-entry)
+#   entry-nodrv    both: one probe hit per launch
 if [ -x "$S/launch_heavy" ]; then
-	N=${LAUNCHES:-50000}
+	N=${LAUNCHES:-200000}
 	rate() { grep -o 'launches_per_s=[0-9.]*' | tail -1 | cut -d= -f2; }
-	un=(); tr=(); nd=()
+	declare -A R
+	CONFIGS=(untraced default no-driver entry entry-nodrv)
+	flags_of() {
+		case $1 in
+		default) echo "" ;; no-driver) echo "--no-driver" ;; entry) echo "--launch-entry" ;;
+		entry-nodrv) echo "--launch-entry --no-driver" ;;
+		esac
+	}
 	for i in 1 2 3; do
-		bounded 90 "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy_untraced.txt" 2>&1 || echo "untraced run $i exited with $?"
-		un+=("$(rate <"$OUTDIR/launch_heavy_untraced.txt")")
-		bounded 90 $SUDO "$TOOL" -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy.txt" 2>"$OUTDIR/launch_heavy.err" || echo "traced run $i exited with $?"
-		tr+=("$(rate <"$OUTDIR/launch_heavy.txt")")
-		tail -1 "$OUTDIR/launch_heavy.err"
-		# The same with --no-driver (runtime probes only).
-		bounded 90 $SUDO "$TOOL" --no-driver -- "$S/launch_heavy" "$N" 4 0 64 >"$OUTDIR/launch_heavy_nd.txt" 2>"$OUTDIR/launch_heavy_nd.err" || echo "--no-driver run $i exited with $?"
-		nd+=("$(rate <"$OUTDIR/launch_heavy_nd.txt")")
+		for c in "${CONFIGS[@]}"; do
+			out=$OUTDIR/launch_heavy_$c.txt
+			if [ "$c" = untraced ]; then
+				bounded 90 "$S/launch_heavy" "$N" 4 0 64 >"$out" 2>&1 || echo "untraced run $i exited with $?"
+			else
+				# shellcheck disable=SC2046
+				bounded 90 $SUDO "$TOOL" $(flags_of "$c") -- "$S/launch_heavy" "$N" 4 0 64 >"$out" 2>"$out.err" || echo "$c run $i exited with $?"
+			fi
+			grep -q "RESULT launch_heavy ok" "$out" || { echo "$c run $i: no RESULT ok"; fail=1; }
+			R[$c]="${R[$c]:-} $(rate <"$out")"
+		done
 	done
+	med() { printf '%s\n' $1 | sort -g | sed -n 2p; }
+	U=$(med "${R[untraced]}")
+	echo "launch_heavy, $N empty-kernel launches on 4 streams, launches/s (3 runs each, alternating):"
+	ratios=""
+	for c in "${CONFIGS[@]}"; do
+		m=$(med "${R[$c]}")
+		r=$(python3 -c "print(f'{$m/$U:.3f}')" 2>/dev/null || echo "?")
+		printf '  %-12s %-28s median %s  ratio %s\n' "$c" "${R[$c]}" "$m" "$r"
+		[ "$c" = untraced ] || ratios+="$c=$r "
+	done
+	tail -1 "$OUTDIR/launch_heavy_default.txt.err"
 	for b in "$S/launch_heavy_shared"; do
 		[ -x "$b" ] || continue
 		us=$(bounded 90 "$b" "$N" 4 0 64 | rate)
 		bounded 90 $SUDO "$TOOL" -- "$b" "$N" 4 0 64 >"$OUTDIR/launch_heavy_shared.txt" 2>"$OUTDIR/launch_heavy_shared.err" || echo "shared run exited with $?"
 		ts_=$(rate <"$OUTDIR/launch_heavy_shared.txt")
-		echo "launch_heavy_shared: untraced $us/s traced $ts_/s"
+		echo "launch_heavy_shared: untraced $us/s traced (default) $ts_/s"
 	done
-	med() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
-	U=$(med "${un[@]}"); T=$(med "${tr[@]}"); D=$(med "${nd[@]}")
-	ratio=$(python3 -c "print(f'{$T/$U:.3f}')" 2>/dev/null || echo "?")
-	ratio_nd=$(python3 -c "print(f'{$D/$U:.3f}')" 2>/dev/null || echo "?")
-	echo "launch_heavy $N launches: untraced ${un[*]} /s, traced ${tr[*]} /s, traced --no-driver ${nd[*]} /s"
-	echo "launch rate ratio (median): $ratio default, $ratio_nd with --no-driver (goal >= 0.8)"
-	grep -h RESULT "$OUTDIR/launch_heavy.txt" | tail -1
-	notes+=("launch ratio $ratio (--no-driver $ratio_nd)")
+	echo "launch rate ratios (goal >= 0.8): $ratios"
+	notes+=("launch ratio $ratios")
 else
 	echo "skip: no $S/launch_heavy"
 fi

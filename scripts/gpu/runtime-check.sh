@@ -72,7 +72,7 @@ done
 # 4a. stub-hook variant: the entry probe runs at the hook call
 gpubpf run -j bpf/examples/counter_bpfel.o -- samples/bin/vec_add_hook 4096 $ITER $THR $BLK >"$T/hook.out" 2>"$T/hook.err"
 e=$(map_value "$T/hook.out" calls 0)
-if grep -q "RESULT vec_add ok" "$T/hook.out" && [ "$e" != missing ] && [ "$e" -gt 0 ]; then ok "vec_add_hook: entry probe at stub ran $e times"; else bad "vec_add_hook: entry=$e"; tail -n 5 "$T/hook.out" "$T/hook.err"; fi
+if grep -q "RESULT vec_add_hook ok" "$T/hook.out" && [ "$e" != missing ] && [ "$e" -gt 0 ]; then ok "vec_add_hook: entry probe at stub ran $e times"; else bad "vec_add_hook: entry=$e"; tail -n 5 "$T/hook.out" "$T/hook.err"; fi
 
 # 4b. ring buffer + trace_printk
 gpubpf run -j bpf/examples/trace_bpfel.o -- samples/bin/vec_add 1024 2 128 2 >"$T/trace.out" 2>"$T/trace.err"

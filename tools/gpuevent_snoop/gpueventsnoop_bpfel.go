@@ -77,6 +77,7 @@ const (
 	gpueventsnoopVarFilterPids      = "filter_pids"
 	gpueventsnoopVarUnusedEvent     = "unused_event"
 	gpueventsnoopVarUnusedNameEvent = "unused_name_event"
+	gpueventsnoopVarWakeupBytes     = "wakeup_bytes"
 	gpueventsnoopVarWantNargs       = "want_nargs"
 	gpueventsnoopVarWantStack       = "want_stack"
 )
@@ -145,6 +146,7 @@ type gpueventsnoopVariableSpecs struct {
 	FilterPids      *ebpf.VariableSpec `ebpf:"filter_pids"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedNameEvent *ebpf.VariableSpec `ebpf:"unused_name_event"`
+	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
 	WantNargs       *ebpf.VariableSpec `ebpf:"want_nargs"`
 	WantStack       *ebpf.VariableSpec `ebpf:"want_stack"`
 }
@@ -193,6 +195,7 @@ type gpueventsnoopVariables struct {
 	FilterPids      *ebpf.Variable `ebpf:"filter_pids"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
 	UnusedNameEvent *ebpf.Variable `ebpf:"unused_name_event"`
+	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
 	WantNargs       *ebpf.Variable `ebpf:"want_nargs"`
 	WantStack       *ebpf.Variable `ebpf:"want_stack"`
 }

@@ -235,6 +235,12 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	if err := set("want_stack", b2u(cfg.opt.Stack)); err != nil {
 		return err
 	}
+	// Wake the reader per 1/16 of the ring (at most 256 KiB); it polls
+	// every readerPoll for what is below that.
+	wake := min(uint64(spec.Maps["events"].MaxEntries)/16, 256<<10)
+	if err := spec.Variables["wakeup_bytes"].Set(wake); err != nil {
+		return fmt.Errorf("configuring the BPF program (wakeup_bytes): %w", err)
+	}
 	// One uprobe_multi link per object where the kernel has them: detaching
 	// is then one RCU wait per object instead of one per probe.
 	multi := features.HaveBPFLinkUprobeMulti() == nil && os.Getenv("GPUEVENT_SNOOP_SINGLE_UPROBES") == ""
@@ -363,7 +369,11 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		var ev Event
 		var lk Lookup
 		for {
+			rd.SetDeadline(time.Now().Add(readerPoll))
 			if err := rd.ReadInto(&rec); err != nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					continue // events below the wakeup threshold are read on this timer
+				}
 				if errors.Is(err, ringbuf.ErrFlushed) || errors.Is(err, ringbuf.ErrClosed) {
 					readerDone <- nil
 				} else {
@@ -522,6 +532,10 @@ loop:
 	}
 	return readErr
 }
+
+// readerPoll bounds how long an event waits in the ring buffer when too few
+// are buffered to wake the reader (see wakeup_bytes in the BPF program).
+const readerPoll = 20 * time.Millisecond
 
 func b2u(b bool) uint32 {
 	if b {
