@@ -209,7 +209,7 @@ int ges_enter(struct pt_regs *ctx)
 	in.regs[5] = ctx->r9;
 	/* Return address and stack-passed arguments (cuLaunchKernel has 11). */
 	bpf_probe_read_user(in.stk, sizeof(in.stk), (void *)ctx->sp);
-	if (bpf_probe_read_user(&in.caller2, sizeof(in.caller2), (void *)(ctx->bp + 8)))
+	if ((cookie & GES_C_CALLER2) && bpf_probe_read_user(&in.caller2, sizeof(in.caller2), (void *)(ctx->bp + 8)))
 		in.caller2 = 0;
 	if (in.cookie & GES_C_ENTRY_ONLY) {
 		emit(ctx, id, &in, false);

@@ -36,6 +36,10 @@
  * cudaLaunchKernel's first call, which must not fold them away). */
 #define GES_C_HANDLE (1ULL << 12)
 #define GES_C_NAME_ARG2 (1ULL << 13)
+/* Read [rbp+8] at entry (allocations only: it names the call site behind
+ * cuda_runtime.h's inline wrappers). Without a frame pointer rbp holds
+ * anything, and a read that faults costs more than the rest of the probe. */
+#define GES_C_CALLER2 (1ULL << 14)
 /* Bits 16-19: where the kernel-parameter array (void **) is. */
 #define GES_C_PARAMS_SHIFT 16
 #define GES_PARAMS_NONE 0

@@ -76,10 +76,10 @@ type API struct {
 // apis is indexed by the API id carried in the BPF cookie (low 8 bits).
 var apis = []API{
 	// CUDA runtime (libcudart.so*, or the executable with static cudart).
-	{Name: "cudaMalloc", Kind: KindMalloc, Layout: lAlloc, Stream: -1, cookieF: cOutArg0 | cStack},
-	{Name: "cudaMallocManaged", Kind: KindMalloc, Layout: lAlloc, Stream: -1, cookieF: cOutArg0 | cStack},
-	{Name: "cudaMallocAsync", Kind: KindMalloc, Layout: lAlloc, Stream: 2, Async: true, cookieF: cOutArg0 | cStack},
-	{Name: "cudaMallocAsync_ptsz", Kind: KindMalloc, Layout: lAlloc, Stream: 2, Async: true, cookieF: cOutArg0 | cStack},
+	{Name: "cudaMalloc", Kind: KindMalloc, Layout: lAlloc, Stream: -1, cookieF: cOutArg0 | cStack | cCaller2},
+	{Name: "cudaMallocManaged", Kind: KindMalloc, Layout: lAlloc, Stream: -1, cookieF: cOutArg0 | cStack | cCaller2},
+	{Name: "cudaMallocAsync", Kind: KindMalloc, Layout: lAlloc, Stream: 2, Async: true, cookieF: cOutArg0 | cStack | cCaller2},
+	{Name: "cudaMallocAsync_ptsz", Kind: KindMalloc, Layout: lAlloc, Stream: 2, Async: true, cookieF: cOutArg0 | cStack | cCaller2},
 	{Name: "cudaFree", Kind: KindFree, Layout: lFree, Stream: -1, cookieF: cStack},
 	{Name: "cudaFreeAsync", Kind: KindFree, Layout: lFree, Stream: 1, Async: true, cookieF: cStack},
 	{Name: "cudaFreeAsync_ptsz", Kind: KindFree, Layout: lFree, Stream: 1, Async: true, cookieF: cStack},
@@ -99,12 +99,12 @@ var apis = []API{
 	{Name: "cudaGraphLaunch", Kind: KindGraph, Layout: lGraph, Stream: 1, Async: true, cookieF: cStack},
 	{Name: "cudaGraphLaunch_ptsz", Kind: KindGraph, Layout: lGraph, Stream: 1, Async: true, cookieF: cStack},
 	// CUDA driver (libcuda.so*), for programs that call it directly.
-	{Name: "cuMemAlloc_v2", Kind: KindMalloc, Driver: true, Layout: lAlloc, Stream: -1, cookieF: cOutArg0 | cStack},
-	{Name: "cuMemAllocManaged", Kind: KindMalloc, Driver: true, Layout: lAlloc, Stream: -1, cookieF: cOutArg0 | cStack},
-	{Name: "cuMemAllocAsync", Kind: KindMalloc, Driver: true, Layout: lAlloc, Stream: 2, Async: true, cookieF: cOutArg0 | cStack},
+	{Name: "cuMemAlloc_v2", Kind: KindMalloc, Driver: true, Layout: lAlloc, Stream: -1, cookieF: cOutArg0 | cStack | cCaller2},
+	{Name: "cuMemAllocManaged", Kind: KindMalloc, Driver: true, Layout: lAlloc, Stream: -1, cookieF: cOutArg0 | cStack | cCaller2},
+	{Name: "cuMemAllocAsync", Kind: KindMalloc, Driver: true, Layout: lAlloc, Stream: 2, Async: true, cookieF: cOutArg0 | cStack | cCaller2},
 	// Virtual memory management (PyTorch's expandable segments): the
 	// "pointer" is the physical allocation handle.
-	{Name: "cuMemCreate", Kind: KindMalloc, Driver: true, Layout: lAlloc, Stream: -1, cookieF: cOutArg0 | cStack},
+	{Name: "cuMemCreate", Kind: KindMalloc, Driver: true, Layout: lAlloc, Stream: -1, cookieF: cOutArg0 | cStack | cCaller2},
 	{Name: "cuMemRelease", Kind: KindFree, Driver: true, Layout: lFree, Stream: -1, cookieF: cStack},
 	{Name: "cuMemFree_v2", Kind: KindFree, Driver: true, Layout: lFree, Stream: -1, cookieF: cStack},
 	{Name: "cuMemFreeAsync", Kind: KindFree, Driver: true, Layout: lFree, Stream: 1, Async: true, cookieF: cStack},
@@ -134,6 +134,7 @@ const (
 	cEntryOnly    = 1 << 11
 	cHandle       = 1 << 12
 	cNameArg2     = 1 << 13
+	cCaller2      = 1 << 14
 	paramsReg5    = 1 << 16
 	paramsStk4    = 2 << 16
 	paramsReg2    = 3 << 16
