@@ -25,6 +25,9 @@ const volatile __u32 want_stack = 0; /* user stacks (-s) */
  * the probe itself under launch-heavy load. The reader also polls on a
  * short timer, so a quiet stream is still shown within its period. */
 const volatile __u64 wakeup_bytes = 0;
+/* Cost breakdown for the launch-rate benchmark only (GPUEVENT_SNOOP_COST):
+ * 1 = return at once (the probe hit alone), 2 = all but the ring buffer. */
+const volatile __u32 cost_mode = 0;
 
 struct inflight {
 	__u64 ts;
@@ -104,6 +107,8 @@ static __always_inline void submit(void *e)
  * the return's registers, else the entry's (entry-only APIs). */
 static __always_inline void emit(struct pt_regs *ctx, __u64 id, struct inflight *in, bool ret_known)
 {
+	if (cost_mode == 2)
+		return;
 	struct ges_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		count(GES_CNT_RINGBUF_FULL);
@@ -170,6 +175,8 @@ static __always_inline void emit(struct pt_regs *ctx, __u64 id, struct inflight 
 SEC("uprobe")
 int ges_enter(struct pt_regs *ctx)
 {
+	if (cost_mode == 1)
+		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	__u32 tgid = id >> 32;
 
@@ -251,6 +258,8 @@ static __always_inline void emit_handle(struct pt_regs *ctx, __u64 id)
 SEC("uretprobe")
 int ges_exit(struct pt_regs *ctx)
 {
+	if (cost_mode == 1)
+		return 0;
 	__u64 id = bpf_get_current_pid_tgid();
 	if (bpf_get_attach_cookie(ctx) & GES_C_HANDLE) {
 		emit_handle(ctx, id);

@@ -142,13 +142,16 @@ if [ -x "$S/launch_heavy" ]; then
 	N=${LAUNCHES:-200000}
 	rate() { grep -o 'launches_per_s=[0-9.]*' | tail -1 | cut -d= -f2; }
 	declare -A R
-	CONFIGS=(untraced default no-driver entry entry-nodrv)
+	# hit-only / no-ring: where the cost goes (GPUEVENT_SNOOP_COST: probes
+	# that return at once; everything but the ring buffer), default probes.
+	CONFIGS=(untraced default no-driver entry entry-nodrv hit-only no-ring)
 	flags_of() {
 		case $1 in
-		default) echo "" ;; no-driver) echo "--no-driver" ;; entry) echo "--launch-entry" ;;
+		default | hit-only | no-ring) echo "" ;; no-driver) echo "--no-driver" ;; entry) echo "--launch-entry" ;;
 		entry-nodrv) echo "--launch-entry --no-driver" ;;
 		esac
 	}
+	cost_of() { case $1 in hit-only) echo 1 ;; no-ring) echo 2 ;; *) echo 0 ;; esac; }
 	for i in 1 2 3; do
 		for c in "${CONFIGS[@]}"; do
 			out=$OUTDIR/launch_heavy_$c.txt
@@ -156,7 +159,7 @@ if [ -x "$S/launch_heavy" ]; then
 				bounded 90 "$S/launch_heavy" "$N" 4 0 64 >"$out" 2>&1 || echo "untraced run $i exited with $?"
 			else
 				# shellcheck disable=SC2046
-				bounded 90 $SUDO "$TOOL" $(flags_of "$c") -- "$S/launch_heavy" "$N" 4 0 64 >"$out" 2>"$out.err" || echo "$c run $i exited with $?"
+				GPUEVENT_SNOOP_COST=$(cost_of "$c") bounded 90 $SUDO "$TOOL" $(flags_of "$c") -- "$S/launch_heavy" "$N" 4 0 64 >"$out" 2>"$out.err" || echo "$c run $i exited with $?"
 			fi
 			grep -q "RESULT launch_heavy ok" "$out" || { echo "$c run $i: no RESULT ok"; fail=1; }
 			R[$c]="${R[$c]:-} $(rate <"$out")"
@@ -170,7 +173,7 @@ if [ -x "$S/launch_heavy" ]; then
 		m=$(med "${R[$c]}")
 		r=$(python3 -c "print(f'{$m/$U:.3f}')" 2>/dev/null || echo "?")
 		printf '  %-12s %-28s median %s  ratio %s\n' "$c" "${R[$c]}" "$m" "$r"
-		[ "$c" = untraced ] || ratios+="$c=$r "
+		case $c in untraced | hit-only | no-ring) ;; *) ratios+="$c=$r " ;; esac
 	done
 	tail -1 "$OUTDIR/launch_heavy_default.txt.err"
 	for b in "$S/launch_heavy_shared"; do

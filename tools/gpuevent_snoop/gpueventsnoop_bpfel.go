@@ -74,6 +74,7 @@ const (
 	gpueventsnoopMapPids            = "pids"
 	gpueventsnoopProgGesEnter       = "ges_enter"
 	gpueventsnoopProgGesExit        = "ges_exit"
+	gpueventsnoopVarCostMode        = "cost_mode"
 	gpueventsnoopVarFilterPids      = "filter_pids"
 	gpueventsnoopVarUnusedEvent     = "unused_event"
 	gpueventsnoopVarUnusedNameEvent = "unused_name_event"
@@ -143,6 +144,7 @@ type gpueventsnoopMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gpueventsnoopVariableSpecs struct {
+	CostMode        *ebpf.VariableSpec `ebpf:"cost_mode"`
 	FilterPids      *ebpf.VariableSpec `ebpf:"filter_pids"`
 	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
 	UnusedNameEvent *ebpf.VariableSpec `ebpf:"unused_name_event"`
@@ -192,6 +194,7 @@ func (m *gpueventsnoopMaps) Close() error {
 //
 // It can be passed to loadGpueventsnoopObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gpueventsnoopVariables struct {
+	CostMode        *ebpf.Variable `ebpf:"cost_mode"`
 	FilterPids      *ebpf.Variable `ebpf:"filter_pids"`
 	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
 	UnusedNameEvent *ebpf.Variable `ebpf:"unused_name_event"`

@@ -235,6 +235,17 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	if err := set("want_stack", b2u(cfg.opt.Stack)); err != nil {
 		return err
 	}
+	// The launch-rate benchmark's cost breakdown (scripts/gpu): 1 = probes
+	// that return at once, 2 = everything but the ring buffer.
+	if v := os.Getenv("GPUEVENT_SNOOP_COST"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 || n > 2 {
+			return fmt.Errorf("GPUEVENT_SNOOP_COST=%q: want 0, 1 or 2", v)
+		}
+		if err := set("cost_mode", uint32(n)); err != nil {
+			return err
+		}
+	}
 	// Wake the reader per 1/16 of the ring (at most 256 KiB); it polls
 	// every readerPoll for what is below that.
 	wake := min(uint64(spec.Maps["events"].MaxEntries)/16, 256<<10)
