@@ -84,3 +84,17 @@ int main(void) { printf("%p %p\n", (void *)stub, (void *)helper); fflush(stdout)
 func fmtSscan(s string, a, b *uintptr) (int, error) {
 	return fmt.Sscanf(strings.TrimSpace(s), "%v %v", a, b)
 }
+
+func TestStubKernel(t *testing.T) {
+	for sym, want := range map[string]string{
+		"_ZZ35__device_stub__Z9vectorAddPKfS0_PfiPKfS0_PfiE8__handle": "_Z9vectorAddPKfS0_Pfi",
+		"_ZZ21__device_stub__vecaddPfE8__handle":                      "vecadd",
+		"_ZZN2ns28__device_stub__ZN2ns4gemmEPfEPfE8__handle":          "_ZN2ns4gemmEPf",
+		"_ZZ35__device_stub__Z9vectorAddPKfS0_PfiPKfS0_PfiE5__tmp":    "_Z9vectorAddPKfS0_Pfi", // not filtered here: DeviceStubHandles checks the suffix
+		"garbage": "",
+	} {
+		if got := stubKernel(sym); got != want {
+			t.Errorf("stubKernel(%s) = %q, want %q", sym, got, want)
+		}
+	}
+}

@@ -341,7 +341,31 @@ func TestFilters(t *testing.T) {
 // -p: attach to a running process, which waits on stdin until the tool is up.
 func TestAttachPID(t *testing.T) {
 	build(t)
-	app := exec.Command(filepath.Join(workDir, "app_shared"), "wait")
+	out, pid := attachPID(t, "wait")
+	checkAppTrace(t, parseJSONLines(t, out), pid, "app_shared", false)
+}
+
+// -p after the program looked its kernel up: the handle is read from the
+// host stub's static.
+func TestAttachPIDStubHandle(t *testing.T) {
+	build(t)
+	out, _ := attachPID(t, "stub")
+	var got []string
+	for _, r := range parseJSONLines(t, out) {
+		if r.str("type") == "launch" {
+			got = append(got, r.str("kernel"))
+		}
+	}
+	if want := "[vectorAdd(float const*, float const*, float*, int)]"; fmt.Sprint(got) != want {
+		t.Errorf("launches %v, want %s", got, want)
+	}
+}
+
+// attachPID runs app_shared MODE, attaches the tool with -p once its
+// libraries are mapped, lets it go on and returns the tool's stdout.
+func attachPID(t *testing.T, mode string) ([]byte, int) {
+	t.Helper()
+	app := exec.Command(filepath.Join(workDir, "app_shared"), mode)
 	stdin, _ := app.StdinPipe()
 	var appOut bytes.Buffer
 	app.Stdout = &appOut
@@ -389,7 +413,7 @@ func TestAttachPID(t *testing.T) {
 		tool.Process.Signal(syscall.SIGINT)
 		t.Fatalf("the tool did not end after the traced process exited")
 	}
-	checkAppTrace(t, parseJSONLines(t, out.Bytes()), app.Process.Pid, "app_shared", false)
+	return out.Bytes(), app.Process.Pid
 }
 
 func TestErrors(t *testing.T) {

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"encoding/binary"
+	"fmt"
+	"os"
 	"path"
 	"strings"
 	"sync"
@@ -40,6 +43,9 @@ type procInfo struct {
 	maps   procmaps.Maps
 	readAt time.Time
 	gone   bool
+	// stubsRead: the kernel handles in the process's host-stub statics
+	// have been read (once, for a tool that attached after the lookups).
+	stubsRead bool
 }
 
 // Kernel is a launched function's name.
@@ -199,6 +205,8 @@ func (r *Resolver) KernelName(e *Event) *Kernel {
 			named(fr.Name)
 		} else if n, ok := r.handleName(e.PID, e.Func); ok && fr.Module == "" {
 			named(n)
+		} else if n, ok := r.stubHandleName(e.PID, e.Func); ok && fr.Module == "" {
+			named(n)
 		} else {
 			k.Short = fr.String()
 			k.Demangled = k.Short
@@ -292,4 +300,59 @@ func isWrapper(site, api string) bool {
 	// Demangled: "cudaError cudaMalloc<float>(float**, unsigned long)+0x1d (app)".
 	i := strings.Index(site, api+"<")
 	return i >= 0 && i < 16
+}
+
+// stubHandleName names a kernel handle from the statics in which nvcc's
+// host stubs keep them, read from the live process once: for a tool
+// attached (-p) after the program had looked its kernels up. Objects
+// without a symbol table (stripped libraries) have none to offer.
+func (r *Resolver) stubHandleName(pid uint32, h uint64) (string, bool) {
+	r.mu.Lock()
+	pi := r.procs[pid]
+	if pi == nil || pi.gone || pi.stubsRead {
+		r.mu.Unlock()
+		return "", false
+	}
+	pi.stubsRead = true
+	ms := pi.maps
+	r.mu.Unlock()
+
+	mem, err := os.Open(fmt.Sprintf("/proc/%d/mem", pid))
+	if err != nil {
+		return "", false
+	}
+	defer mem.Close()
+	seen := map[string]bool{}
+	for i := range ms {
+		m := &ms[i]
+		if !m.File() || seen[m.Path] || !strings.Contains(m.Perms, "x") {
+			continue
+		}
+		seen[m.Path] = true
+		hp := procmaps.HostPath(int(pid), m.Path)
+		o := r.sym.Object(hp)
+		if o == nil {
+			continue
+		}
+		// The load bias from this mapping; the statics are in .bss, which
+		// has no file offset of its own.
+		bias, ok := o.LoadBias(m.Start, m.Offset)
+		if !ok {
+			continue
+		}
+		stubs, err := symbolize.DeviceStubHandles(hp)
+		if err != nil {
+			continue
+		}
+		var b [8]byte
+		for _, st := range stubs {
+			if _, err := mem.ReadAt(b[:], int64(st.Vaddr+bias)); err != nil {
+				continue
+			}
+			if v := binary.LittleEndian.Uint64(b[:]); v != 0 {
+				r.handles[pidAddr{pid, v}] = st.Kernel
+			}
+		}
+	}
+	return r.handleName(pid, h)
 }

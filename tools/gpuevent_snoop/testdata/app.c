@@ -2,7 +2,9 @@
  * with a planted leak (leaky_alloc), a failing allocation and driver calls
  * made directly. "wait" as argv[1] makes it block on stdin first (for -p);
  * "loop N" makes N launches and nothing else (ring-buffer overflow test);
- * "handles" launches through kernel handles the way CUDA 12.x/13 code does. */
+ * "handles" launches through kernel handles the way CUDA 12.x/13 code does;
+ * "stub" keeps a handle in a static named like nvcc 13's host-stub static,
+ * then waits on stdin (for -p) and launches it. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,9 @@
 /* A host stub with the mangled name nvcc gives vecAdd(const float*, const float*, float*, int). */
 __attribute__((noinline)) void vec_add_stub(const float *a, const float *b, float *c, int n) __asm__("_Z6vecAddPKfS0_Pfi");
 __attribute__((noinline)) void vec_add_stub(const float *a, const float *b, float *c, int n) { (void)a; (void)b; (void)c; (void)n; }
+
+/* nvcc 13's host stub keeps its kernel handle in a local static named so. */
+static void *stub_handle __asm__("_ZZ35__device_stub__Z9vectorAddPKfS0_PfiPKfS0_PfiE8__handle") __attribute__((used));
 
 __attribute__((noinline)) void *leaky_alloc(size_t n)
 {
@@ -49,6 +54,16 @@ int main(int argc, char **argv)
 		cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0);
 		cuModuleGetFunction(&f2, (CUmodule)0x20, "_ZN4gemm6kernelIfEEvPT_");
 		cuLaunchKernel(f2, 1, 1, 1, 32, 1, 1, 0, 0, 0, 0);
+		usleep(200 * 1000);
+		return 0;
+	}
+	if (argc > 1 && argv[1][0] == 's') {
+		stub_handle = malloc(64); /* looked up before any tool attached */
+		char c;
+		if (read(0, &c, 1) != 1)
+			return 3;
+		dim3 g = {1, 1, 1}, bl = {32, 1, 1};
+		cudaLaunchKernel((const void *)stub_handle, g, bl, 0, 0, 0);
 		usleep(200 * 1000);
 		return 0;
 	}
