@@ -59,13 +59,13 @@ const (
 
 // API is one traced function.
 type API struct {
-	Name    string
-	Kind    Kind
-	Driver  bool // libcuda layer (CUresult) rather than cudart (cudaError_t)
-	Layout  layout
-	Dir     uint8 // lMemcpyDrv
-	Stream  int8  // register index of the stream argument, -1 if none
-	Async   bool
+	Name   string
+	Kind   Kind
+	Driver bool // libcuda layer (CUresult) rather than cudart (cudaError_t)
+	Layout layout
+	Dir    uint8 // lMemcpyDrv
+	Stream int8  // register index of the stream argument, -1 if none
+	Async  bool
 	// Lookup: a kernel-handle lookup, never shown; what it returns names
 	// the kernels of later launches (runtime launches of CUDA 12.x/13
 	// binaries pass a kernel handle, not the host stub).
