@@ -39,7 +39,15 @@ type Process struct {
 	clones   int
 	launches map[probeKey]uint64 // agent counters, cached (see refreshLaunches)
 	failures map[probeKey]uint64
-	devList  []agentproto.Device
+	// used: the devices the application uses (hello, then device-used
+	// notifications); maps and clones of context-independent modules go
+	// there and nowhere else, so attaching never opens contexts on GPUs
+	// the program leaves alone.
+	used map[int32]agentproto.Device
+	// libs: instrumented context-independent modules, to place on each
+	// device the application starts using later; placedOn: what is done.
+	libs     []*preparedModule
+	placedOn map[placeKey]bool
 	// final holds each device map's contents as read at the application's
 	// last module unload (exit): what ReadMaps shows once it is gone.
 	final  map[agentproto.Target]map[string][]byte
@@ -77,17 +85,24 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 		opts.Start = time.Now()
 	}
 	p := &Process{PID: pid, s: s, hold: opts.Hold, start: opts.Start,
-		devs: map[agentproto.Target]*device{}, modules: map[uint64]bool{}, launches: map[probeKey]uint64{}, failures: map[probeKey]uint64{}, stop: make(chan struct{})}
+		devs: map[agentproto.Target]*device{}, modules: map[uint64]bool{}, launches: map[probeKey]uint64{}, failures: map[probeKey]uint64{}, stop: make(chan struct{}),
+		used: map[int32]agentproto.Device{}, placedOn: map[placeKey]bool{}}
 	// A command the tool started always has the agent (it holds the
 	// program at its first module load, after exec, so uprobes go on the
 	// real program); a running process needs one only for GPU programs.
 	if len(s.gpu) > 0 || opts.Hold {
-		conn, err := dialAgent(pid, agentclient.Options{Client: s.opts.Client, Hold: opts.Hold}, opts.Wait)
+		conn, err := dialAgent(pid, agentclient.Options{Client: s.opts.Client, Hold: opts.Hold, ManualDeviceReady: true}, opts.Wait)
 		if err != nil {
 			return nil, err
 		}
 		p.conn = conn
-		s.logf("process %d: agent %s, driver %d, %d device(s)", pid, conn.Info().AgentVersion, conn.Info().DriverVersion, len(conn.Info().Devices))
+		info := conn.Info()
+		for _, d := range info.Devices {
+			if d.Ordinal >= 0 && d.Ordinal < 64 && info.DevicesUsed&(1<<d.Ordinal) != 0 {
+				p.used[d.Ordinal] = d
+			}
+		}
+		s.logf("process %d: agent %s, driver %d, %d device(s), %d in use", pid, info.AgentVersion, info.DriverVersion, len(info.Devices), len(p.used))
 	}
 	if len(s.cpu) > 0 {
 		if err := p.attachUprobes(); err != nil && p.conn == nil {
@@ -188,6 +203,8 @@ func (p *Process) watch() {
 				if p.hold {
 					p.conn.Continue(m.ID)
 				}
+			case n.DeviceUsed != nil:
+				p.deviceUsed(*n.DeviceUsed)
 			case n.Unloading != 0:
 				p.lastLook()
 				p.conn.ReleaseUnload(n.Unloading)
@@ -273,50 +290,48 @@ func (mc *moduleCode) ptxFor(kernel string, maxSM int) (string, error) {
 
 // targets are the contexts a module's clones are loaded in: the module's
 // own context, or for context-independent libraries every device the
-// process has.
+// application uses (more come as it starts using them: deviceUsed).
 func (p *Process) targets(m agentproto.Module) []agentproto.Target {
 	if m.Ctx != 0 {
 		return []agentproto.Target{agentclient.InContext(m.Ctx)}
 	}
-	devs := p.devices()
-	if len(devs) == 0 {
-		return []agentproto.Target{agentclient.OnDevice(0)}
-	}
-	out := make([]agentproto.Target, 0, len(devs))
-	for _, d := range devs {
-		out = append(out, agentclient.OnDevice(int(d.Ordinal)))
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]agentproto.Target, 0, len(p.used))
+	for _, ord := range sortedKeys(p.used) {
+		out = append(out, agentclient.OnDevice(int(ord)))
 	}
 	return out
 }
 
-// devices returns the process's CUDA devices. A tool that connected
-// before the process initialised CUDA (a command it started) got none in
-// hello; a second, short hello once modules load reads them.
-func (p *Process) devices() []agentproto.Device {
+// maxSM is the SM version of a target's device (0: unknown, the newest
+// PTX is taken).
+func (p *Process) maxSM(t agentproto.Target) int {
+	if t.Ctx != 0 {
+		return 0
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.devList == nil {
-		p.devList = p.conn.Info().Devices
-		if len(p.devList) == 0 {
-			if c, err := agentclient.DialWith(p.PID, agentclient.Options{Client: p.s.opts.Client + " (devices)"}); err == nil {
-				p.devList = c.Info().Devices
-				c.Close()
-			}
-		}
-		if len(p.devList) == 0 {
-			return nil // ask again next time
-		}
-	}
-	return p.devList
-}
-
-func (p *Process) maxSM(t agentproto.Target) int {
-	for _, d := range p.devices() {
-		if t.Ctx == 0 && d.Ordinal == t.Device {
-			return int(d.Major*10 + d.Minor)
-		}
+	if d, ok := p.used[int32(t.Device)]; ok {
+		return int(d.Major*10 + d.Minor)
 	}
 	return 0
+}
+
+// deviceUsed handles the application's start on a device: clones of the
+// context-independent modules already instrumented go there before the
+// agent lets the application go on.
+func (p *Process) deviceUsed(d agentproto.Device) {
+	p.mu.Lock()
+	p.used[d.Ordinal] = d
+	libs := append([]*preparedModule(nil), p.libs...)
+	p.mu.Unlock()
+	for _, pm := range libs {
+		p.placeModule(pm, agentclient.OnDevice(int(d.Ordinal)))
+	}
+	if err := p.conn.DeviceReady(d.Ordinal); err != nil {
+		p.s.logf("process %d: device %d: %v", p.PID, d.Ordinal, err)
+	}
 }
 
 // probeSet is the GPU programs that run in one kernel.
@@ -331,6 +346,24 @@ func (ps probeSet) key() string {
 		b.WriteString("x:" + g.Spec.Name + ";")
 	}
 	return b.String()
+}
+
+// preparedModule is a module's code and which probes go into which of its
+// kernels: worked out once, placed in each context it is used in.
+type preparedModule struct {
+	m      agentproto.Module
+	inv    *agentproto.Inventory
+	mc     *moduleCode
+	byName map[string]fatbin.Kernel
+	sets   map[string]probeSet
+	// parsed: the same PTX serves every GPU of a process: parse each
+	// text once.
+	parsed map[string]*ptx.Module
+}
+
+type placeKey struct {
+	module uint64
+	target agentproto.Target
 }
 
 // instrumentModule instruments every kernel of module m that a GPU program
@@ -362,80 +395,95 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 		return
 	}
 	names := make([]string, 0, len(mc.kernels))
-	byName := map[string]fatbin.Kernel{}
+	pm := &preparedModule{m: m, inv: inv, mc: mc, byName: map[string]fatbin.Kernel{}, sets: map[string]probeSet{},
+		parsed: map[string]*ptx.Module{}}
 	p.s.mu.Lock()
 	for _, k := range mc.kernels {
 		names = append(names, k.Name)
-		byName[k.Name] = k
+		pm.byName[k.Name] = k
 		p.s.stats.KernelsSeen[k.Name] = true
 	}
 	p.s.mu.Unlock()
-	sets := map[string]probeSet{}
 	for _, g := range p.s.gpu {
 		matched, _ := instrument.Match(p.s.kernelPatterns(g), names)
 		for _, k := range matched {
-			ps := sets[k]
+			ps := pm.sets[k]
 			if g.Site == SiteEntry {
 				ps.entry = append(ps.entry, g)
 			} else {
 				ps.exit = append(ps.exit, g)
 			}
-			sets[k] = ps
+			pm.sets[k] = ps
 		}
 	}
-	if len(sets) == 0 {
+	if len(pm.sets) == 0 {
 		return
 	}
-	// The same PTX serves every GPU of a process: parse each text once.
-	modules := map[string]*ptx.Module{}
-	parsed := func(text string) (*ptx.Module, error) {
-		if mod := modules[text]; mod != nil {
-			return mod, nil
-		}
-		mod, err := ptx.Parse(text)
-		if err != nil {
-			return nil, fmt.Errorf("parsing the module's PTX: %w", err)
-		}
-		modules[text] = mod
-		return mod, nil
+	if m.Ctx == 0 {
+		p.mu.Lock()
+		p.libs = append(p.libs, pm)
+		p.mu.Unlock()
 	}
 	for _, t := range p.targets(m) {
-		// Group kernels by PTX text and probe set: one clone each.
-		type group struct {
-			text    string
-			set     probeSet
-			kernels []string
+		p.placeModule(pm, t)
+	}
+}
+
+// placeModule loads and activates a prepared module's clones in one
+// context (once).
+func (p *Process) placeModule(pm *preparedModule, t agentproto.Target) {
+	key := placeKey{pm.m.ID, t}
+	p.mu.Lock()
+	if p.placedOn[key] || p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.placedOn[key] = true
+	p.mu.Unlock()
+	// Group kernels by PTX text and probe set: one clone each.
+	type group struct {
+		text    string
+		set     probeSet
+		kernels []string
+	}
+	groups := map[string]*group{}
+	for k, set := range pm.sets {
+		if !pm.byName[k].HasPTX {
+			kk := pm.byName[k]
+			p.skip(k, kk.Advice())
+			continue
 		}
-		groups := map[string]*group{}
-		for k, set := range sets {
-			if !byName[k].HasPTX {
-				kk := byName[k]
-				p.skip(k, kk.Advice())
-				continue
+		text, err := pm.mc.ptxFor(k, p.maxSM(t))
+		if err != nil {
+			p.skip(k, err.Error())
+			continue
+		}
+		gk := fmt.Sprintf("%d:%x/%s", len(text), gpumap.FNV1a([]byte(text)), set.key())
+		g := groups[gk]
+		if g == nil {
+			g = &group{text: text, set: set}
+			groups[gk] = g
+		}
+		g.kernels = append(g.kernels, k)
+	}
+	for _, gk := range sortedKeys(groups) {
+		g := groups[gk]
+		sort.Strings(g.kernels)
+		mod := pm.parsed[g.text]
+		var err error
+		if mod == nil {
+			if mod, err = ptx.Parse(g.text); err != nil {
+				err = fmt.Errorf("parsing the module's PTX: %w", err)
+			} else {
+				pm.parsed[g.text] = mod
 			}
-			text, err := mc.ptxFor(k, p.maxSM(t))
-			if err != nil {
+		}
+		if err == nil {
+			err = p.loadClone(pm.m, pm.inv, t, mod, g.set, g.kernels)
+		}
+		if err != nil {
+			for _, k := range g.kernels {
 				p.skip(k, err.Error())
-				continue
-			}
-			gk := fmt.Sprintf("%d:%x/%s", len(text), gpumap.FNV1a([]byte(text)), set.key())
-			g := groups[gk]
-			if g == nil {
-				g = &group{text: text, set: set}
-				groups[gk] = g
-			}
-			g.kernels = append(g.kernels, k)
-		}
-		for _, g := range groups {
-			sort.Strings(g.kernels)
-			mod, err := parsed(g.text)
-			if err == nil {
-				err = p.loadClone(m, inv, t, mod, g.set, g.kernels)
-			}
-			if err != nil {
-				for _, k := range g.kernels {
-					p.skip(k, err.Error())
-				}
 			}
 		}
 	}

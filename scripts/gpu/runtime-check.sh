@@ -166,6 +166,24 @@ PY
 	else
 		bad "two GPUs: rc=$rc counts: $per_dev"; tail -n 5 "$T/multi.out" "$T/multi.err"
 	fi
+	# -p on a program that uses GPU 0 only: the tool must not open a
+	# context on GPU 1 (maps and clones go where the program works).
+	LD_PRELOAD=$AGENT samples/bin/vec_add 4096 3000000 $THR $BLK >"$T/one.out" 2>&1 &
+	app=$!
+	sleep 1.5
+	gpubpf run -j -p $app -d 3 bpf/examples/counter_bpfel.o >"$T/one.tool" 2>"$T/one.err" &
+	tool=$!
+	sleep 2
+	ngpu=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | grep -c "^$app,")
+	wait $tool
+	n=$(map_value "$T/one.tool" calls 0)
+	devs=$(grep '"type":"map"' "$T/one.tool" | grep -o '"device":[0-9]*' | sort -u | tr '\n' ' ')
+	kill -INT $app 2>/dev/null; sleep 0.3; kill -TERM $app 2>/dev/null; wait $app 2>/dev/null
+	if [ "$ngpu" = 1 ] && [ "$n" != missing ] && [ "$n" -gt 0 ] && [ "$devs" = '"device":0 ' ]; then
+		ok "-p on a one-GPU program of a two-GPU host: contexts of the program on $ngpu GPU while attached, maps on $devs, $n entries"
+	else
+		bad "-p on a one-GPU program: the program has contexts on $ngpu GPUs while attached (want 1), maps on $devs, calls=$n"; tail -n 3 "$T/one.err"
+	fi
 else
 	echo "skip: one GPU here; the two-GPU check needs a machine with two"
 fi

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -73,13 +74,17 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	tool := filepath.Join(dir, "gpubpf") // next to libgpubpf-agent.so, as make installs them
 	run("go", "build", "-o", tool, ".")
 
-	gpubpfRun := func(kernel string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+	gpubpfRunIn := func(kernel, stdin string, env ...string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
 		cmd := exec.Command(tool, "run", "-j", "-k", kernel, "../../bpf/examples/counter_bpfel.o", "--", filepath.Join(dir, "app"))
 		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_AGENT_SOCKET_DIR="+sockDir)
-		cmd.Stdin = strings.NewReader("launch\nlaunch\nquit\n")
+		cmd.Env = append(cmd.Env, env...)
+		cmd.Stdin = strings.NewReader(stdin)
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		return cmd, &stdout, &stderr
+	}
+	gpubpfRun := func(kernel string) (*exec.Cmd, *bytes.Buffer, *bytes.Buffer) {
+		return gpubpfRunIn(kernel, "launch\nlaunch\nquit\n")
 	}
 
 	// A pattern that matches nothing: the program runs untouched, and the
@@ -131,5 +136,35 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "exited before its maps could be read") {
 		t.Errorf("maps lost at exit:\n%s", stderr.String())
+	}
+
+	// Two devices: maps and clones go only where the program works, the
+	// second device once the program starts using it.
+	devicesOf := func(out string) string {
+		devs := map[string]bool{}
+		for _, line := range strings.Split(out, "\n") {
+			var o map[string]any
+			if json.Unmarshal([]byte(line), &o) == nil && o["type"] == "map" {
+				devs[fmt.Sprint(o["device"])] = true
+			}
+		}
+		return fmt.Sprint(devs)
+	}
+	cmd, stdout, stderr = gpubpfRunIn("_Z6vecAddPfi", "launch\nquit\n", "FAKECUDA_DEVICES=2")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("gpubpf run, 2 devices: %v\n%s", err, stderr.String())
+	}
+	if got := devicesOf(stdout.String()); got != "map[0:true]" {
+		t.Errorf("program on device 0 of 2: maps placed on %s, want device 0 only\n%s", got, stderr.String())
+	}
+	cmd, stdout, stderr = gpubpfRunIn("_Z6vecAddPfi", "launch\nretain1\nlaunch\nquit\n", "FAKECUDA_DEVICES=2")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("gpubpf run, 2 devices: %v\n%s", err, stderr.String())
+	}
+	if got := devicesOf(stdout.String()); got != "map[0:true 1:true]" {
+		t.Errorf("program that starts on device 1: maps placed on %s, want devices 0 and 1\n%s", got, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "RETAINED 1 0") {
+		t.Errorf("the program's retain of device 1 failed:\n%s", stdout.String())
 	}
 }

@@ -10,7 +10,7 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 1u
+#define PROTO_VERSION 2u
 #define PROTO_MAX_FRAME (64u << 20)
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))
@@ -38,6 +38,7 @@ struct drv {
 	CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
 	CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
 	CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+	CUresult (*cuDevicePrimaryCtxGetState)(CUdevice, unsigned *, int *);
 	CUresult (*cuCtxGetCurrent)(CUcontext *);
 	CUresult (*cuCtxSetCurrent)(CUcontext);
 	CUresult (*cuCtxGetDevice)(CUdevice *);
@@ -177,6 +178,7 @@ HIDDEN void server_hold_id(uint64_t id);
 extern HIDDEN __thread int g_agent_thread;
 HIDDEN void server_notify_failure(struct activation *a, CUresult r);
 HIDDEN void server_hold(uint64_t id);
+HIDDEN void server_device_used(CUdevice dev);
 HIDDEN void server_atfork_child(void);
 
 /* ---- interposition (interpose.c) ---- */

@@ -102,6 +102,7 @@ int drv_init(void)
 	G(cuDeviceGetAttribute);
 	G(cuDevicePrimaryCtxRetain);
 	G(cuDevicePrimaryCtxRelease);
+	G(cuDevicePrimaryCtxGetState);
 	G(cuCtxGetCurrent);
 	G(cuCtxSetCurrent);
 	G(cuCtxGetDevice);
@@ -169,6 +170,7 @@ typedef CUresult (*modload_t)(CUmodule *, const void *);
 typedef CUresult (*modloadex_t)(CUmodule *, const void *, unsigned, CUjit_option *, void **);
 typedef CUresult (*modfile_t)(CUmodule *, const char *);
 typedef CUresult (*modunload_t)(CUmodule);
+typedef CUresult (*ctxretain_t)(CUcontext *, CUdevice);
 typedef CUresult (*libgetkernel_t)(CUkernel *, CUlibrary, const char *);
 typedef CUresult (*kernelgetfn_t)(CUfunction *, CUkernel);
 typedef CUresult (*modgetfn_t)(CUfunction *, CUmodule, const char *);
@@ -202,6 +204,7 @@ enum {
 	R_cuGraphKernelNodeSetParams_v2,
 	R_cuGraphExecKernelNodeSetParams,
 	R_cuGraphExecKernelNodeSetParams_v2,
+	R_cuDevicePrimaryCtxRetain,
 	R_COUNT
 };
 
@@ -233,6 +236,7 @@ static const char *const real_names[R_COUNT] = {
 	N(cuGraphKernelNodeSetParams_v2),
 	N(cuGraphExecKernelNodeSetParams),
 	N(cuGraphExecKernelNodeSetParams_v2),
+	N(cuDevicePrimaryCtxRetain),
 #undef N
 };
 static void *wrappers[R_COUNT];
@@ -358,6 +362,22 @@ EXPORT CUresult cuModuleUnload(CUmodule m)
 		return NOFUNC;
 	app_module_unloading(m);
 	return f(m);
+}
+
+/* ---------------- contexts ---------------- */
+
+/* The application starts using a device (cudart retains its primary
+ * context on first use): tools place their maps and clones of
+ * context-independent modules there, and only there. */
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	ctxretain_t f = REAL(ctxretain_t, cuDevicePrimaryCtxRetain);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(pctx, dev);
+	if (r == CUDA_SUCCESS && !g_agent_thread)
+		server_device_used(dev);
+	return r;
 }
 
 /* ---------------- kernel handles ---------------- */
@@ -713,6 +733,7 @@ static void fill_wrappers(void)
 	W(cuGraphKernelNodeSetParams_v2);
 	W(cuGraphExecKernelNodeSetParams);
 	W(cuGraphExecKernelNodeSetParams_v2);
+	W(cuDevicePrimaryCtxRetain);
 #undef W
 }
 

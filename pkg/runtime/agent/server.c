@@ -44,9 +44,11 @@ enum {
 	OP_STATS = 18,
 	OP_CONTINUE = 19,
 	OP_RELEASE_UNLOAD = 20,
+	OP_DEVICE_READY = 21,
 	NOTE_MODULE = 0x40,
 	NOTE_PROBE_FAILED = 0x41,
 	NOTE_UNLOADING = 0x42,
+	NOTE_DEVICE = 0x43,
 };
 
 enum { ST_OK = 0, ST_BAD_REQUEST = 1, ST_NOT_FOUND = 2, ST_CUDA = 3, ST_UNSUPPORTED = 4, ST_INTERNAL = 5 };
@@ -193,6 +195,8 @@ struct session {
 	uint64_t unload_id;    /* module the application is about to unload */
 	int unload_pending;    /* NOTE_UNLOADING not sent yet */
 	uint64_t acked_unload; /* the tool took its last look before that unload */
+	uint64_t sent_dev;     /* devices in use notified (bit per ordinal) */
+	uint64_t acked_dev;    /* devices the tool has set up (device-ready) */
 	int pending_fd;
 	struct clone *clones;
 	struct alloc *allocs;
@@ -218,6 +222,7 @@ static int g_started;     /* server thread running for this process */
 static int g_need_start;  /* after fork: start at next driver call */
 static int g_hold_env;    /* GPUBPF_AGENT_HOLD=1 */
 static int g_hold_waited; /* waited once for a tool to connect */
+static uint64_t g_dev_used; /* g_mu: devices the application uses (bit per ordinal) */
 static long g_hold_ms = 10000;
 
 static void wake(struct session *s)
@@ -290,6 +295,63 @@ void server_hold(uint64_t id)
 			break;
 	g_hold_waited = 1;
 	pthread_mutex_unlock(&g_mu);
+}
+
+static int dev_pending(uint64_t bit)
+{
+	for (struct session *s = g_sessions; s; s = s->next)
+		if (s->hello && (s->hold || s->clones || s->allocs || s->regions) && !(s->acked_dev & bit))
+			return 1;
+	return 0;
+}
+
+/* The application retained a device's primary context: if it is the first
+ * time, tell every tool and hold the application (bounded, only while a tool
+ * holds or has state here) until they have placed their maps and clones on
+ * that device, so its first launch there already runs instrumented. */
+void server_device_used(CUdevice dev)
+{
+	int ord = -1, count = 0;
+	if (drv_init() != 0 || D.cuDeviceGetCount(&count) != CUDA_SUCCESS)
+		return;
+	for (int i = 0; i < count && i < 64; i++) {
+		CUdevice d;
+		if (D.cuDeviceGet(&d, i) == CUDA_SUCCESS && d == dev) {
+			ord = i;
+			break;
+		}
+	}
+	if (ord < 0)
+		return;
+	uint64_t bit = 1ULL << ord;
+	pthread_mutex_lock(&g_mu);
+	if (g_dev_used & bit) {
+		pthread_mutex_unlock(&g_mu);
+		return;
+	}
+	g_dev_used |= bit;
+	for (struct session *s = g_sessions; s; s = s->next)
+		if (s->hello)
+			wake(s);
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += g_hold_ms / 1000;
+	dl.tv_nsec += (g_hold_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	int held = 0, timedout = 0;
+	while (dev_pending(bit)) {
+		held = 1;
+		if (pthread_cond_timedwait(&g_cond, &g_mu, &dl) == ETIMEDOUT) {
+			timedout = 1;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&g_mu);
+	if (held)
+		DBG("device %d in use: %s", ord, timedout ? "hold timed out" : "tools ready");
 }
 
 /* A session has state in this process worth a last look: clones or memory. */
@@ -744,7 +806,22 @@ static void op_hello(struct session *s, struct rbuf *r, struct wbuf *w)
 		wb_str(w, name);
 		wb_i32(w, maj);
 		wb_i32(w, min);
+		/* A primary context active before the agent could see its
+		 * retain (or retained by a library's own copy of the pointer)
+		 * counts as in use too. */
+		unsigned fl = 0;
+		int active = 0;
+		if (i < 64 && D.cuDevicePrimaryCtxGetState && D.cuDevicePrimaryCtxGetState(d, &fl, &active) == CUDA_SUCCESS &&
+		    active) {
+			pthread_mutex_lock(&g_mu);
+			g_dev_used |= 1ULL << i;
+			pthread_mutex_unlock(&g_mu);
+		}
 	}
+	pthread_mutex_lock(&g_mu);
+	uint64_t used = g_dev_used;
+	pthread_mutex_unlock(&g_mu);
+	wb_u64(w, used); /* protocol 2: devices in use */
 }
 
 static void put_module(struct wbuf *w, const struct module *m)
@@ -1403,7 +1480,7 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 	}
 	if (!s->hello && type != OP_HELLO)
 		return send_error(s, type, req, ST_BAD_REQUEST, 0, "say hello first");
-	if (type != OP_HELLO && type != OP_LIST && type != OP_FETCH && type != OP_STATS && type != OP_CONTINUE &&
+	if (type != OP_HELLO && type != OP_LIST && type != OP_FETCH && type != OP_STATS && type != OP_CONTINUE && type != OP_DEVICE_READY &&
 	    type != OP_RELEASE_UNLOAD &&
 	    type != OP_DEACTIVATE && type != OP_DETACH && drv_init() != 0)
 		return send_error(s, type, req, ST_UNSUPPORTED, CUDA_ERROR_NOT_INITIALIZED,
@@ -1466,6 +1543,19 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 		wb_i32(&w, ST_OK);
 		break;
 	}
+	case OP_DEVICE_READY: {
+		uint32_t ord = rb_u32(&r);
+		if (r.err || ord >= 64) {
+			ret = send_error(s, type, req, ST_BAD_REQUEST, 0, "device-ready: bad device ordinal");
+			break;
+		}
+		pthread_mutex_lock(&g_mu);
+		s->acked_dev |= 1ULL << ord;
+		pthread_cond_broadcast(&g_cond);
+		pthread_mutex_unlock(&g_mu);
+		wb_i32(&w, ST_OK);
+		break;
+	}
 	case OP_RELEASE_UNLOAD: {
 		uint64_t id = rb_u64(&r);
 		/* Reply first: releasing the exit hold lets the process exit,
@@ -1510,6 +1600,12 @@ static int flush_notes(struct session *s)
 				have = NOTE_MODULE;
 				break;
 			}
+		int dev = -1;
+		if (!have && (g_dev_used & ~s->sent_dev)) {
+			dev = __builtin_ctzll(g_dev_used & ~s->sent_dev);
+			s->sent_dev |= 1ULL << dev;
+			have = NOTE_DEVICE;
+		}
 		if (!have && s->unload_pending) {
 			s->unload_pending = 0;
 			wb_u64(&w, s->unload_id);
@@ -1525,6 +1621,23 @@ static int flush_notes(struct session *s)
 		if (!have) {
 			free(w.p);
 			return 0;
+		}
+		if (have == NOTE_DEVICE) {
+			CUdevice d = 0;
+			char name[256] = "";
+			int maj = 0, min = 0;
+			if (D.cuDeviceGet(&d, dev) == CUDA_SUCCESS) {
+				if (D.cuDeviceGetName)
+					D.cuDeviceGetName(name, sizeof(name), d);
+				if (D.cuDeviceGetAttribute) {
+					D.cuDeviceGetAttribute(&maj, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, d);
+					D.cuDeviceGetAttribute(&min, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, d);
+				}
+			}
+			wb_i32(&w, dev);
+			wb_str(&w, name);
+			wb_i32(&w, maj);
+			wb_i32(&w, min);
 		}
 		int r = send_frame(s, (uint16_t)have, 0, &w);
 		free(w.p);
@@ -1774,6 +1887,7 @@ void server_atfork_child(void)
 	g_listen_fd = -1;
 	g_sock_path[0] = 0;
 	g_hold_waited = 0;
+	g_dev_used = 0; /* the child has no contexts of its own yet */
 	__atomic_store_n(&g_started, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&g_need_start, 1, __ATOMIC_RELAXED);
 }

@@ -131,10 +131,11 @@ type app struct {
 	stderr *strings.Builder
 }
 
-func (f fixture) start(t *testing.T) *app {
+func (f fixture) start(t *testing.T, env ...string) *app {
 	cmd := exec.Command(f.app)
 	cmd.Env = append(os.Environ(), "LD_PRELOAD="+f.agent, "LD_LIBRARY_PATH="+f.cudaDir,
 		"GPUBPF_AGENT_SOCKET_DIR="+f.sockDir)
+	cmd.Env = append(cmd.Env, env...)
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	var se strings.Builder
@@ -521,6 +522,89 @@ func waitUnloading(t *testing.T, c *Conn) uint64 {
 			}
 		case <-deadline:
 			t.Fatal("no unloading notification")
+		}
+	}
+}
+
+// A device the application starts using is announced (hello for those in
+// use already, a notification for later ones), and a tool with state in the
+// process holds the application there until it is ready on that device.
+func TestDeviceUsed(t *testing.T) {
+	f := build(t)
+	a := f.start(t, "FAKECUDA_DEVICES=2")
+	c, err := DialWith(a.cmd.Process.Pid, Options{ManualDeviceReady: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if n, used := len(c.Info().Devices), c.Info().DevicesUsed; n != 2 || used != 1 {
+		t.Fatalf("hello: %d devices, in use %b; want 2, 1", n, used)
+	}
+	if d := waitDeviceUsed(t, c); d.Ordinal != 0 || d.Major != 9 {
+		t.Fatalf("first device-used note: %+v, want device 0 (sm_90)", d)
+	}
+	if _, err := c.Alloc(OnDevice(0), 64); err != nil { // state here: the tool is owed a hold
+		t.Fatal(err)
+	}
+	fmt.Fprintln(a.in, "retain1")
+	if d := waitDeviceUsed(t, c); d.Ordinal != 1 {
+		t.Fatalf("device-used note for device %d, want 1", d.Ordinal)
+	}
+	select {
+	case l := <-a.lines:
+		t.Fatalf("application went on before device-ready: %q", l)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := c.DeviceReady(1); err != nil {
+		t.Fatal(err)
+	}
+	if l := a.expect("RETAINED"); l != "RETAINED 1 0" {
+		t.Fatalf("retain returned %q", l)
+	}
+	c2, err := Dial(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if used := c2.Info().DevicesUsed; used != 3 {
+		t.Fatalf("second hello: in use %b, want 11", used)
+	}
+}
+
+// A client that sets nothing up per device answers device-used by itself:
+// the program is not held for it.
+func TestDeviceUsedAutoReady(t *testing.T) {
+	f := build(t)
+	a := f.start(t, "FAKECUDA_DEVICES=2")
+	c, err := Dial(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Alloc(OnDevice(0), 64); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	fmt.Fprintln(a.in, "retain1")
+	if l := a.expect("RETAINED"); l != "RETAINED 1 0" {
+		t.Fatalf("retain returned %q", l)
+	}
+	if d := time.Since(t0); d > 2*time.Second {
+		t.Fatalf("the program waited %v at the retain", d)
+	}
+}
+
+func waitDeviceUsed(t *testing.T, c *Conn) agentproto.Device {
+	t.Helper()
+	deadline := time.After(5 * time.Second)
+	for {
+		select {
+		case n := <-c.Notifications():
+			if n.DeviceUsed != nil {
+				return *n.DeviceUsed
+			}
+		case <-deadline:
+			t.Fatal("no device-used notification")
 		}
 	}
 }

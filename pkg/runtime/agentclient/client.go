@@ -91,6 +91,11 @@ type Options struct {
 	Hold bool
 	// Timeout bounds connecting and the hello exchange (default 5 s).
 	Timeout time.Duration
+	// ManualDeviceReady: the tool answers each DeviceUsed notification
+	// with DeviceReady itself, once it has set up on that device. Without
+	// it the client answers at once, so a tool that places nothing per
+	// device never holds the application.
+	ManualDeviceReady bool
 }
 
 // Notification is an asynchronous message from the agent: exactly one
@@ -102,12 +107,18 @@ type Notification struct {
 	// (at exit: before its contexts and memory go). The agent holds the
 	// application until ReleaseUnload(id) or its hold timeout.
 	Unloading uint64
+	// DeviceUsed: the application started using a device. The agent
+	// holds it (bounded) until DeviceReady, so that the tool can place
+	// its maps and clones there first.
+	DeviceUsed *agentproto.Device
 }
 
 // Conn is a session with one agent. Methods may be called from several
 // goroutines. Closing it (or the tool dying) makes the agent restore the
 // original kernels and free what the session set up.
 type Conn struct {
+	autoDeviceReady bool
+
 	pid   int
 	addr  string
 	uc    *net.UnixConn
@@ -190,7 +201,7 @@ func dial(path string, timeout time.Duration) (*net.UnixConn, error) {
 
 func newConn(uc *net.UnixConn, pid int, path string, opts Options) (*Conn, error) {
 	c := &Conn{pid: pid, addr: path, uc: uc, wait: map[uint32]chan reply{}, notes: make(chan Notification),
-		done: make(chan struct{})}
+		done: make(chan struct{}), autoDeviceReady: !opts.ManualDeviceReady}
 	c.qcond = sync.NewCond(&c.qmu)
 	go c.readLoop()
 	go c.deliver()
@@ -310,6 +321,15 @@ func (c *Conn) readLoop() {
 					continue
 				}
 				n.Unloading = r.ID
+			case agentproto.NoteDeviceUsed:
+				d := &agentproto.Device{}
+				if agentproto.Unmarshal(p, d) != nil || d.Ordinal < 0 || d.Ordinal >= 64 {
+					continue
+				}
+				n.DeviceUsed = d
+				if c.autoDeviceReady {
+					go c.DeviceReady(d.Ordinal) // not from this goroutine: it reads the reply
+				}
 			default:
 				continue // a newer agent's notification
 			}

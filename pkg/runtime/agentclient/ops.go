@@ -189,3 +189,9 @@ func (c *Conn) Continue(moduleID uint64) error {
 func (c *Conn) ReleaseUnload(id uint64) error {
 	return c.call(agentproto.OpReleaseUnload, &agentproto.IDRequest{ID: id}, nil, nil)
 }
+
+// DeviceReady tells the agent the tool has set up what it needs on a device
+// the application started using (see Notification.DeviceUsed).
+func (c *Conn) DeviceReady(ordinal int32) error {
+	return c.call(agentproto.OpDeviceReady, &agentproto.DeviceRequest{Ordinal: uint32(ordinal)}, nil, nil)
+}

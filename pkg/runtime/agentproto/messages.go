@@ -124,6 +124,11 @@ type Hello struct {
 	PTXISAMax     uint32 // highest PTX ISA the driver JITs, times ten (90 = 9.0)
 	CUDAReady     bool
 	Devices       []Device
+	// DevicesUsed has bit i set when the application uses device i (has
+	// retained its primary context): the devices where maps and clones of
+	// context-independent modules belong. Later ones come as
+	// NoteDeviceUsed.
+	DevicesUsed uint64
 }
 
 func (m *Hello) Encode(e *Encoder) {
@@ -142,6 +147,7 @@ func (m *Hello) Encode(e *Encoder) {
 		e.I32(v.Major)
 		e.I32(v.Minor)
 	}
+	e.U64(m.DevicesUsed)
 }
 
 func (m *Hello) Decode(d *Decoder) {
@@ -158,7 +164,22 @@ func (m *Hello) Decode(d *Decoder) {
 	for i := range m.Devices {
 		m.Devices[i] = Device{Ordinal: d.I32(), Name: d.Str(), Major: d.I32(), Minor: d.I32()}
 	}
+	m.DevicesUsed = d.U64()
 }
+
+// Encode writes a device (NoteDeviceUsed's payload).
+func (m *Device) Encode(e *Encoder) { e.I32(m.Ordinal); e.Str(m.Name); e.I32(m.Major); e.I32(m.Minor) }
+
+// Decode reads a device.
+func (m *Device) Decode(d *Decoder) {
+	m.Ordinal, m.Name, m.Major, m.Minor = d.I32(), d.Str(), d.I32(), d.I32()
+}
+
+// DeviceRequest names a device by ordinal (DeviceReady).
+type DeviceRequest struct{ Ordinal uint32 }
+
+func (m *DeviceRequest) Encode(e *Encoder) { e.U32(m.Ordinal) }
+func (m *DeviceRequest) Decode(d *Decoder) { m.Ordinal = d.U32() }
 
 // ListRequest asks for the inventory. ListNoEnumerate skips asking the
 // driver for kernels the application has not looked up yet.
@@ -749,6 +770,10 @@ func RequestFor(op Op) Message {
 		return &ActivateRequest{}
 	case OpDetach, OpStats:
 		return &Empty{}
+	case OpReleaseUnload:
+		return &IDRequest{}
+	case OpDeviceReady:
+		return &DeviceRequest{}
 	}
 	return nil
 }

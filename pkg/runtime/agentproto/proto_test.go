@@ -9,13 +9,15 @@ import (
 
 var allOps = []Op{OpHello, OpList, OpFetch, OpGlobals, OpLoad, OpUnload, OpAlloc, OpFree, OpMemset,
 	OpWrite, OpRead, OpRegisterHost, OpUnregisterHost, OpSnapshot, OpActivate, OpDeactivate, OpDetach,
-	OpStats, OpContinue}
+	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady}
 
 func TestRoundTrip(t *testing.T) {
 	msgs := []Message{
 		&HelloRequest{Version: Version, Flags: FlagHold, Client: "test"},
 		&Hello{Version: 1, PID: 42, UID: 0, Exe: "/bin/x", AgentVersion: "0.1.0", DriverVersion: 13000,
-			PTXISAMax: 90, CUDAReady: true, Devices: []Device{{0, "H200", 9, 0}, {1, "H200", 9, 0}}},
+			PTXISAMax: 90, CUDAReady: true, Devices: []Device{{0, "H200", 9, 0}, {1, "H200", 9, 0}}, DevicesUsed: 2},
+		&Device{Ordinal: 1, Name: "H200", Major: 9, Minor: 0},
+		&DeviceRequest{Ordinal: 1},
 		&Inventory{Modules: []Module{{ID: 1, Kind: LibraryData, Handle: 7, Format: FormatFatbin, Size: 99, Path: ""}},
 			Kernels: []Kernel{{Handle: 9, Kind: KindKernel, ModuleID: 1, Name: "_Z3fooPi"}}},
 		&FetchReply{Total: 10, Data: []byte("abc")},
@@ -84,6 +86,7 @@ func FuzzDecode(f *testing.F) {
 		}
 		_ = Unmarshal(data, &Module{})
 		_ = Unmarshal(data, &ProbeFailed{})
+		_ = Unmarshal(data, &Device{})
 		h, p, err := ReadFrame(bytes.NewReader(data))
 		if err == nil && int(h.Len) != len(p) {
 			t.Fatalf("frame length %d, payload %d", h.Len, len(p))

@@ -15,7 +15,7 @@ import (
 )
 
 // Version is the protocol version this package speaks (sent in Hello).
-const Version = 1
+const Version = 2
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12
@@ -48,11 +48,13 @@ const (
 	OpStats          Op = 18
 	OpContinue       Op = 19
 	OpReleaseUnload  Op = 20
+	OpDeviceReady    Op = 21
 
 	// Notifications (request id 0), sent by the agent after Hello.
 	NoteModuleLoaded Op = 0x40
 	NoteProbeFailed  Op = 0x41
 	NoteUnloading    Op = 0x42
+	NoteDeviceUsed   Op = 0x43
 )
 
 var opNames = map[Op]string{
@@ -62,6 +64,7 @@ var opNames = map[Op]string{
 	OpSnapshot: "snapshot", OpActivate: "activate", OpDeactivate: "deactivate", OpDetach: "detach",
 	OpStats: "stats", OpContinue: "continue", NoteModuleLoaded: "module-loaded",
 	NoteProbeFailed: "probe-failed", OpReleaseUnload: "release-unload", NoteUnloading: "unloading",
+	OpDeviceReady: "device-ready", NoteDeviceUsed: "device-used",
 }
 
 func (o Op) String() string {

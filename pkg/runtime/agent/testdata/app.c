@@ -103,6 +103,10 @@ int main(void)
 				_exit(0);
 			}
 			printf("FORKED %d\n", (int)c);
+		} else if (!strcmp(line, "retain1\n")) {
+			/* starts using a second device: the agent may hold us here */
+			void *c1;
+			printf("RETAINED 1 %d\n", retain(&c1, 1));
 		} else if (!strcmp(line, "unload\n")) {
 			/* what cudart does at exit: the agent may hold us here */
 			printf("UNLOADED %d\n", libunload(lib));

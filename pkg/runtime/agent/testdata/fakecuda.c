@@ -27,15 +27,37 @@ struct mod {
 
 CUresult cuInit(unsigned f) { return 0; }
 CUresult cuDriverGetVersion(int *v) { *v = 13000; return 0; }
-CUresult cuDeviceGetCount(int *n) { *n = 1; return 0; }
-CUresult cuDeviceGet(int *d, int o) { if (o != 0) return 101; *d = 0; return 0; }
+/* FAKECUDA_DEVICES=2 gives a second device (contexts are all ctx0). */
+static int ndev(void)
+{
+	const char *e = getenv("FAKECUDA_DEVICES");
+	return e && e[0] == '2' ? 2 : 1;
+}
+static int retained[2];
+CUresult cuDeviceGetCount(int *n) { *n = ndev(); return 0; }
+CUresult cuDeviceGet(int *d, int o) { if (o < 0 || o >= ndev()) return 101; *d = o; return 0; }
 CUresult cuDeviceGetName(char *n, int l, int d) { snprintf(n, l, "Fake GPU"); return 0; }
 CUresult cuDeviceGetAttribute(int *v, int a, int d)
 {
 	*v = a == 75 ? 9 : a == 76 ? 0 : 0;
 	return 0;
 }
-CUresult cuDevicePrimaryCtxRetain(void **c, int d) { *c = &ctx0; return 0; }
+CUresult cuDevicePrimaryCtxRetain(void **c, int d)
+{
+	if (d < 0 || d >= ndev())
+		return 101;
+	retained[d]++;
+	*c = &ctx0;
+	return 0;
+}
+CUresult cuDevicePrimaryCtxGetState(int d, unsigned *flags, int *active)
+{
+	if (d < 0 || d >= ndev())
+		return 101;
+	*flags = 0;
+	*active = retained[d] > 0;
+	return 0;
+}
 CUresult cuDevicePrimaryCtxRelease(int d) { return 0; }
 CUresult cuCtxGetCurrent(void **c) { *c = cur; return 0; }
 CUresult cuCtxSetCurrent(void *c) { cur = c; return 0; }
