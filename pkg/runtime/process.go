@@ -529,35 +529,26 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 	if err != nil {
 		return err
 	}
-	// Which module variables do these kernels use? Their clones must use
-	// the application's copies, by address.
-	c, err := instrument.Extract(mod, kernels, entry != nil)
-	if err != nil {
-		return err
-	}
-	var vars []string
-	for _, v := range c.Vars {
-		if v.Space == "global" || v.Space == "const" {
-			vars = append(vars, v.Name)
-		}
-	}
-	globals := map[string]uint64{}
-	if len(vars) > 0 {
+	// The clone must use the application's copies of the module variables
+	// its kernels use, by address.
+	resolve := func(vars []string) (map[string]uint64, error) {
 		gs, err := p.conn.Globals(m.ID, t, vars...)
 		if err != nil {
-			return fmt.Errorf("looking up the module's variables %s: %w", strings.Join(vars, ", "), err)
+			return nil, fmt.Errorf("looking up the module's variables %s: %w", strings.Join(vars, ", "), err)
 		}
+		globals := map[string]uint64{}
 		for _, g := range gs {
 			if g.CUResult == 0 {
 				globals[g.Name] = g.Addr
 			}
 		}
+		return globals, nil
 	}
 	maxPTX := [2]int{0, 0}
 	if isa := p.conn.Info().PTXISAMax; isa > 0 {
 		maxPTX = [2]int{int(isa / 10), int(isa % 10)}
 	}
-	res, err := instrument.InstrumentModule(mod, instrument.Request{Kernels: kernels, Entry: entry, Exit: exit, Globals: globals, MaxPTX: maxPTX})
+	res, err := instrument.InstrumentModule(mod, instrument.Request{Kernels: kernels, Entry: entry, Exit: exit, ResolveGlobals: resolve, MaxPTX: maxPTX})
 	if err != nil {
 		return err
 	}

@@ -33,6 +33,10 @@ type Request struct {
 	// addresses (cuModuleGetGlobal/cuLibraryGetGlobal). nil keeps the
 	// clone's own copies (offline checks only).
 	Globals map[string]uint64
+	// ResolveGlobals, when set, is asked for the addresses of the module
+	// variables (global and const space) the clone uses, once they are
+	// known; its answer takes Globals' place.
+	ResolveGlobals func(names []string) (map[string]uint64, error)
 	// MaxPTX is the highest PTX ISA version the driver accepts ({0,0}: no limit).
 	MaxPTX [2]int
 	// Dump, if set, receives the JSON description of every pass's input and
@@ -139,6 +143,21 @@ func InstrumentModule(m *ptx.Module, req Request) (*Result, error) {
 	c, err := Extract(m, sel, req.Entry != nil)
 	if err != nil {
 		return nil, err
+	}
+	if req.ResolveGlobals != nil {
+		var names []string
+		for _, v := range c.Vars {
+			if v.Space == "global" || v.Space == "const" {
+				names = append(names, v.Name)
+			}
+		}
+		if len(names) > 0 {
+			g, err := req.ResolveGlobals(names)
+			if err != nil {
+				return nil, err
+			}
+			req.Globals = g
+		}
 	}
 	c.inline = map[string]func(ctx, uniq string) string{}
 	for _, p := range []*Probe{req.Entry, req.Exit, req.MemAccess} {

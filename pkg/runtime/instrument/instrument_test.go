@@ -1,6 +1,7 @@
 package instrument
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -537,5 +538,31 @@ func TestSkippedKernel(t *testing.T) {
 	// Without a ctx probe nothing needs the layout.
 	if r, err = Instrument(src, Request{Entry: probe("pe", false)}); err != nil || len(r.Kernels) != 2 {
 		t.Errorf("kernels %v, %v", r.Kernels, err)
+	}
+}
+
+// ResolveGlobals is asked once for exactly the variables the clone uses,
+// and its answer is what gets aliased.
+func TestResolveGlobals(t *testing.T) {
+	src := read(t, "../ptx/testdata/vec_add_cuda118.ptx")
+	var asked [][]string
+	r, err := Instrument(src, Request{Kernels: []string{"vectorAdd"}, Exit: probe("p", false),
+		ResolveGlobals: func(names []string) (map[string]uint64, error) {
+			asked = append(asked, append([]string(nil), names...))
+			return map[string]uint64{"d_N": 0x7f1200000000, "d_counter": 0x7f1200000100}, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(asked) != 1 || strings.Join(asked[0], ",") != "d_N,d_counter" {
+		t.Errorf("asked for %v, want once for [d_N d_counter]", asked)
+	}
+	if len(r.Aliased) != 2 || !strings.Contains(r.PTX, "0x7f1200000100") {
+		t.Errorf("aliased %v", r.Aliased)
+	}
+	_, err = Instrument(src, Request{Kernels: []string{"vectorAdd"}, Exit: probe("p", false),
+		ResolveGlobals: func([]string) (map[string]uint64, error) { return nil, errors.New("agent gone") }})
+	if err == nil || !strings.Contains(err.Error(), "agent gone") {
+		t.Errorf("a failing lookup gave %v", err)
 	}
 }
