@@ -258,6 +258,20 @@ void server_notify_failure(struct activation *a, CUresult r)
 
 static void register_exit_hold(void);
 
+/* When a hold started now must end at the latest (GPUBPF_AGENT_HOLD_MS). */
+static struct timespec hold_deadline(void)
+{
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += g_hold_ms / 1000;
+	dl.tv_nsec += (g_hold_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	return dl;
+}
+
 static int hold_pending(uint64_t id)
 {
 	int any = 0;
@@ -281,14 +295,7 @@ void server_hold(uint64_t id)
 	register_exit_hold();
 	if (!g_hold_env && !__atomic_load_n(&g_sessions, __ATOMIC_RELAXED))
 		return;
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += g_hold_ms / 1000;
-	dl.tv_nsec += (g_hold_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	struct timespec dl = hold_deadline();
 	pthread_mutex_lock(&g_mu);
 	while (hold_pending(id))
 		if (pthread_cond_timedwait(&g_cond, &g_mu, &dl) == ETIMEDOUT)
@@ -333,14 +340,7 @@ void server_device_used(CUdevice dev)
 	for (struct session *s = g_sessions; s; s = s->next)
 		if (s->hello)
 			wake(s);
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += g_hold_ms / 1000;
-	dl.tv_nsec += (g_hold_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	struct timespec dl = hold_deadline();
 	int held = 0, timedout = 0;
 	while (dev_pending(bit)) {
 		held = 1;
@@ -412,14 +412,7 @@ void server_hold_id(uint64_t id)
 {
 	if (!__atomic_load_n(&g_sessions, __ATOMIC_RELAXED))
 		return;
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += g_hold_ms / 1000;
-	dl.tv_nsec += (g_hold_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	struct timespec dl = hold_deadline();
 	pthread_mutex_lock(&g_mu);
 	int any = 0;
 	for (struct session *s = g_sessions; s; s = s->next)
