@@ -144,6 +144,18 @@ PY
 	head -12 "$T/torch.kernels"
 fi
 
+# 6. a driver-API program making its own contexts (the agent's cuCtxCreate
+# wrappers, direct and through cuGetProcAddress) runs unchanged
+if nvcc -o "$T/ctxcreate" pkg/runtime/agent/gputest/ctxcreate.c -lcuda 2>"$T/ctxcreate.build"; then
+	if LD_PRELOAD=$AGENT "$T/ctxcreate" >"$T/ctxcreate.out" 2>&1 && grep -q "CTX OK" "$T/ctxcreate.out"; then
+		ok "cuCtxCreate (direct and via cuGetProcAddress) with the agent preloaded"
+	else
+		bad "cuCtxCreate with the agent: $(tail -n 2 "$T/ctxcreate.out")"
+	fi
+else
+	bad "building ctxcreate.c: $(tail -n 3 "$T/ctxcreate.build")"
+fi
+
 # (The agent's idle cost is measured by agent-check.sh: median of 7 alternating runs.)
 # 7. two GPUs: one clone and one set of maps per device
 if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then

@@ -171,6 +171,9 @@ typedef CUresult (*modloadex_t)(CUmodule *, const void *, unsigned, CUjit_option
 typedef CUresult (*modfile_t)(CUmodule *, const char *);
 typedef CUresult (*modunload_t)(CUmodule);
 typedef CUresult (*ctxretain_t)(CUcontext *, CUdevice);
+typedef CUresult (*ctxcreate2_t)(CUcontext *, unsigned, CUdevice);
+typedef CUresult (*ctxcreate3_t)(CUcontext *, void *, int, unsigned, CUdevice);
+typedef CUresult (*ctxcreate4_t)(CUcontext *, void *, unsigned, CUdevice);
 typedef CUresult (*libgetkernel_t)(CUkernel *, CUlibrary, const char *);
 typedef CUresult (*kernelgetfn_t)(CUfunction *, CUkernel);
 typedef CUresult (*modgetfn_t)(CUfunction *, CUmodule, const char *);
@@ -205,6 +208,9 @@ enum {
 	R_cuGraphExecKernelNodeSetParams,
 	R_cuGraphExecKernelNodeSetParams_v2,
 	R_cuDevicePrimaryCtxRetain,
+	R_cuCtxCreate_v2,
+	R_cuCtxCreate_v3,
+	R_cuCtxCreate_v4,
 	R_COUNT
 };
 
@@ -237,6 +243,9 @@ static const char *const real_names[R_COUNT] = {
 	N(cuGraphExecKernelNodeSetParams),
 	N(cuGraphExecKernelNodeSetParams_v2),
 	N(cuDevicePrimaryCtxRetain),
+	N(cuCtxCreate_v2),
+	N(cuCtxCreate_v3),
+	N(cuCtxCreate_v4),
 #undef N
 };
 static void *wrappers[R_COUNT];
@@ -375,6 +384,40 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	if (!f)
 		return NOFUNC;
 	CUresult r = f(pctx, dev);
+	if (r == CUDA_SUCCESS && !g_agent_thread)
+		server_device_used(dev);
+	return r;
+}
+
+/* A context the application creates itself counts as using its device. */
+EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev)
+{
+	ctxcreate2_t f = REAL(ctxcreate2_t, cuCtxCreate_v2);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(pctx, flags, dev);
+	if (r == CUDA_SUCCESS && !g_agent_thread)
+		server_device_used(dev);
+	return r;
+}
+
+EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, void *params, int n, unsigned flags, CUdevice dev)
+{
+	ctxcreate3_t f = REAL(ctxcreate3_t, cuCtxCreate_v3);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(pctx, params, n, flags, dev);
+	if (r == CUDA_SUCCESS && !g_agent_thread)
+		server_device_used(dev);
+	return r;
+}
+
+EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, void *params, unsigned flags, CUdevice dev)
+{
+	ctxcreate4_t f = REAL(ctxcreate4_t, cuCtxCreate_v4);
+	if (!f)
+		return NOFUNC;
+	CUresult r = f(pctx, params, flags, dev);
 	if (r == CUDA_SUCCESS && !g_agent_thread)
 		server_device_used(dev);
 	return r;
@@ -597,6 +640,8 @@ static int wrapped_index(const char *name)
 {
 	if (!name || name[0] != 'c' || name[1] != 'u')
 		return -1;
+	if (strcmp(name, "cuCtxCreate") == 0)
+		return R_cuCtxCreate_v2; /* which ABI: told by the pointer (swap_in) */
 	for (int i = 0; i < R_COUNT; i++)
 		if (strcmp(name, real_names[i]) == 0)
 			return i;
@@ -631,11 +676,32 @@ static int gpa_index(const char *sym, int ver, uint64_t flags)
 	}
 }
 
+/* cuCtxCreate's ABIs differ by version: the slot is the variant whose
+ * export the driver's pointer is, never a guess (a wrong one would pass the
+ * application's arguments wrongly). Unknown pointers are left unwrapped. */
+static int ctx_create_index(void *realp)
+{
+	static const int slots[] = {R_cuCtxCreate_v2, R_cuCtxCreate_v3, R_cuCtxCreate_v4};
+	for (size_t k = 0; k < sizeof(slots) / sizeof(slots[0]); k++) {
+		void *p = cuda_sym(real_names[slots[k]]);
+		if (p && p == realp)
+			return slots[k];
+	}
+	return -1;
+}
+
 /* Records the real pointer for slot i and returns our wrapper instead. */
 static void *swap_in(int i, void *realp)
 {
 	if (!realp || i < 0)
 		return realp;
+	if (i == R_cuCtxCreate_v2 || i == R_cuCtxCreate_v3 || i == R_cuCtxCreate_v4) {
+		for (int j = R_cuCtxCreate_v2; j <= R_cuCtxCreate_v4; j++)
+			if (realp == wrappers[j])
+				return realp;
+		if ((i = ctx_create_index(realp)) < 0)
+			return realp;
+	}
 	for (int j = 0; j < R_COUNT; j++)
 		if (realp == wrappers[j])
 			return realp; /* already ours */
@@ -734,6 +800,9 @@ static void fill_wrappers(void)
 	W(cuGraphExecKernelNodeSetParams);
 	W(cuGraphExecKernelNodeSetParams_v2);
 	W(cuDevicePrimaryCtxRetain);
+	W(cuCtxCreate_v2);
+	W(cuCtxCreate_v3);
+	W(cuCtxCreate_v4);
 #undef W
 }
 

@@ -531,6 +531,15 @@ func waitUnloading(t *testing.T, c *Conn) uint64 {
 // process holds the application there until it is ready on that device.
 func TestDeviceUsed(t *testing.T) {
 	f := build(t)
+	for _, tc := range []struct{ cmd, reply string }{
+		{"retain1", "RETAINED 1 0"}, // cudart: the primary context
+		{"create1", "CREATED 1 0"},  // the driver API: a context of its own (cuCtxCreate_v4)
+	} {
+		t.Run(tc.cmd, func(t *testing.T) { testDeviceUsed(t, f, tc.cmd, tc.reply) })
+	}
+}
+
+func testDeviceUsed(t *testing.T, f fixture, cmd, reply string) {
 	a := f.start(t, "FAKECUDA_DEVICES=2")
 	c, err := DialWith(a.cmd.Process.Pid, Options{ManualDeviceReady: true})
 	if err != nil {
@@ -546,7 +555,7 @@ func TestDeviceUsed(t *testing.T) {
 	if _, err := c.Alloc(OnDevice(0), 64); err != nil { // state here: the tool is owed a hold
 		t.Fatal(err)
 	}
-	fmt.Fprintln(a.in, "retain1")
+	fmt.Fprintln(a.in, cmd)
 	if d := waitDeviceUsed(t, c); d.Ordinal != 1 {
 		t.Fatalf("device-used note for device %d, want 1", d.Ordinal)
 	}
@@ -558,8 +567,8 @@ func TestDeviceUsed(t *testing.T) {
 	if err := c.DeviceReady(1); err != nil {
 		t.Fatal(err)
 	}
-	if l := a.expect("RETAINED"); l != "RETAINED 1 0" {
-		t.Fatalf("retain returned %q", l)
+	if l := a.expect(strings.Fields(reply)[0]); l != reply {
+		t.Fatalf("%s: the program printed %q, want %q", cmd, l, reply)
 	}
 	c2, err := Dial(a.cmd.Process.Pid)
 	if err != nil {

@@ -107,6 +107,11 @@ int main(void)
 			/* starts using a second device: the agent may hold us here */
 			void *c1;
 			printf("RETAINED 1 %d\n", retain(&c1, 1));
+		} else if (!strcmp(line, "create1\n")) {
+			/* a context of its own on the second device (CUDA 12.5+ ABI) */
+			CUresult (*create4)(void **, void *, unsigned, int) = get("cuCtxCreate", 0);
+			void *c1;
+			printf("CREATED 1 %d\n", create4(&c1, NULL, 0, 1));
 		} else if (!strcmp(line, "unload\n")) {
 			/* what cudart does at exit: the agent may hold us here */
 			printf("UNLOADED %d\n", libunload(lib));

@@ -50,6 +50,22 @@ CUresult cuDevicePrimaryCtxRetain(void **c, int d)
 	*c = &ctx0;
 	return 0;
 }
+/* cuCtxCreate's ABIs (v2: CUDA 3.2, v4: CUDA 12.5; cuGetProcAddress
+ * hands out the one the caller's version asks for). */
+CUresult cuCtxCreate_v2(void **c, unsigned flags, int d)
+{
+	if (d < 0 || d >= ndev())
+		return 101;
+	*c = &ctx0;
+	return 0;
+}
+CUresult cuCtxCreate_v4(void **c, void *params, unsigned flags, int d)
+{
+	if (d < 0 || d >= ndev())
+		return 101;
+	*c = &ctx0;
+	return 0;
+}
 CUresult cuDevicePrimaryCtxGetState(int d, unsigned *flags, int *active)
 {
 	if (d < 0 || d >= ndev())
@@ -215,6 +231,10 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
 		*st = 0;
 	if (!strcmp(sym, "cuGetProcAddress")) {
 		*pfn = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+		return 0;
+	}
+	if (!strcmp(sym, "cuCtxCreate")) {
+		*pfn = ver >= 12050 ? (void *)cuCtxCreate_v4 : (void *)cuCtxCreate_v2;
 		return 0;
 	}
 	if (!strcmp(sym, "cuLaunchKernel") && (flags & 2)) {
