@@ -257,3 +257,23 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+func TestCostHint(t *testing.T) {
+	for _, tc := range []struct {
+		launches     uint64
+		secs         float64
+		noDrv, entry bool
+		wantHint     bool
+	}{
+		{200000, 1, false, false, true},
+		{200000, 1, true, false, true},
+		{200000, 1, true, true, false},    // already the cheap set-up
+		{5000, 0.01, false, false, false}, // too few to matter
+		{100000, 60, false, false, false}, // slow rate
+	} {
+		h := costHint(tc.launches, tc.secs, tc.noDrv, tc.entry)
+		if (h != "") != tc.wantHint {
+			t.Errorf("costHint(%+v) = %q", tc, h)
+		}
+	}
+}

@@ -361,6 +361,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		}
 	}
 	startMono := monoNow()
+	tracingSince := time.Now()
 	wall := time.Now().UnixNano() - int64(startMono)
 	tr := NewTracer(stdout, res, cfg.opt, startMono, wall)
 	// The start line goes to stderr in every mode: stdout stays pure JSON
@@ -531,6 +532,9 @@ loop:
 			tr.Seen, tr.Shown, cnt[0], cnt[1], cnt[2], tr.Internal, cnt[3], len(tr.procs), len(att.Objects()))
 	}
 	fmt.Fprintln(stderr, acc.String())
+	if h := costHint(tr.Launches(), time.Since(tracingSince).Seconds(), cfg.noDriver, cfg.launchEntry); h != "" {
+		fmt.Fprintln(stderr, "gpuevent_snoop: "+h)
+	}
 	if len(cfg.opt.Kernels) > 0 {
 		if named, unnamed := tr.KernelCounts(); named+unnamed == 0 {
 			if seen := tr.Unmatched(10); len(seen) > 0 && readErr == nil {

@@ -767,6 +767,32 @@ func (t *Tracer) KernelCounts() (named, unnamed int) {
 	return named, unnamed
 }
 
+// Launches counts the launches traced (all processes).
+func (t *Tracer) Launches() uint64 {
+	var n uint64
+	for _, p := range t.procs {
+		for i := range p.apis {
+			if apis[i].Kind == KindLaunch && !apis[i].Lookup {
+				n += p.apis[i].calls
+			}
+		}
+	}
+	return n
+}
+
+// costHint tells users of launch-heavy programs how to trace them more
+// cheaply: by default a runtime launch hits four uprobes (entry and return
+// of cudaLaunchKernel and of the driver's cuLaunchKernel), each a trap into
+// the kernel. "" when the rate is low or the cheap set-up is in use.
+func costHint(launches uint64, secs float64, noDriver, launchEntry bool) string {
+	if secs <= 0 || launches < 10000 || float64(launches)/secs < 20000 || (noDriver && launchEntry) {
+		return ""
+	}
+	return fmt.Sprintf("%d launches traced (%.0f/s): each launch goes through up to four probes; "+
+		"--launch-entry --no-driver traces it with one (no return codes for launches, no direct driver calls)",
+		launches, float64(launches)/secs)
+}
+
 // Unmatched lists (sorted, at most n) kernels that -k left out.
 func (t *Tracer) Unmatched(n int) []string {
 	out := make([]string, 0, len(t.unmatched))
