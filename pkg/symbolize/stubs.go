@@ -2,8 +2,6 @@ package symbolize
 
 import (
 	"debug/elf"
-	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/ianlancetaylor/demangle"
@@ -18,32 +16,17 @@ type StubHandle struct {
 	Kernel string // the kernel's mangled name
 }
 
-// DeviceStubHandles lists the kernel-handle statics of nvcc's host stubs in
-// an ELF object's symbol table (absent when the object is stripped).
-func DeviceStubHandles(path string) ([]StubHandle, error) {
-	f, err := elf.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("reading ELF file %s: %w", path, err)
+// StubHandles lists the kernel-handle statics of nvcc's host stubs in the
+// object's symbol table (none when the object is stripped).
+func (o *Object) StubHandles() []StubHandle { return o.stubs }
+
+// stubHandle recognises the symbol of a host stub's handle static.
+func stubHandle(s elf.Symbol) (StubHandle, bool) {
+	if s.Value == 0 || !strings.HasSuffix(s.Name, "E8__handle") || !strings.Contains(s.Name, "__device_stub__") {
+		return StubHandle{}, false
 	}
-	defer f.Close()
-	syms, err := f.Symbols()
-	if err != nil {
-		if errors.Is(err, elf.ErrNoSymbols) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("reading ELF symbols of %s: %w", path, err)
-	}
-	var out []StubHandle
-	for _, s := range syms {
-		if elf.ST_TYPE(s.Info) != elf.STT_OBJECT || s.Value == 0 || !strings.HasSuffix(s.Name, "E8__handle") ||
-			!strings.Contains(s.Name, "__device_stub__") {
-			continue
-		}
-		if k := stubKernel(s.Name); k != "" {
-			out = append(out, StubHandle{Vaddr: s.Value, Kernel: k})
-		}
-	}
-	return out, nil
+	k := stubKernel(s.Name)
+	return StubHandle{Vaddr: s.Value, Kernel: k}, k != ""
 }
 
 // stubKernel returns the kernel's mangled name from the symbol of a stub's

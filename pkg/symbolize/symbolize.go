@@ -82,6 +82,7 @@ type symbol struct {
 type Object struct {
 	syms  []symbol // sorted by start
 	progs []elf.ProgHeader
+	stubs []StubHandle // nvcc's host-stub kernel-handle statics (.symtab)
 
 	byNameOnce sync.Once
 	byName     map[string]uint64
@@ -108,6 +109,12 @@ func Open(path string) (*Object, error) {
 		}
 		for _, s := range syms {
 			t := elf.ST_TYPE(s.Info)
+			if t == elf.STT_OBJECT {
+				if st, ok := stubHandle(s); ok {
+					o.stubs = append(o.stubs, st)
+				}
+				continue
+			}
 			if (t != elf.STT_FUNC && t != elf.STT_GNU_IFUNC) || s.Section == elf.SHN_UNDEF || s.Value == 0 {
 				continue
 			}

@@ -90,7 +90,7 @@ func TestStubKernel(t *testing.T) {
 		"_ZZ35__device_stub__Z9vectorAddPKfS0_PfiPKfS0_PfiE8__handle": "_Z9vectorAddPKfS0_Pfi",
 		"_ZZ21__device_stub__vecaddPfE8__handle":                      "vecadd",
 		"_ZZN2ns28__device_stub__ZN2ns4gemmEPfEPfE8__handle":          "_ZN2ns4gemmEPf",
-		"_ZZ35__device_stub__Z9vectorAddPKfS0_PfiPKfS0_PfiE5__tmp":    "_Z9vectorAddPKfS0_Pfi", // not filtered here: DeviceStubHandles checks the suffix
+		"_ZZ35__device_stub__Z9vectorAddPKfS0_PfiPKfS0_PfiE5__tmp":    "_Z9vectorAddPKfS0_Pfi", // not filtered here: stubHandle checks the suffix
 		"garbage": "",
 	} {
 		if got := stubKernel(sym); got != want {

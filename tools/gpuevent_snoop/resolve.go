@@ -340,12 +340,8 @@ func (r *Resolver) stubHandleName(pid uint32, h uint64) (string, bool) {
 		if !ok {
 			continue
 		}
-		stubs, err := symbolize.DeviceStubHandles(hp)
-		if err != nil {
-			continue
-		}
 		var b [8]byte
-		for _, st := range stubs {
+		for _, st := range o.StubHandles() {
 			if _, err := mem.ReadAt(b[:], int64(st.Vaddr+bias)); err != nil {
 				continue
 			}
