@@ -220,7 +220,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	}
 	spec.Maps["events"].MaxEntries = roundPow2(cfg.bufMB) << 20
 	filter := len(cfg.pids) > 0 || len(cfg.argv) > 0
-	set := func(name string, v uint32) error {
+	set := func(name string, v any) error { // v: the variable's own type (uint32, uint64)
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("configuring the BPF program (%s): %w", name, err)
 		}
@@ -248,9 +248,8 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	}
 	// Wake the reader per 1/16 of the ring (at most 256 KiB); it polls
 	// every readerPoll for what is below that.
-	wake := min(uint64(spec.Maps["events"].MaxEntries)/16, 256<<10)
-	if err := spec.Variables["wakeup_bytes"].Set(wake); err != nil {
-		return fmt.Errorf("configuring the BPF program (wakeup_bytes): %w", err)
+	if err := set("wakeup_bytes", min(uint64(spec.Maps["events"].MaxEntries)/16, 256<<10)); err != nil {
+		return err
 	}
 	// One uprobe_multi link per object where the kernel has them: detaching
 	// is then one RCU wait per object instead of one per probe.
@@ -380,11 +379,15 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		var rec ringbuf.Record
 		var ev Event
 		var lk Lookup
+		// The deadline only matters when the reader waits: it is renewed
+		// when the ring is empty, not per record.
+		rd.SetDeadline(time.Now().Add(readerPoll))
 		for {
-			rd.SetDeadline(time.Now().Add(readerPoll))
 			if err := rd.ReadInto(&rec); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
-					continue // events below the wakeup threshold are read on this timer
+					// Events below the wakeup threshold are read on this timer.
+					rd.SetDeadline(time.Now().Add(readerPoll))
+					continue
 				}
 				if errors.Is(err, ringbuf.ErrFlushed) || errors.Is(err, ringbuf.ErrClosed) {
 					readerDone <- nil
@@ -411,6 +414,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 			tr.Handle(&ev)
 			if rd.AvailableBytes() == 0 {
 				tr.Flush() // keep the stream live without a write per event under load
+				rd.SetDeadline(time.Now().Add(readerPoll))
 			}
 			unlock()
 		}
