@@ -8,6 +8,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 G=pkg/runtime/instrument/gputest
+VEC_ADD=pkg/runtime/fatbin/testdata/vec_add.cu # the kernel of the fatbin fixtures too
 PTXINST=${PTXINST:-$PWD/.gpu/ptx/ptxinst}
 W=${GPUBPF_PTX_WORK:-$(mktemp -d /tmp/ptx-check.XXXXXX)}
 mkdir -p "$W"
@@ -20,8 +21,8 @@ if ! command -v nvcc >/dev/null; then
 	exit 1
 fi
 set -e
-nvcc -o "$W/vec_add" "$G/harness/vec_add.cu"
-nvcc -fatbin -o "$W/vec_add.fatbin" "$G/harness/vec_add.cu"
+nvcc -o "$W/vec_add" "$VEC_ADD"
+nvcc -fatbin -o "$W/vec_add.fatbin" "$VEC_ADD"
 nvcc -o "$W/ptxcheck" "$G/harness/ptxcheck.c" -L/usr/local/cuda/lib64/stubs -lcuda
 set +e
 "$W/vec_add" || { echo "SUMMARY: FAIL the uninstrumented vec_add itself failed"; exit 1; }

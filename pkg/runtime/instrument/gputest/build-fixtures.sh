@@ -10,15 +10,15 @@ mkdir -p "$D"
 V=$(nvcc --version | grep -o 'release [0-9]*' | grep -o '[0-9]*')
 S=cuda$V
 F=../../fatbin/testdata
-nvcc -cudart shared -o "$D/vec_add_default_$S" harness/vec_add.cu
-nvcc -cudart shared -arch=sm_90 -o "$D/vec_add_sm90_$S" harness/vec_add.cu
-nvcc -cudart shared -gencode arch=compute_90,code=sm_90 -o "$D/vec_add_sm90sass_$S" harness/vec_add.cu
+nvcc -cudart shared -o "$D/vec_add_default_$S" $F/vec_add.cu
+nvcc -cudart shared -arch=sm_90 -o "$D/vec_add_sm90_$S" $F/vec_add.cu
+nvcc -cudart shared -gencode arch=compute_90,code=sm_90 -o "$D/vec_add_sm90sass_$S" $F/vec_add.cu
 nvcc -cudart shared -arch=sm_90 -o "$D/multi_sm90_$S" $F/multi.cu
-nvcc -o "$D/vec_add_static_$S" harness/vec_add.cu
+nvcc -o "$D/vec_add_static_$S" $F/vec_add.cu
 nvcc -shared -Xcompiler -fPIC -cudart shared -o "$D/libmulti_$S.so" $F/multi.cu
 nvcc -rdc=true -arch=sm_90 -c -o "$D/multi_rdc_$S.o" $F/multi.cu
-nvcc -fatbin -arch=sm_90 -o "$D/vec_add_$S.fatbin" harness/vec_add.cu
-nvcc -ptx -arch=sm_90 -o "$D/vec_add_$S.ptx" harness/vec_add.cu
+nvcc -fatbin -arch=sm_90 -o "$D/vec_add_$S.fatbin" $F/vec_add.cu
+nvcc -ptx -arch=sm_90 -o "$D/vec_add_$S.ptx" $F/vec_add.cu
 nvcc -ptx -arch=sm_90 -o "$D/multi_$S.ptx" $F/multi.cu
 for f in "$D"/vec_add_default_$S "$D"/vec_add_sm90_$S "$D"/vec_add_sm90sass_$S "$D"/multi_sm90_$S "$D"/vec_add_static_$S "$D"/libmulti_$S.so; do
 	strip "$f"
