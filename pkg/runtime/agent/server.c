@@ -45,6 +45,7 @@ enum {
 	OP_CONTINUE = 19,
 	OP_RELEASE_UNLOAD = 20,
 	OP_DEVICE_READY = 21,
+	OP_RING_DRAIN = 22,
 	NOTE_MODULE = 0x40,
 	NOTE_PROBE_FAILED = 0x41,
 	NOTE_UNLOADING = 0x42,
@@ -208,6 +209,7 @@ struct session {
 	} streams[16]; /* our own non-blocking stream per context */
 	int nfail;
 	struct failure fails[32];
+	uint64_t ring_rel; /* ring-drain: source of its async copy of the released position */
 	struct session *next;
 };
 
@@ -1114,6 +1116,130 @@ static int op_unload(struct session *s, uint32_t req, struct rbuf *r, struct wbu
 	return 1;
 }
 
+/* ring-drain (op 22): one round trip per drain of a GPU event ring in device
+ * memory. The ring at RING is [256-byte control block][S data][T tail]; the
+ * tool's mirror, region G, has the same layout. In stream order: zero the
+ * device data of released positions, publish the released position at
+ * RING+128, copy the control block to the mirror, then copy the data of
+ * positions [release, R). No wait for the application's launches: this is a
+ * live copy of a buffer kernels write into, and the tool validates records. */
+#define RING_CTRL 256u
+#define RING_OFF_RESERVED 64u
+#define RING_OFF_RELEASED 128u
+#define RING_HOST_DATA 1u /* flag: the data area is the region itself */
+
+static int ring_drain(struct session *s, uint32_t req, CUstream st, struct rbuf *r, struct wbuf *w)
+{
+	uint64_t ring = rb_u64(r), rid = rb_u64(r), S = rb_u64(r), T = rb_u64(r);
+	uint64_t zero_from = rb_u64(r), release = rb_u64(r);
+	uint32_t flags = rb_u32(r);
+	if (r->err)
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "malformed ring-drain request");
+	if (flags & ~RING_HOST_DATA)
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "ring-drain: unknown flags 0x%x",
+				  flags & ~RING_HOST_DATA);
+	if (S < 4096 || (S & (S - 1)))
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
+				  "ring-drain: data size %llu is not a power of two of at least 4096",
+				  (unsigned long long)S);
+	if (T & 7)
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
+				  "ring-drain: tail size %llu is not a multiple of 8", (unsigned long long)T);
+	struct region *g = s->regions;
+	while (g && g->id != rid)
+		g = g->next;
+	if (!g)
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
+				  "ring-drain: no region %llu in this session", (unsigned long long)rid);
+	if (g->size < RING_CTRL || S > g->size - RING_CTRL || T > g->size - RING_CTRL - S)
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
+				  "ring-drain: region %llu has %zu bytes, the ring needs 256 + %llu + %llu",
+				  (unsigned long long)rid, g->size, (unsigned long long)S, (unsigned long long)T);
+	if (!ring || (ring & 7) || ring > UINT64_MAX - (RING_CTRL + S + T))
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "ring-drain: bad ring address 0x%llx",
+				  (unsigned long long)ring);
+	if (release < zero_from || release - zero_from > S)
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
+				  "ring-drain: release %llu must be in [zero_from %llu, zero_from + %llu]",
+				  (unsigned long long)release, (unsigned long long)zero_from, (unsigned long long)S);
+
+	uint8_t *mirror = g->host;
+	CUdeviceptr data = ring + RING_CTRL;
+	const char *what = NULL;
+	CUresult cr = CUDA_SUCCESS;
+	int queued = 0; /* work on st that must finish before we return */
+	if (release > zero_from) {
+		if (!(flags & RING_HOST_DATA)) {
+			/* released positions read as zero when the GPU reuses them */
+			what = "cuMemsetD8Async of the released ring data";
+			if (release - zero_from >= S) {
+				cr = D.cuMemsetD8Async(data, 0, S, st);
+			} else {
+				uint64_t a = zero_from & (S - 1), b = release & (S - 1);
+				if (a < b) {
+					cr = D.cuMemsetD8Async(data + a, 0, b - a, st);
+				} else {
+					cr = D.cuMemsetD8Async(data + a, 0, S - a, st);
+					if (cr == CUDA_SUCCESS && b)
+						cr = D.cuMemsetD8Async(data, 0, b, st);
+				}
+			}
+			queued = 1;
+		}
+		if (cr == CUDA_SUCCESS) {
+			/* ordered after the zeroing: the GPU reuses the space only then */
+			what = "cuMemcpyHtoDAsync of the released position";
+			s->ring_rel = release;
+			cr = D.cuMemcpyHtoDAsync(ring + RING_OFF_RELEASED, &s->ring_rel, 8, st);
+			queued = 1;
+		}
+	}
+	if (cr == CUDA_SUCCESS) {
+		what = "cuMemcpyDtoHAsync of the ring's control block";
+		cr = D.cuMemcpyDtoHAsync(mirror, ring, RING_CTRL, st);
+		queued = 1;
+	}
+	if (cr == CUDA_SUCCESS) {
+		what = "cuStreamSynchronize after reading the ring's control block";
+		cr = D.cuStreamSynchronize(st);
+		queued = 0;
+	}
+	uint64_t R = 0;
+	if (cr == CUDA_SUCCESS) {
+		memcpy(&R, mirror + RING_OFF_RESERVED, 8);
+		if (!(flags & RING_HOST_DATA) && R > release) {
+			uint64_t n = R - release < S ? R - release : S;
+			uint64_t a = release & (S - 1);
+			what = "cuMemcpyDtoHAsync of the ring's data";
+			if (a + n <= S) {
+				cr = D.cuMemcpyDtoHAsync(mirror + RING_CTRL + a, data + a, n, st);
+			} else {
+				/* through the end of the tail (records that ran on into
+				 * it), then the wrapped part from the start */
+				uint64_t b = (release + n) & (S - 1);
+				cr = D.cuMemcpyDtoHAsync(mirror + RING_CTRL + a, data + a, S + T - a, st);
+				if (cr == CUDA_SUCCESS && b)
+					cr = D.cuMemcpyDtoHAsync(mirror + RING_CTRL, data, b, st);
+			}
+			queued = 1;
+			if (cr == CUDA_SUCCESS) {
+				what = "cuStreamSynchronize after copying the ring's data";
+				cr = D.cuStreamSynchronize(st);
+				queued = 0;
+			}
+		}
+	}
+	if (cr != CUDA_SUCCESS) {
+		if (queued)
+			D.cuStreamSynchronize(st); /* nothing of ours left in flight */
+		DBG("ring-drain of 0x%llx: %s: CUresult %d", (unsigned long long)ring, what, (int)cr);
+		return send_error(s, OP_RING_DRAIN, req, ST_CUDA, cr, "ring-drain: %s failed", what);
+	}
+	wb_i32(w, ST_OK);
+	wb_u64(w, R);
+	return 1;
+}
+
 static int op_mem(struct session *s, uint16_t op, uint32_t req, struct rbuf *r, struct wbuf *w)
 {
 	int dev = rb_i32(r);
@@ -1334,6 +1460,9 @@ static int op_mem(struct session *s, uint16_t op, uint32_t req, struct rbuf *r, 
 		wb_i32(w, ST_OK);
 		break;
 	}
+	case OP_RING_DRAIN:
+		ret = ring_drain(s, req, st, r, w);
+		break;
 	}
 	D.cuCtxSetCurrent(saved);
 	return ret;
@@ -1504,6 +1633,7 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 	case OP_READ:
 	case OP_REGISTER_HOST:
 	case OP_SNAPSHOT:
+	case OP_RING_DRAIN:
 		ret = op_mem(s, type, req, &r, &w);
 		break;
 	case OP_UNREGISTER_HOST:

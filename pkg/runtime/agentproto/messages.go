@@ -644,6 +644,61 @@ func (m *SnapshotRequest) Decode(d *Decoder) {
 	m.Size = d.U64()
 }
 
+// RingDrainRequest drains a GPU event ring in device memory into the
+// tool's host mirror in one round trip (OpRingDrain). The ring at Ring is a
+// 256-byte control block, DataBytes (S, a power of two >= 4096) data bytes
+// and TailBytes (T, a multiple of 8) tail bytes; the registered region
+// RegionID mirrors that layout and holds at least 256 + S + T bytes. When
+// Release > ZeroFrom the agent zeroes the device data of positions
+// [ZeroFrom, Release) (not with RingDrainHostData) and then writes Release
+// to Ring+128; it always copies the control block to region offset 0, and
+// without RingDrainHostData the data of positions [Release, reserved) to
+// region offset 256 + (position mod S). Release - ZeroFrom must be at most S.
+type RingDrainRequest struct {
+	Target
+	Ring      uint64
+	RegionID  uint64
+	DataBytes uint64
+	TailBytes uint64
+	ZeroFrom  uint64
+	Release   uint64
+	Flags     uint32
+}
+
+// RingDrainHostData (RingDrainRequest.Flags bit 0): the ring's data area
+// is the registered region itself (the GPU writes it directly), so the
+// agent neither zeroes nor copies data; it still writes the released
+// position and copies the control block.
+const RingDrainHostData = 1
+
+func (m *RingDrainRequest) Encode(e *Encoder) {
+	m.Target.encode(e)
+	e.U64(m.Ring)
+	e.U64(m.RegionID)
+	e.U64(m.DataBytes)
+	e.U64(m.TailBytes)
+	e.U64(m.ZeroFrom)
+	e.U64(m.Release)
+	e.U32(m.Flags)
+}
+func (m *RingDrainRequest) Decode(d *Decoder) {
+	m.Target.decode(d)
+	m.Ring = d.U64()
+	m.RegionID = d.U64()
+	m.DataBytes = d.U64()
+	m.TailBytes = d.U64()
+	m.ZeroFrom = d.U64()
+	m.Release = d.U64()
+	m.Flags = d.U32()
+}
+
+// RingDrainReply carries the reserved position (control block offset 64)
+// the agent read in this drain.
+type RingDrainReply struct{ Reserved uint64 }
+
+func (m *RingDrainReply) Encode(e *Encoder) { e.U64(m.Reserved) }
+func (m *RingDrainReply) Decode(d *Decoder) { m.Reserved = d.U64() }
+
 // ActivateRequest routes launches of Kernel (a handle from List) in the
 // clone's context to Function (a handle from LoadReply).
 type ActivateRequest struct {
@@ -733,6 +788,8 @@ func ReplyFor(op Op) Message {
 		return &CountReply{}
 	case OpStats:
 		return &Stats{}
+	case OpRingDrain:
+		return &RingDrainReply{}
 	}
 	return nil
 }
@@ -774,6 +831,8 @@ func RequestFor(op Op) Message {
 		return &IDRequest{}
 	case OpDeviceReady:
 		return &DeviceRequest{}
+	case OpRingDrain:
+		return &RingDrainRequest{}
 	}
 	return nil
 }

@@ -9,7 +9,7 @@ import (
 
 var allOps = []Op{OpHello, OpList, OpFetch, OpGlobals, OpLoad, OpUnload, OpAlloc, OpFree, OpMemset,
 	OpWrite, OpRead, OpRegisterHost, OpUnregisterHost, OpSnapshot, OpActivate, OpDeactivate, OpDetach,
-	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady}
+	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain}
 
 func TestRoundTrip(t *testing.T) {
 	msgs := []Message{
@@ -27,6 +27,9 @@ func TestRoundTrip(t *testing.T) {
 		&LoadReply{CloneID: 3, Ctx: 5, LoadNanos: 123, InfoLog: "ok", Functions: []Function{{"f", 77}}},
 		&RegisterHostRequest{Target: Target{Device: 0}, Kind: HostMemfd, Size: 4096},
 		&SnapshotRequest{Src: 1, RegionID: 2, RegionOffset: 3, Size: 4},
+		&RingDrainRequest{Target: Target{Device: 1, Ctx: 9}, Ring: 0x7000, RegionID: 2, DataBytes: 1 << 20,
+			TailBytes: 4096, ZeroFrom: 100, Release: 200, Flags: RingDrainHostData},
+		&RingDrainReply{Reserved: 1 << 40},
 		&Stats{Probes: []ProbeStat{{Kernel: 1, CloneID: 2, Launches: 5, Disabled: true}}},
 		&ProbeFailed{Kernel: 1, CUResult: 701},
 	}
@@ -74,6 +77,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(MarshalReply(&Inventory{Modules: []Module{{ID: 1}}, Kernels: []Kernel{{Name: "k"}}}))
 	f.Add(MarshalError(3, 1, "x"))
 	f.Add(AppendFrame(nil, OpFetch, 1, MarshalReply(&FetchReply{Data: []byte("zz")})))
+	f.Add(Marshal(&RingDrainRequest{Ring: 1, RegionID: 2, DataBytes: 4096, Release: 8}))
+	f.Add(MarshalReply(&RingDrainReply{Reserved: 5}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, op := range allOps {

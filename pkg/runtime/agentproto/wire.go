@@ -49,6 +49,7 @@ const (
 	OpContinue       Op = 19
 	OpReleaseUnload  Op = 20
 	OpDeviceReady    Op = 21
+	OpRingDrain      Op = 22
 
 	// Notifications (request id 0), sent by the agent after Hello.
 	NoteModuleLoaded Op = 0x40
@@ -64,7 +65,7 @@ var opNames = map[Op]string{
 	OpSnapshot: "snapshot", OpActivate: "activate", OpDeactivate: "deactivate", OpDetach: "detach",
 	OpStats: "stats", OpContinue: "continue", NoteModuleLoaded: "module-loaded",
 	NoteProbeFailed: "probe-failed", OpReleaseUnload: "release-unload", NoteUnloading: "unloading",
-	OpDeviceReady: "device-ready", NoteDeviceUsed: "device-used",
+	OpDeviceReady: "device-ready", NoteDeviceUsed: "device-used", OpRingDrain: "ring-drain",
 }
 
 func (o Op) String() string {
