@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -21,6 +22,11 @@ const perThreadBudget = 1 << 30
 // printkRingBytes is the size of each device's trace_printk ring.
 const printkRingBytes = 1 << 20
 
+// hostDataRings puts ring data in pinned host memory the GPU writes
+// directly, instead of device memory drained by the agent: the other event
+// path design, kept to measure against (GPUBPF_RING=host; docs/event-path.md).
+var hostDataRings = os.Getenv("GPUBPF_RING") == "host"
+
 // device is what a session placed in one CUDA context of one process: the
 // GPU maps, the trace_printk ring and the programs compiled against them.
 type device struct {
@@ -36,15 +42,29 @@ type placedMap struct {
 	name  string
 	spec  *ebpf.MapSpec
 	place gpumap.Placement
-	// host-resident maps (rings, memfd-backed): the tool's own mapping.
+	// rings: the host mirror (memfd, registered with the agent) and its
+	// reader; the control block (and data) at devAddr.
 	file   *os.File
 	mem    []byte
 	region uint64
-	ring   *gpumap.Ring
+	ring   *ringState
 	// kernel maps shared with the GPU
 	kmap *ebpf.Map
 	// device-resident maps
 	devAddr uint64
+}
+
+// ringState is the host side of one ring in one context.
+type ringState struct {
+	reader *gpumap.Reader
+	// zeroFrom: the released position the last drain sent (the agent
+	// zeroes device data from there up to the next release).
+	zeroFrom uint64
+	// The GPU's counters as of the last drain and the records the program
+	// discarded, read by Stats while drains run (and after the mirror is
+	// unmapped).
+	produced, dropped, discarded, pending atomic.Uint64
+	failed                                bool // a drain failed; logged once
 }
 
 // device returns (placing maps and compiling programs on first use) the
@@ -80,7 +100,7 @@ func (p *Process) device(t agentproto.Target) (*device, error) {
 		}
 		d.maps[name] = pm
 	}
-	pk, err := d.hostRing("(printk)", gpumap.Placement{Kind: gpumap.RingBuf, MaxEntries: printkRingBytes})
+	pk, err := d.ring("(printk)", gpumap.Placement{Kind: gpumap.RingBuf, RingSize: printkRingBytes})
 	if err != nil {
 		return nil, fmt.Errorf("placing the trace_printk ring: %w", err)
 	}
@@ -128,7 +148,8 @@ func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
 	pl := gpumap.Placement{Kind: kind, KeySize: spec.KeySize, ValueSize: spec.ValueSize, MaxEntries: spec.MaxEntries}
 	switch kind {
 	case gpumap.RingBuf:
-		return d.hostRing(name, pl)
+		pl.RingSize = d.p.s.opts.RingBytes
+		return d.ring(name, pl)
 	case gpumap.PerThreadArray:
 		pl.Threads = d.p.s.opts.Threads
 		if pl.Threads == 0 {
@@ -169,41 +190,69 @@ func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
 	return &placedMap{name: name, spec: spec, place: pl, devAddr: addr}, nil
 }
 
-// hostRing creates a ring buffer in a memfd that both the tool and the
-// application map; the GPU writes records the tool reads live.
-func (d *device) hostRing(name string, pl gpumap.Placement) (*placedMap, error) {
+// addStats adds the ring's counters as of its last drain (nil: no ring).
+func (rs *ringState) addStats(st *Stats) {
+	if rs == nil {
+		return
+	}
+	st.RecordsProduced += rs.produced.Load()
+	st.RingDrops += rs.dropped.Load()
+	st.RecordsDiscard += rs.discarded.Load()
+	st.RingPending += rs.pending.Load()
+}
+
+// ring places a ring buffer: its control block (and, unless hostDataRings,
+// its data) in device memory, and a host mirror in a memfd that the agent
+// copies records into (or, with host data, that the GPU writes directly).
+func (d *device) ring(name string, pl gpumap.Placement) (pm *placedMap, err error) {
 	pl.Kind = gpumap.RingBuf
-	pl.HostResident = true
-	size := pageRound(gpumap.SizeOf(pl))
+	pl.HostData = hostDataRings
+	conn := d.p.conn
+	size := pageRound(gpumap.MirrorSize(pl))
 	fd, err := unix.MemfdCreate("gpubpf-"+name, unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
 	f := os.NewFile(uintptr(fd), "gpubpf-"+name)
+	pm = &placedMap{name: name, file: f}
+	defer func() {
+		if err != nil {
+			pm.unmap()
+		}
+	}()
 	if err := f.Truncate(int64(size)); err != nil {
-		f.Close()
 		return nil, err
 	}
-	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("mapping the ring buffer: %w", err)
+	if pm.mem, err = unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		return nil, fmt.Errorf("mapping the ring buffer's host memory: %w", err)
 	}
-	copy(mem, gpumap.Init(pl))
-	ring, err := gpumap.NewRing(mem)
+	copy(pm.mem, gpumap.InitHeader(pl))
+	r, err := conn.RegisterMemfd(d.target, f, size, 0)
 	if err != nil {
-		unix.Munmap(mem)
-		f.Close()
 		return nil, err
 	}
-	r, err := d.p.conn.RegisterMemfd(d.target, f, size, 0)
+	pm.region = r.RegionID
+	addr, err := conn.Alloc(d.target, gpumap.SizeOf(pl))
 	if err != nil {
-		unix.Munmap(mem)
-		f.Close()
 		return nil, err
 	}
-	pl.Addr = r.DevAddr
-	return &placedMap{name: name, place: pl, file: f, mem: mem, region: r.RegionID, ring: ring}, nil
+	if err := conn.Write(d.target, addr, gpumap.InitHeader(pl)); err != nil {
+		conn.Free(d.target, addr)
+		return nil, err
+	}
+	pl.Addr, pm.devAddr = addr, addr
+	mode := gpumap.Mirror
+	if pl.HostData {
+		pl.Data = r.DevAddr + gpumap.HeaderSize
+		mode = gpumap.Live
+	}
+	reader, err := gpumap.NewReader(pm.mem, mode)
+	if err != nil {
+		return nil, err
+	}
+	pm.place = pl
+	pm.ring = &ringState{reader: reader}
+	return pm, nil
 }
 
 func pageRound(n uint64) uint64 {

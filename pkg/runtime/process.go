@@ -50,10 +50,12 @@ type Process struct {
 	placedOn map[placeKey]bool
 	// final holds each device map's contents as read at the application's
 	// last module unload (exit): what ReadMaps shows once it is gone.
-	final  map[agentproto.Target]map[string][]byte
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	closed bool
+	final map[agentproto.Target]map[string][]byte
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	// drainMu: one drain at a time (poll, last looks and close all drain).
+	drainMu sync.Mutex
+	closed  bool
 }
 
 // AttachOptions say how to attach to a process.
@@ -633,13 +635,9 @@ func (p *Process) addStats(st *Stats) {
 	}
 	for _, d := range p.devs {
 		for _, m := range d.maps {
-			if m.ring != nil {
-				st.RingDrops += m.ring.Drops()
-			}
+			m.ring.addStats(st)
 		}
-		if d.printk != nil {
-			st.RingDrops += d.printk.ring.Drops()
-		}
+		d.printk.ring.addStats(st)
 	}
 }
 
@@ -656,7 +654,7 @@ func (p *Process) close() error {
 	var err error
 	if p.conn != nil {
 		// Drain the rings one last time so nothing the GPU produced is lost.
-		p.drain()
+		p.drain(true)
 		p.refreshLaunches()
 		select {
 		case <-p.conn.Done(): // the process is gone: nothing to restore
@@ -668,7 +666,6 @@ func (p *Process) close() error {
 		close(p.stop)
 		p.conn.Close()
 		p.wg.Wait()
-		p.drain()
 	}
 	p.mu.Lock()
 	links.CloseAll(p.links)

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -26,19 +27,41 @@ type Options struct {
 	Client string
 	// Threads is the per-GPU-thread array capacity (0: gpumap's default).
 	Threads uint32
+	// RingBytes is the data size of each GPU ring buffer per device, a
+	// power of two (0: gpumap.RingBytes of the map's max_entries).
+	RingBytes uint64
 	// Log receives progress lines (-v); nil keeps quiet.
 	Log io.Writer
 }
 
-// Record is one ring-buffer record or trace_printk line from a GPU program.
-type Record struct {
+// Batch is a run of records from one ring of one process and device, in
+// the order the GPU reserved them, or trace_printk/bpf_puts lines.
+type Batch struct {
 	PID    int
 	Device int
 	// Map names the ring buffer; empty for trace_printk/bpf_puts output,
-	// which is in Text.
-	Map  string
-	Data []byte
-	Text string
+	// which is in Lines.
+	Map   string
+	Lines []string
+	data  []byte
+	ends  []uint32
+}
+
+// Len is the number of records in the batch.
+func (b *Batch) Len() int { return len(b.ends) }
+
+// Record returns record i (valid as long as the batch is).
+func (b *Batch) Record(i int) []byte {
+	start := uint32(0)
+	if i > 0 {
+		start = b.ends[i-1]
+	}
+	return b.data[start:b.ends[i]]
+}
+
+func (b *Batch) add(rec []byte) {
+	b.data = append(b.data, rec...)
+	b.ends = append(b.ends, uint32(len(b.data)))
 }
 
 // Session is one tool's attachment of one BPF collection to any number of
@@ -50,10 +73,17 @@ type Session struct {
 	cpu  []CPUProgram
 	kern *kernelSide
 
-	records chan Record
+	batches chan *Batch
+	// sendMu guards sending on batches against its close.
+	sendMu     sync.RWMutex
+	sendClosed bool
+	// consumed: a tool reads Batches, so delivery may wait for it (the
+	// GPU then drops, counted) instead of discarding batches.
+	consumed atomic.Bool
 
 	mu     sync.Mutex
 	procs  map[int]*Process
+	gone   []*Process // detached, kept for their counters
 	closed bool
 	stats  Stats
 }
@@ -65,9 +95,13 @@ type Stats struct {
 	KernelsMatched  map[string]bool   // mangled names instrumented somewhere
 	KernelsSkipped  map[string]string // mangled name -> why
 	KernelsSeen     map[string]bool   // every kernel name of the traced processes' modules
-	Records         uint64            // ring-buffer records delivered
-	RecordsLost     uint64            // records the tool could not deliver (channel full)
-	RingDrops       uint64            // records GPU producers dropped (ring full)
+	Records         uint64            // ring-buffer records delivered to the tool
+	RecordsLost     uint64            // records delivered while no one read Batches
+	RecordsProduced uint64            // records GPU producers tried to write (GPU count)
+	RingDrops       uint64            // records GPU producers dropped (ring full; GPU count)
+	RecordsDiscard  uint64            // records the program reserved and discarded
+	RingPending     uint64            // bytes reserved on the GPU not consumed yet (in flight)
+	PrintkLines     uint64            // trace_printk/bpf_puts lines delivered
 	MapErrors       map[string]uint64 // map -> out-of-range/full errors counted on the GPU
 	Launches        uint64            // instrumented launches (agent count)
 	LaunchFailures  uint64            // instrumented launches the driver refused (original ran)
@@ -112,7 +146,7 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		opts:    opts,
 		gpu:     gpu,
 		cpu:     cpu,
-		records: make(chan Record, 65536),
+		batches: make(chan *Batch, batchQueue),
 		procs:   map[int]*Process{},
 		stats:   Stats{KernelsMatched: map[string]bool{}, KernelsSkipped: map[string]string{}, KernelsSeen: map[string]bool{}, MapErrors: map[string]uint64{}},
 	}
@@ -154,9 +188,14 @@ func (s *Session) kernelPatterns(g GPUProgram) []string {
 	return []string{g.Kernel}
 }
 
-// Records delivers ring-buffer records and trace_printk lines of every
-// process, in arrival order per ring.
-func (s *Session) Records() <-chan Record { return s.records }
+// Batches delivers ring-buffer records and trace_printk lines of every
+// process, in order per ring. A tool that reads it must keep reading until
+// it is closed (by Close, after the last records): a slow reader makes the
+// GPU drop records (counted in Stats), never the tool.
+func (s *Session) Batches() <-chan *Batch {
+	s.consumed.Store(true)
+	return s.batches
+}
 
 func (s *Session) logf(format string, args ...any) {
 	if s.opts.Log != nil {
@@ -202,10 +241,11 @@ func placeholderPlacements(spec *ebpf.CollectionSpec, g GPUProgram) map[string]g
 // counts and the rings' drop counters read now.
 func (s *Session) Stats() Stats {
 	s.mu.Lock()
-	procs := make([]*Process, 0, len(s.procs))
+	procs := make([]*Process, 0, len(s.procs)+len(s.gone))
 	for _, p := range s.procs {
 		procs = append(procs, p)
 	}
+	procs = append(procs, s.gone...)
 	st := s.stats
 	st.KernelsMatched = copyMap(s.stats.KernelsMatched)
 	st.KernelsSkipped = copyMap(s.stats.KernelsSkipped)
@@ -217,6 +257,13 @@ func (s *Session) Stats() Stats {
 		p.addStats(&st)
 	}
 	return st
+}
+
+// Complete reports whether every record the GPU produced is accounted for:
+// produced = delivered (records and printk lines) + dropped + discarded,
+// nothing in flight.
+func (st Stats) Complete() bool {
+	return st.RingPending == 0 && st.RecordsProduced == st.Records+st.PrintkLines+st.RecordsLost+st.RingDrops+st.RecordsDiscard
 }
 
 func copyMap[V any](m map[string]V) map[string]V {
@@ -244,6 +291,9 @@ func (s *Session) Detach(pid int) error {
 	s.mu.Lock()
 	p := s.procs[pid]
 	delete(s.procs, pid)
+	if p != nil {
+		s.gone = append(s.gone, p)
+	}
 	s.mu.Unlock()
 	if p == nil {
 		return fmt.Errorf("process %d is not attached", pid)
@@ -261,6 +311,9 @@ func (s *Session) Close() error {
 	s.closed = true
 	procs := s.procs
 	s.procs = map[int]*Process{}
+	for _, p := range procs {
+		s.gone = append(s.gone, p)
+	}
 	s.mu.Unlock()
 	var first error
 	for _, p := range procs {
@@ -268,6 +321,10 @@ func (s *Session) Close() error {
 			first = err
 		}
 	}
+	s.sendMu.Lock() // every process drained its rings for the last time
+	s.sendClosed = true
+	close(s.batches)
+	s.sendMu.Unlock()
 	s.kern.Close()
 	return first
 }

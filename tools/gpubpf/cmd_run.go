@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
@@ -10,7 +11,9 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -41,6 +44,8 @@ unchanged. With -j, output is JSON lines: {"type":"record","pid","device","map",
 			&cli.StringSliceFlag{Name: "program", Aliases: []string{"P"}, Usage: "only run program `NAME` of the object (may repeat)"},
 			&cli.StringFlag{Name: "record-type", Usage: "BTF struct `NAME` to print ring-buffer records as (default: the object's only struct of the record's size)"},
 			&cli.UintFlag{Name: "threads", Usage: "per-GPU-thread array capacity in `THREADS` (default: as many as fit in 1 GiB, at most 1M)"},
+			&cli.BoolFlag{Name: "summary", Usage: "count ring-buffer records instead of printing them (maps, printk lines and the record account still print)"},
+			&cli.UintFlag{Name: "ring-mb", Usage: "data size of each GPU ring buffer per device in `MiB`, a power of two (default: the map's max_entries, at least 32)"},
 		),
 		Action: runAction,
 	})
@@ -65,6 +70,10 @@ func runAction(c *cli.Context) error {
 	if len(cmdArgs) > 0 && len(c.IntSlice(toolkit.FlagPID)) > 0 {
 		return toolkit.Usagef("give either -p PID or -- CMD, not both")
 	}
+	ringMB := uint64(c.Uint("ring-mb"))
+	if ringMB != 0 && (ringMB&(ringMB-1) != 0 || ringMB > 1<<14) {
+		return toolkit.Usagef("--ring-mb %d: want a power of two of at most 16384", ringMB)
+	}
 	spec, err := ebpf.LoadCollectionSpec(obj)
 	if err != nil {
 		return fmt.Errorf("%s is not a BPF object gpubpf can read: %w", obj, err)
@@ -74,11 +83,12 @@ func runAction(c *cli.Context) error {
 		log = os.Stderr
 	}
 	sess, err := runtime.Open(spec, runtime.Options{
-		Programs: c.StringSlice("program"),
-		Kernels:  c.StringSlice(toolkit.FlagKernel),
-		Client:   "gpubpf run",
-		Threads:  uint32(c.Uint("threads")),
-		Log:      log,
+		Programs:  c.StringSlice("program"),
+		Kernels:   c.StringSlice(toolkit.FlagKernel),
+		Client:    "gpubpf run",
+		Threads:   uint32(c.Uint("threads")),
+		RingBytes: ringMB << 20,
+		Log:       log,
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", obj, err)
@@ -90,7 +100,8 @@ func runAction(c *cli.Context) error {
 		}
 	}
 	targets := runtime.Targets{PIDs: c.IntSlice(toolkit.FlagPID), Command: cmdArgs}
-	out := &runOutput{w: os.Stdout, json: c.Bool(toolkit.FlagJSON), stamp: c.Bool(toolkit.FlagTimestamp), spec: spec, recordType: c.String("record-type")}
+	out := newRunOutput(os.Stdout, spec, c.Bool(toolkit.FlagJSON), c.Bool(toolkit.FlagTimestamp), c.String("record-type"))
+	out.countOnly = c.Bool("summary")
 	if !out.json {
 		fmt.Fprintf(os.Stderr, "Running %s (%s) %s... Hit Ctrl-C to end.\n", obj, describePrograms(sess, c.StringSlice(toolkit.FlagKernel)), targets.Describe())
 	}
@@ -103,10 +114,11 @@ func runAction(c *cli.Context) error {
 		defer cancel()
 	}
 	printerDone := make(chan struct{})
+	batches := sess.Batches()
 	go func() {
 		defer close(printerDone)
-		for r := range sess.Records() {
-			out.record(r)
+		for b := range batches {
+			out.batch(b)
 		}
 	}()
 	if iv := c.Float64(toolkit.FlagInterval); iv > 0 {
@@ -119,14 +131,16 @@ func runAction(c *cli.Context) error {
 					return
 				case <-t.C:
 					out.maps(sess)
+					out.accounting(sess.Stats())
 				}
 			}
 		}()
 	}
 	code, traceErr := sess.Trace(ctx, targets)
 	out.maps(sess)
+	closeErr := sess.Close() // drains the rings a last time
+	<-printerDone
 	st := sess.Stats()
-	closeErr := sess.Close()
 	out.summary(st)
 	if traceErr != nil {
 		return traceErr
@@ -170,12 +184,21 @@ func describePrograms(s *runtime.Session, retarget []string) string {
 }
 
 type runOutput struct {
-	w          io.Writer
+	mu         sync.Mutex // the printer and the interval ticker both write
+	w          *bufio.Writer
 	json       bool
 	stamp      bool
 	spec       *ebpf.CollectionSpec
 	recordType string
 	types      map[int]btf.Type // record size -> struct
+	formats    map[int]*btffmt.Formatter
+	buf        []byte
+	countOnly  bool // --summary: records are counted (Stats), not printed
+}
+
+func newRunOutput(w io.Writer, spec *ebpf.CollectionSpec, json, stamp bool, recordType string) *runOutput {
+	return &runOutput{w: bufio.NewWriterSize(w, 1<<20), json: json, stamp: stamp, spec: spec, recordType: recordType,
+		formats: map[int]*btffmt.Formatter{}}
 }
 
 func (o *runOutput) prefix() string {
@@ -186,8 +209,19 @@ func (o *runOutput) prefix() string {
 }
 
 func (o *runOutput) emit(v map[string]any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	b, _ := json.Marshal(v)
-	fmt.Fprintf(o.w, "%s\n", b)
+	o.w.Write(b)
+	o.w.WriteByte('\n')
+	o.w.Flush()
+}
+
+func (o *runOutput) printf(format string, args ...any) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	fmt.Fprintf(o.w, format, args...)
+	o.w.Flush()
 }
 
 // recordStruct picks the BTF struct to print records of size n as.
@@ -223,21 +257,104 @@ func (o *runOutput) recordStruct(n int) btf.Type {
 	return o.types[n]
 }
 
-func (o *runOutput) record(r runtime.Record) {
-	if r.Map == "" {
+// formatter is the compiled formatter for records of n bytes.
+func (o *runOutput) formatter(n int) *btffmt.Formatter {
+	f := o.formats[n]
+	if f == nil {
+		f = btffmt.Compile(o.recordStruct(n))
+		o.formats[n] = f
+	}
+	return f
+}
+
+// batch prints a batch of records or printk lines. Records are formatted
+// by appending to one buffer: the event path delivers tens of millions a
+// second and printing must not be what drops them.
+func (o *runOutput) batch(b *runtime.Batch) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	pre := o.prefix()
+	buf := o.buf[:0]
+	for _, line := range b.Lines {
 		if o.json {
-			o.emit(map[string]any{"type": "printk", "pid": r.PID, "device": r.Device, "text": r.Text})
+			buf = append(buf, `{"type":"printk","pid":`...)
+			buf = strconv.AppendInt(buf, int64(b.PID), 10)
+			buf = append(buf, `,"device":`...)
+			buf = strconv.AppendInt(buf, int64(b.Device), 10)
+			buf = append(buf, `,"text":`...)
+			buf = btffmt.AppendJSONString(buf, []byte(line))
+			buf = append(buf, "}\n"...)
 		} else {
-			fmt.Fprintf(o.w, "%s%-7d GPU%d  %s\n", o.prefix(), r.PID, r.Device, r.Text)
+			buf = fmt.Appendf(buf, "%s%-7d GPU%d  %s\n", pre, b.PID, b.Device, line)
 		}
+	}
+	if o.countOnly {
+		o.w.Write(buf)
+		o.w.Flush()
+		o.buf = buf[:0]
 		return
 	}
-	text := btffmt.Format(o.recordStruct(len(r.Data)), r.Data)
+	var head []byte
 	if o.json {
-		o.emit(map[string]any{"type": "record", "pid": r.PID, "device": r.Device, "map": r.Map, "data": hex.EncodeToString(r.Data), "text": text})
+		head = fmt.Appendf(nil, `{"type":"record","pid":%d,"device":%d,"map":`, b.PID, b.Device)
+		head = btffmt.AppendJSONString(head, []byte(b.Map))
+		head = append(head, `,"data":"`...)
+	} else {
+		head = fmt.Appendf(nil, "%s%-7d GPU%d  %s ", pre, b.PID, b.Device, b.Map)
+	}
+	var text []byte
+	for i := 0; i < b.Len(); i++ {
+		rec := b.Record(i)
+		f := o.formatter(len(rec))
+		buf = append(buf, head...)
+		if o.json {
+			buf = hex.AppendEncode(buf, rec)
+			buf = append(buf, `","text":`...)
+			text = f.Append(text[:0], rec)
+			buf = btffmt.AppendJSONString(buf, text)
+			buf = append(buf, "}\n"...)
+		} else {
+			buf = f.Append(buf, rec)
+			buf = append(buf, '\n')
+		}
+		if len(buf) >= 1<<20 {
+			o.w.Write(buf)
+			buf = buf[:0]
+		}
+	}
+	o.w.Write(buf)
+	o.w.Flush()
+	o.buf = buf[:0]
+}
+
+// accounting prints where every GPU record went (per interval with -i).
+func (o *runOutput) accounting(st runtime.Stats) {
+	if st.RecordsProduced == 0 && st.RingPending == 0 {
 		return
 	}
-	fmt.Fprintf(o.w, "%s%-7d GPU%d  %s %s\n", o.prefix(), r.PID, r.Device, r.Map, text)
+	if o.json {
+		o.emit(map[string]any{"type": "records", "produced": st.RecordsProduced, "delivered": st.Records + st.PrintkLines,
+			"dropped_gpu": st.RingDrops, "discarded": st.RecordsDiscard, "lost_tool": st.RecordsLost, "in_flight_bytes": st.RingPending})
+		return
+	}
+	o.printf("%s%s\n", o.prefix(), recordAccount(st))
+}
+
+// recordAccount is the completeness account of the GPU's records:
+// produced = delivered + dropped (+ discarded, lost, in flight when any).
+func recordAccount(st runtime.Stats) string {
+	line := fmt.Sprintf("records: %d produced on the GPU = %d delivered + %d dropped (ring full)",
+		st.RecordsProduced, st.Records+st.PrintkLines, st.RingDrops)
+	if st.RecordsDiscard > 0 {
+		line += fmt.Sprintf(" + %d discarded by the program", st.RecordsDiscard)
+	}
+	if st.RecordsLost > 0 {
+		line += fmt.Sprintf(" + %d not read by the tool", st.RecordsLost)
+	}
+	if st.RingPending > 0 {
+		line += fmt.Sprintf("; %d bytes reserved but never committed (a kernel did not finish)", st.RingPending)
+	}
+	return line
 }
 
 // maps prints every map's contents (non-zero entries of per-thread arrays).
@@ -260,9 +377,9 @@ func (o *runOutput) maps(s *runtime.Session) {
 			kind = "GPU " + mc.Kind.String()
 		}
 		if !o.json {
-			fmt.Fprintf(o.w, "%s%s (%s, %s):\n", o.prefix(), mc.Name, kind, where)
+			o.printf("%s%s (%s, %s):\n", o.prefix(), mc.Name, kind, where)
 			if mc.Errors > 0 {
-				fmt.Fprintf(o.w, "  (%d %s counted on the GPU)\n", mc.Errors, errorWord(mc.Kind))
+				o.printf("  (%d %s counted on the GPU)\n", mc.Errors, errorWord(mc.Kind))
 			}
 		}
 		n := 0
@@ -275,7 +392,7 @@ func (o *runOutput) maps(s *runtime.Session) {
 			if o.json {
 				o.emit(map[string]any{"type": "map", "map": mc.Name, "pid": mc.PID, "device": mc.Device, "key": key, "value": btffmt.Format(vt, v)})
 			} else {
-				fmt.Fprintf(o.w, "  %s: %s\n", key, btffmt.Format(vt, v))
+				o.printf("  %s: %s\n", key, btffmt.Format(vt, v))
 			}
 			return true
 		})
@@ -283,7 +400,7 @@ func (o *runOutput) maps(s *runtime.Session) {
 			fmt.Fprintf(os.Stderr, "gpubpf: map %s: %v\n", mc.Name, err)
 		}
 		if n == 0 && !o.json {
-			fmt.Fprintf(o.w, "  (empty)\n")
+			o.printf("  (empty)\n")
 		}
 	}
 }
@@ -308,7 +425,8 @@ func (o *runOutput) summary(st runtime.Stats) {
 	if o.json {
 		o.emit(map[string]any{"type": "summary", "processes": st.Processes, "kernels_instrumented": matched,
 			"kernels_skipped": st.KernelsSkipped, "instrumented_launches": st.Launches, "launch_failures": st.LaunchFailures,
-			"records": st.Records, "records_dropped_gpu": st.RingDrops, "records_lost_tool": st.RecordsLost,
+			"records_produced": st.RecordsProduced, "records": st.Records, "printk_lines": st.PrintkLines, "records_dropped_gpu": st.RingDrops,
+			"records_discarded": st.RecordsDiscard, "records_lost_tool": st.RecordsLost, "records_in_flight_bytes": st.RingPending,
 			"jit_ms": float64(st.JIT.Microseconds()) / 1000, "first_attach_ms": float64(st.FirstAttach.Microseconds()) / 1000})
 		return
 	}
@@ -317,7 +435,7 @@ func (o *runOutput) summary(st runtime.Stats) {
 	if st.LaunchFailures > 0 {
 		line += fmt.Sprintf(" (%d refused by the driver, original ran)", st.LaunchFailures)
 	}
-	line += fmt.Sprintf("; %d records, %d dropped on the GPU (ring full), %d lost in the tool", st.Records, st.RingDrops, st.RecordsLost)
+	line += "; " + recordAccount(st)
 	if st.Clones > 0 {
 		line += fmt.Sprintf("; JIT %.1f ms, first probe active %.0f ms after start", float64(st.JIT.Microseconds())/1000, float64(st.FirstAttach.Microseconds())/1000)
 	}

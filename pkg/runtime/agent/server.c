@@ -1127,6 +1127,7 @@ static int op_unload(struct session *s, uint32_t req, struct rbuf *r, struct wbu
 #define RING_OFF_RESERVED 64u
 #define RING_OFF_RELEASED 128u
 #define RING_HOST_DATA 1u /* flag: the data area is the region itself */
+#define RING_NO_ZERO 2u /* flag: records carry position tags: never zero device data */
 
 static int ring_drain(struct session *s, uint32_t req, CUstream st, struct rbuf *r, struct wbuf *w)
 {
@@ -1135,9 +1136,9 @@ static int ring_drain(struct session *s, uint32_t req, CUstream st, struct rbuf 
 	uint32_t flags = rb_u32(r);
 	if (r->err)
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "malformed ring-drain request");
-	if (flags & ~RING_HOST_DATA)
+	if (flags & ~(RING_HOST_DATA | RING_NO_ZERO))
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "ring-drain: unknown flags 0x%x",
-				  flags & ~RING_HOST_DATA);
+				  flags & ~(RING_HOST_DATA | RING_NO_ZERO));
 	if (S < 4096 || (S & (S - 1)))
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
 				  "ring-drain: data size %llu is not a power of two of at least 4096",
@@ -1169,7 +1170,7 @@ static int ring_drain(struct session *s, uint32_t req, CUstream st, struct rbuf 
 	CUresult cr = CUDA_SUCCESS;
 	int queued = 0; /* work on st that must finish before we return */
 	if (release > zero_from) {
-		if (!(flags & RING_HOST_DATA)) {
+		if (!(flags & (RING_HOST_DATA | RING_NO_ZERO))) {
 			/* released positions read as zero when the GPU reuses them */
 			what = "cuMemsetD8Async of the released ring data";
 			if (release - zero_from >= S) {

@@ -282,6 +282,34 @@ func TestRingDrainHostData(t *testing.T) {
 	}
 }
 
+// With RingDrainNoZero (records carry position tags) released device data
+// is left as it is, Rel is still written and new data still copied.
+func TestRingDrainNoZero(t *testing.T) {
+	f := build(t)
+	a := f.start(t)
+	c, err := Dial(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const S, T = 8192, 64
+	r := newRingFixture(t, c, S, T)
+	r.produce(0, S+T, 51)
+	r.setReserved(S + 300)
+	devBefore := r.deviceData()
+	if got := r.drain(100, S-50, agentproto.RingDrainNoZero); got != S+300 {
+		t.Fatalf("reserved %d, want %d", got, S+300)
+	}
+	r.checkCtrl(S+300, S-50)
+	if !bytes.Equal(r.deviceData(), devBefore) {
+		t.Fatal("no-zero drain zeroed device data")
+	}
+	m, d := r.mirrorData(), r.deviceData()
+	if a := (S - 50) % S; !bytes.Equal(m[a:S], d[a:S]) || !bytes.Equal(m[:300], d[:300]) {
+		t.Fatal("no-zero drain did not copy the new data")
+	}
+}
+
 // Bad requests are answered with status 1 and the session goes on.
 func TestRingDrainBadRequest(t *testing.T) {
 	f := build(t)
@@ -312,7 +340,7 @@ func TestRingDrainBadRequest(t *testing.T) {
 		{"no such region", func(q *agentproto.RingDrainRequest) { q.RegionID = 1 << 40 }, "no region"},
 		{"release before zero_from", func(q *agentproto.RingDrainRequest) { q.ZeroFrom = 17 }, "release"},
 		{"release more than S", func(q *agentproto.RingDrainRequest) { q.Release = S + 1 }, "release"},
-		{"unknown flags", func(q *agentproto.RingDrainRequest) { q.Flags = 2 }, "flags"},
+		{"unknown flags", func(q *agentproto.RingDrainRequest) { q.Flags = 4 }, "flags"},
 		{"no ring", func(q *agentproto.RingDrainRequest) { q.Ring = 0 }, "ring address"},
 	} {
 		q := ok

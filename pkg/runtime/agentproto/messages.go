@@ -671,6 +671,11 @@ type RingDrainRequest struct {
 // position and copies the control block.
 const RingDrainHostData = 1
 
+// RingDrainNoZero (Flags bit 1): the ring's records carry position tags
+// (gpumap), so released device data is not zeroed; the released position
+// is still written.
+const RingDrainNoZero = 2
+
 func (m *RingDrainRequest) Encode(e *Encoder) {
 	m.Target.encode(e)
 	e.U64(m.Ring)

@@ -66,20 +66,47 @@
 //
 // # RingBuf (1527, BPF_MAP_TYPE_RINGBUF, BPF_MAP_TYPE_PERF_EVENT_ARRAY)
 //
-// Host-resident (HostResident=true) so the host reads it live. Data area of
-// RingBytes (a power of two) at header+256. A record is an 8-byte header
-// followed by its payload, padded to 8:
+// Built so that a GPU thread's record costs a few device-memory stores and
+// never waits for the host. The header (control block) is in device memory;
+// its ring fields are
 //
-//	u32 word0: payload length | RecValid (bit 31) | RecDiscard (bit 30)
-//	u32 word1: payload length (written at reserve)
+//	off 20  u32 S: data bytes (a power of two)
+//	off 24  u64 dropped records (no room, or a record over RingTail bytes)
+//	off 32  u64 produced records (every reserve/output attempt)
+//	off 40  u32 T: tail bytes (RingTail)
+//	off 64  u64 reserved position R (bytes, monotonic)
+//	off 128 u64 released position (bytes, monotonic; written by the host)
+//	off 192 u64 claimed bytes
 //
-// Producers reserve with a CAS loop on the producer position (checked
-// against the consumer position: never overwrite unread data; no room ->
-// drop, errors++). A record that would straddle the end is preceded by a
-// discarded pad record up to the end. Commit is a release store of word0
-// with RecValid set; word0 == 0 means "reserved, not yet committed", so the
-// consumer never reads a torn record. The consumer zeroes what it consumed
-// before advancing the consumer position, which keeps that invariant.
+// The data area (S+T bytes) follows the header in device memory, or, with
+// Placement.HostData, lives in pinned host memory the GPU writes directly.
+// Position p is data byte p mod S; a record that starts near the end runs on
+// into the T tail bytes instead of wrapping, so every record is contiguous.
+// A record is an 8-byte header and its payload, padded to 8:
+//
+//	u32 word0: payload length, | RecValid (bit 31) | RecDiscard (bit 30)
+//	           once committed
+//	u32 word1: position tag, uint32(position >> 3)
+//
+// Both words are written with one 8-byte store at reserve (valid clear),
+// then word0 gets RecValid at commit. A record is committed when its header
+// has RecValid and the tag of its own position: a header left from an
+// earlier lap has another tag, so consumed space needs no zeroing (the tag
+// repeats only every 32 GiB of records, at the same offset).
+//
+// Reservation is aggregated per warp: the active lanes agree on their
+// offsets (popc/shfl), and one lane claims the warp's bytes with one atomic
+// add on "claimed", checked against the released position (no room: give
+// the claim back, count every lane's record as dropped), then takes the
+// positions with one atomic add on R. Claims never exceed S bytes beyond
+// the released position, so positions are always free and hole-free.
+// Commit is a release store of word0.
+//
+// The host drains a device ring through the agent (op ring-drain): it
+// publishes the new released position and copies the header and the data of [released, R) into a host
+// mirror with the same layout, where Reader parses it. A copy may race with
+// a record being written, so Reader only consumes records it saw committed
+// in an earlier copy too (see Reader).
 //
 // trace_printk/bpf_puts records in the Printk ring have the payload
 //
@@ -140,8 +167,11 @@ const (
 	OffSlots                         = 20
 	OffErrors                        = 24
 	OffCount                         = 32
-	OffProducer                      = 64
-	OffConsumer                      = 128
+	OffProduced                      = 32
+	OffTail                          = 40
+	OffReserved                      = 64
+	OffReleased                      = 128
+	OffClaimed                       = 192
 	RecValid                         = 1 << 31
 	RecDiscard                       = 1 << 30
 	RecHeader                        = 8
@@ -154,9 +184,13 @@ const (
 	PrintkPayloadHeader              = 32
 	// DefaultThreads is the per-thread array capacity when Placement.Threads is 0.
 	DefaultThreads = 1 << 20
-	// DefaultRingBytes is the ring data size when maxEntries is not a usable size
-	// (bpftime's 1527 and PERF_EVENT_ARRAY count CPUs, not bytes).
-	DefaultRingBytes = 1 << 20
+	// DefaultRingBytes is the ring data size when the placement does not
+	// say (bpftime's 1527 and PERF_EVENT_ARRAY count CPUs, not bytes, and a
+	// kernel-sized RINGBUF fills in microseconds at one record per thread).
+	DefaultRingBytes = 32 << 20
+	// RingTail is the size of the tail after a ring's data area, and the
+	// largest record (header included) a ring takes.
+	RingTail = 64 << 10
 )
 
 // Placement says where a map lives for the compiler.
@@ -172,6 +206,13 @@ type Placement struct {
 	// Threads is the number of per-thread slots of a PerThreadArray
 	// (0: DefaultThreads).
 	Threads uint32
+	// RingBuf only. RingSize is S, the data bytes (0: RingBytes of
+	// MaxEntries). Data is the data area's device-visible address (0: right
+	// after the header at Addr). HostData: the data area is pinned host
+	// memory (the GPU writes it directly; commits use system-scope release).
+	RingSize uint64
+	Data     uint64
+	HostData bool
 }
 
 // KindOf maps a MapSpec's type to the GPU layout it gets.
@@ -206,13 +247,36 @@ func HashCapacity(maxEntries uint32) uint64 {
 // HashSlotSize is the size of one hash slot.
 func HashSlotSize(keySize, valueSize uint32) uint64 { return 8 + Stride(keySize) + Stride(valueSize) }
 
-// RingBytes is the data size of a ring buffer.
+// RingBytes is the data size of a ring buffer whose map declares
+// maxEntries: the declared size when it is a power of two of at least
+// DefaultRingBytes, else DefaultRingBytes (GPUs produce records far faster
+// than CPUs, so a smaller declared ring is taken as a floor, not a cap).
 func RingBytes(maxEntries uint32) uint64 {
-	if maxEntries >= 4096 && maxEntries&(maxEntries-1) == 0 {
+	if maxEntries > DefaultRingBytes && maxEntries&(maxEntries-1) == 0 {
 		return uint64(maxEntries)
 	}
 	return DefaultRingBytes
 }
+
+// RingSize is S, the data bytes of ring placement p.
+func RingSize(p Placement) uint64 {
+	if p.RingSize != 0 {
+		return p.RingSize
+	}
+	return RingBytes(p.MaxEntries)
+}
+
+// RingData is the device-visible address of ring p's data area.
+func RingData(p Placement) uint64 {
+	if p.Data != 0 {
+		return p.Data
+	}
+	return p.Addr + HeaderSize
+}
+
+// MirrorSize is the size of a ring's host mirror (header copy, data, tail),
+// which is also the size of a device ring allocation with its data.
+func MirrorSize(p Placement) uint64 { return HeaderSize + RingSize(p) + RingTail }
 
 // Slots is the header's slot count for a placement.
 func Slots(p Placement) uint64 {
@@ -225,7 +289,7 @@ func Slots(p Placement) uint64 {
 	case Hash:
 		return HashCapacity(p.MaxEntries)
 	case RingBuf:
-		return RingBytes(p.MaxEntries)
+		return RingSize(p)
 	}
 	return uint64(p.MaxEntries)
 }
@@ -242,7 +306,10 @@ func SizeOf(p Placement) uint64 {
 	case Hash:
 		return HeaderSize + HashCapacity(p.MaxEntries)*HashSlotSize(p.KeySize, p.ValueSize)
 	case RingBuf:
-		return HeaderSize + RingBytes(p.MaxEntries)
+		if p.HostData {
+			return HeaderSize
+		}
+		return MirrorSize(p)
 	}
 	return 0
 }
@@ -260,6 +327,13 @@ func Init(p Placement) []byte {
 		return nil
 	}
 	b := make([]byte, SizeOf(p))
+	copy(b, InitHeader(p))
+	return b
+}
+
+// InitHeader is the first HeaderSize bytes of Init(p); the rest is zero.
+func InitHeader(p Placement) []byte {
+	b := make([]byte, HeaderSize)
 	le := binary.LittleEndian
 	le.PutUint32(b[OffMagic:], Magic)
 	le.PutUint32(b[OffKind:], uint32(p.Kind))
@@ -267,13 +341,19 @@ func Init(p Placement) []byte {
 	le.PutUint32(b[OffValueSize:], p.ValueSize)
 	le.PutUint32(b[OffMaxEntries:], p.MaxEntries)
 	le.PutUint32(b[OffSlots:], uint32(Slots(p)))
+	if p.Kind == RingBuf {
+		le.PutUint32(b[OffTail:], RingTail)
+	}
 	return b
 }
 
 // Header is the decoded common header.
 type Header struct {
 	Magic, Kind, KeySize, ValueSize, MaxEntries, Slots uint32
-	Errors, Count, Producer, Consumer                  uint64
+	Errors, Count                                      uint64
+	// Rings: Count is the produced records; Tail the tail bytes.
+	Tail                        uint32
+	Reserved, Released, Claimed uint64
 }
 
 // ReadHeader decodes the header of a map snapshot.
@@ -286,7 +366,8 @@ func ReadHeader(b []byte) (Header, error) {
 		Magic: le.Uint32(b[OffMagic:]), Kind: le.Uint32(b[OffKind:]), KeySize: le.Uint32(b[OffKeySize:]),
 		ValueSize: le.Uint32(b[OffValueSize:]), MaxEntries: le.Uint32(b[OffMaxEntries:]), Slots: le.Uint32(b[OffSlots:]),
 		Errors: le.Uint64(b[OffErrors:]), Count: le.Uint64(b[OffCount:]),
-		Producer: le.Uint64(b[OffProducer:]), Consumer: le.Uint64(b[OffConsumer:]),
+		Tail: le.Uint32(b[OffTail:]), Reserved: le.Uint64(b[OffReserved:]), Released: le.Uint64(b[OffReleased:]),
+		Claimed: le.Uint64(b[OffClaimed:]),
 	}
 	if h.Magic != Magic {
 		return h, fmt.Errorf("map snapshot has magic %#x, want %#x: not a gpubpf map or not initialised with gpumap.Init", h.Magic, Magic)

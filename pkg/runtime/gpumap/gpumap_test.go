@@ -32,68 +32,20 @@ func TestSizes(t *testing.T) {
 	if got := HashCapacity(100); got != 256 {
 		t.Errorf("hash capacity %d", got)
 	}
-	if got := Size(RingBuf, 0, 0, 1<<16); got != HeaderSize+1<<16 {
+	if got := Size(RingBuf, 0, 0, 1<<26); got != HeaderSize+1<<26+RingTail {
 		t.Errorf("ring size %d", got)
 	}
-	if got := Size(RingBuf, 0, 0, 16); got != HeaderSize+DefaultRingBytes {
-		t.Errorf("ring size for a CPU-count max_entries %d", got)
+	for _, small := range []uint32{16, 1 << 16, 3 << 20} {
+		if got := Size(RingBuf, 0, 0, small); got != HeaderSize+DefaultRingBytes+RingTail {
+			t.Errorf("ring size for max_entries %d: %d", small, got)
+		}
+	}
+	if got := SizeOf(Placement{Kind: RingBuf, RingSize: 4096, HostData: true}); got != HeaderSize {
+		t.Errorf("host-data ring control block size %d", got)
 	}
 	h, err := ReadHeader(Init(Placement{Kind: Hash, KeySize: 8, ValueSize: 4, MaxEntries: 3}))
 	if err != nil || h.Kind != uint32(Hash) || h.Slots != 8 || h.KeySize != 8 {
 		t.Errorf("header %+v, %v", h, err)
-	}
-}
-
-// put writes a record the way the GPU producer does.
-func put(mem []byte, payload []byte, discard bool) {
-	le := binary.LittleEndian
-	size := uint64(le.Uint32(mem[OffSlots:]))
-	prod := le.Uint64(mem[OffProducer:])
-	total := (RecHeader + uint64(len(payload)) + 7) &^ 7
-	pos := prod & (size - 1)
-	if pos+total > size {
-		le.PutUint32(mem[HeaderSize+pos:], uint32(size-pos-8)|RecValid|RecDiscard)
-		prod += size - pos
-		pos = 0
-	}
-	w := uint32(len(payload)) | RecValid
-	if discard {
-		w |= RecDiscard
-	}
-	le.PutUint32(mem[HeaderSize+pos+4:], uint32(len(payload)))
-	copy(mem[HeaderSize+pos+8:], payload)
-	le.PutUint32(mem[HeaderSize+pos:], w)
-	le.PutUint64(mem[OffProducer:], prod+total)
-}
-
-func TestRingPoll(t *testing.T) {
-	p := Placement{Kind: RingBuf, MaxEntries: 4096}
-	mem := Init(p)
-	r, err := NewRing(mem)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []int
-	for round := 0; round < 50; round++ {
-		for i := 0; i < 7; i++ {
-			put(mem, make([]byte, 100+i), i == 3)
-		}
-		r.Poll(func(rec []byte) { got = append(got, len(rec)) })
-	}
-	if len(got) != 50*6 {
-		t.Fatalf("got %d records, want %d", len(got), 50*6)
-	}
-	for i, n := range got {
-		if n == 103 || n < 100 || n > 106 {
-			t.Fatalf("record %d has %d bytes", i, n)
-		}
-	}
-	// An uncommitted reservation stops the consumer.
-	le := binary.LittleEndian
-	prod := le.Uint64(mem[OffProducer:])
-	le.PutUint64(mem[OffProducer:], prod+16)
-	if n := r.Poll(func([]byte) {}); n != 0 {
-		t.Fatalf("consumer read %d records past an uncommitted one", n)
 	}
 }
 

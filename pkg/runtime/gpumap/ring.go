@@ -9,67 +9,125 @@ import (
 	"unsafe"
 )
 
-// Ring consumes a RingBuf map's records from its memory: a live host
-// mapping (the GPU writes it while we read) or a snapshot.
-type Ring struct {
+// ReaderMode says how far a Reader may trust what it sees.
+type ReaderMode int
+
+const (
+	// Mirror: the memory is a copy of a device ring made while kernels may
+	// still be writing it (the agent's ring-drain op). A DMA copy can catch
+	// a record's header committed but part of its payload not yet copied,
+	// so a record is consumed only once an earlier copy, finished before
+	// this one began, already showed it committed.
+	Mirror ReaderMode = iota
+	// Live: the memory is the ring's own data in host memory, written by
+	// the GPU with ordered stores and a system-scope release at commit: a
+	// committed record is complete.
+	Live
+	// Snapshot: a copy taken after every producer finished.
+	Snapshot
+)
+
+// Reader consumes the records of one ring. mem is laid out like the device
+// ring: a header (for a Mirror, the copy the drain made), S data bytes and
+// RingTail tail bytes. Not safe for concurrent use.
+type Reader struct {
 	mem  []byte
 	size uint64
+	mode ReaderMode
+	// released: every position before it was consumed; the next drain
+	// may release it to the producers.
+	released uint64
+	// verified: records ending at or before it were seen committed by an
+	// earlier Scan (Mirror).
+	verified uint64
+	corrupt  uint64
 }
 
-// NewRing wraps the memory of a RingBuf map (header included). mem must be
-// 8-byte aligned (mmapped/pinned memory always is).
-func NewRing(mem []byte) (*Ring, error) {
+// NewReader wraps ring memory of the given mode. mem must be 8-byte aligned
+// (mmapped memory always is) and hold the header, S data and tail bytes
+// where S is the header's slot count.
+func NewReader(mem []byte, mode ReaderMode) (*Reader, error) {
 	h, err := ReadHeader(mem)
 	if err != nil {
 		return nil, err
 	}
 	size := uint64(h.Slots)
-	if size == 0 || size&(size-1) != 0 || uint64(len(mem)) < HeaderSize+size {
-		return nil, fmt.Errorf("ring buffer header says %d data bytes but the memory holds %d", size, len(mem)-HeaderSize)
+	if size < 8 || size&(size-1) != 0 {
+		return nil, fmt.Errorf("ring buffer header says %d data bytes, not a power of two", size)
+	}
+	if uint64(len(mem)) < HeaderSize+size+RingTail {
+		return nil, fmt.Errorf("ring buffer of %d data bytes needs %d bytes of memory with its header and tail, got %d", size, HeaderSize+size+RingTail, len(mem))
 	}
 	if uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
 		return nil, fmt.Errorf("ring buffer memory is not 8-byte aligned")
 	}
-	return &Ring{mem: mem, size: size}, nil
+	return &Reader{mem: mem, size: size, mode: mode}, nil
 }
 
-func (r *Ring) u64(off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
-func (r *Ring) u32(off uint64) *uint32 { return (*uint32)(unsafe.Pointer(&r.mem[off])) }
+func (r *Reader) u64(off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
 
-// Drops is the number of records producers dropped for lack of room.
-func (r *Ring) Drops() uint64 { return atomic.LoadUint64(r.u64(OffErrors)) }
+// Size is S, the ring's data bytes.
+func (r *Reader) Size() uint64 { return r.size }
 
-// Poll hands every committed record, in order, to fn (the slice is only
-// valid during the call), frees the space and returns how many it delivered.
-// It stops at the first reserved-but-uncommitted record.
-func (r *Ring) Poll(fn func(rec []byte)) int {
-	n := 0
-	cons := atomic.LoadUint64(r.u64(OffConsumer))
-	prod := atomic.LoadUint64(r.u64(OffProducer))
-	for cons < prod {
-		pos := cons & (r.size - 1)
-		w0 := atomic.LoadUint32(r.u32(HeaderSize + pos))
-		if w0&RecValid == 0 {
-			break // reserved, not committed yet
+// Released is the position up to which every record was consumed.
+func (r *Reader) Released() uint64 { return r.released }
+
+// Pending is how many bytes reserved before reserved are not consumed yet.
+func (r *Reader) Pending(reserved uint64) uint64 { return reserved - min(reserved, r.released) }
+
+// Dropped and Produced are the GPU's record counters as of the header in
+// mem (for a Mirror: as of the last drain).
+func (r *Reader) Dropped() uint64  { return atomic.LoadUint64(r.u64(OffErrors)) }
+func (r *Reader) Produced() uint64 { return atomic.LoadUint64(r.u64(OffProduced)) }
+
+// Reserved is the producers' position as of the header in mem.
+func (r *Reader) Reserved() uint64 { return atomic.LoadUint64(r.u64(OffReserved)) }
+
+// Corrupt counts records whose header could not be right (a length past
+// the tail or past the reserved position); the reader stops at them.
+func (r *Reader) Corrupt() uint64 { return r.corrupt }
+
+// Scan hands fn, in position order, every record of [Released, reserved)
+// it may consume (the slice is only valid during the call), skips discarded
+// ones, and returns how many it delivered and skipped. It stops at the first
+// record not committed yet.
+func (r *Reader) Scan(reserved uint64, fn func(rec []byte)) (delivered, discarded uint64) {
+	pos := r.released
+	mask := r.size - 1
+	mem := r.mem
+	for pos < reserved {
+		off := HeaderSize + pos&mask
+		h := atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[off])))
+		w0 := uint32(h)
+		if w0&RecValid == 0 || uint32(h>>32) != uint32(pos>>3) {
+			break // reserved, not committed yet (or a header of an earlier lap)
 		}
 		l := uint64(w0 &^ (RecValid | RecDiscard))
 		total := (RecHeader + l + 7) &^ 7
-		if pos+total > r.size {
-			break // corrupt header; never read past the data area
+		if total > RingTail || pos+total > reserved {
+			r.corrupt++
+			break // never read past the tail or into unreserved space
 		}
-		if w0&RecDiscard == 0 {
-			fn(r.mem[HeaderSize+pos+RecHeader : HeaderSize+pos+RecHeader+l])
-			n++
+		end := pos + total
+		if r.mode == Mirror && end > r.verified {
+			// First seen committed in this copy: consume it after the
+			// next copy, which starts after this one finished.
+			pos = end
+			continue
 		}
-		// Zero the consumed bytes: a zero word0 is what tells a later
-		// reader that a freshly reserved record is not committed yet.
-		for i := uint64(0); i < total; i += 8 {
-			atomic.StoreUint64(r.u64(HeaderSize+pos+i), 0)
+		if w0&RecDiscard != 0 {
+			discarded++
+		} else {
+			fn(mem[off+RecHeader : off+RecHeader+l])
+			delivered++
 		}
-		cons += total
-		atomic.StoreUint64(r.u64(OffConsumer), cons)
+		pos = end
+		r.released = end
 	}
-	return n
+	if pos > r.verified {
+		r.verified = pos
+	}
+	return delivered, discarded
 }
 
 // PrintkRecord is a decoded trace_printk/bpf_puts record.

@@ -179,8 +179,30 @@ func (c *compiler) hashArgs(p gpumap.Placement) []string {
 	return []string{imm64(int64(p.Addr)), u(uint64(p.KeySize)), u(gpumap.HashCapacity(p.MaxEntries)), u(gpumap.HashSlotSize(p.KeySize, p.ValueSize))}
 }
 
+// ringFn is the variant of a ring runtime function whose commit has the
+// scope the ring's data needs: system scope for host memory, GPU scope for
+// device memory (the host copies it only after the commit is visible there).
 func (c *compiler) ringFn(base string, p gpumap.Placement) string {
-	return base + "_" + c.atomicScope(p)
+	if p.HostData {
+		return base + "_sys"
+	}
+	return base + "_gpu"
+}
+
+// ringArgs are the control block, data and size arguments of ring functions.
+func ringArgs(p gpumap.Placement) []string {
+	return []string{imm64(int64(p.Addr)), imm64(int64(gpumap.RingData(p))), u(gpumap.RingSize(p))}
+}
+
+// commitScope is the scope of bpf_ringbuf_submit/discard, which are not
+// told the ring: system when any ring of the program has host data.
+func (c *compiler) commitScope() string {
+	for _, m := range c.maps {
+		if m.p.Kind == gpumap.RingBuf && m.p.HostData {
+			return "_sys"
+		}
+	}
+	return "_gpu"
 }
 
 func (c *compiler) printkRing() (gpumap.Placement, error) {
@@ -265,14 +287,14 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 		if err != nil {
 			return err
 		}
-		c.callSeq("%r0", c.ringFn("__gpubpf_log", p), imm64(int64(p.Addr)), u(gpumap.RingBytes(p.MaxEntries)), u(gpumap.PrintkType), "%r1", "%r2", "%r3", "%r4", "%r5")
+		c.callSeq("%r0", c.ringFn("__gpubpf_log", p), append(ringArgs(p), u(gpumap.PrintkType), "%r1", "%r2", "%r3", "%r4", "%r5")...)
 	case hPuts:
 		p, err := c.printkRing()
 		if err != nil {
 			return err
 		}
 		c.callSeq("%t5", "__gpubpf_strlen", "%r1", u(maxPrintkBytes))
-		c.callSeq("%r0", c.ringFn("__gpubpf_log", p), imm64(int64(p.Addr)), u(gpumap.RingBytes(p.MaxEntries)), u(gpumap.PutsType), "%r1", "%t5", "0", "0", "0")
+		c.callSeq("%r0", c.ringFn("__gpubpf_log", p), append(ringArgs(p), u(gpumap.PutsType), "%r1", "%t5", "0", "0", "0")...)
 	case hPrandom:
 		// splitmix64 over globaltimer, clock64 and the thread id: no state,
 		// no host, distinct per thread and per call.
@@ -307,12 +329,12 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 			mapReg, data, size = asm.R1, "%r2", "%r3"
 		}
 		return c.dispatch("event output", mapReg, known, func(k gpumap.Kind) bool { return k == gpumap.RingBuf }, errImm(eINVAL), func(m mapRef) error {
-			c.callSeq("%r0", c.ringFn("__gpubpf_output", m.p), imm64(int64(m.p.Addr)), u(gpumap.RingBytes(m.p.MaxEntries)), data, size)
+			c.callSeq("%r0", c.ringFn("__gpubpf_output", m.p), append(ringArgs(m.p), data, size)...)
 			return nil
 		})
 	case hRingReserve:
 		return c.dispatch("bpf_ringbuf_reserve", asm.R1, known, func(k gpumap.Kind) bool { return k == gpumap.RingBuf }, ptrNull, func(m mapRef) error {
-			c.callSeq("%r0", c.ringFn("__gpubpf_rb_reserve", m.p), imm64(int64(m.p.Addr)), u(gpumap.RingBytes(m.p.MaxEntries)), "%r2")
+			c.callSeq("%r0", "__gpubpf_rb_reserve", append(ringArgs(m.p), "%r2")...)
 			return nil
 		})
 	case hRingSubmit, hRingDiscard:
@@ -320,7 +342,7 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 		if id == hRingDiscard {
 			d = "1"
 		}
-		c.callSeq("", "__gpubpf_rb_commit", "%r1", d)
+		c.callSeq("", "__gpubpf_rb_commit"+c.commitScope(), "%r1", d)
 		c.e("mov.u64 %%r0, 0;")
 	case hTailCall:
 		return unsupported("tail calls (bpf_tail_call)")
@@ -344,16 +366,10 @@ func (c *compiler) runtimePTX() string {
 		"__gpubpf_hash_update_sys": {"__gpubpf_hash_find_sys", "__gpubpf_memcpy", "__gpubpf_fnv"},
 		"__gpubpf_hash_delete_gpu": {"__gpubpf_hash_find_gpu"},
 		"__gpubpf_hash_delete_sys": {"__gpubpf_hash_find_sys"},
-		"__gpubpf_log_gpu":         {"__gpubpf_rb_reserve_gpu", "__gpubpf_memcpy", "__gpubpf_rb_commit"},
-		"__gpubpf_log_sys":         {"__gpubpf_rb_reserve_sys", "__gpubpf_memcpy", "__gpubpf_rb_commit"},
-		"__gpubpf_output_gpu":      {"__gpubpf_rb_reserve_gpu", "__gpubpf_memcpy", "__gpubpf_rb_commit"},
-		"__gpubpf_output_sys":      {"__gpubpf_rb_reserve_sys", "__gpubpf_memcpy", "__gpubpf_rb_commit"},
-		"__gpubpf_rb_reserve_gpu":  nil,
-		"__gpubpf_rb_reserve_sys":  nil,
-		"__gpubpf_memcpy":          nil,
-		"__gpubpf_rb_commit":       nil,
-		"__gpubpf_fnv":             nil,
-		"__gpubpf_strlen":          nil,
+		"__gpubpf_log_gpu":         {"__gpubpf_rb_reserve", "__gpubpf_memcpy", "__gpubpf_rb_commit_gpu"},
+		"__gpubpf_log_sys":         {"__gpubpf_rb_reserve", "__gpubpf_memcpy", "__gpubpf_rb_commit_sys"},
+		"__gpubpf_output_gpu":      {"__gpubpf_rb_reserve", "__gpubpf_memcpy", "__gpubpf_rb_commit_gpu"},
+		"__gpubpf_output_sys":      {"__gpubpf_rb_reserve", "__gpubpf_memcpy", "__gpubpf_rb_commit_sys"},
 	}
 	need := map[string]bool{}
 	var add func(string)
@@ -370,8 +386,8 @@ func (c *compiler) runtimePTX() string {
 		add(n)
 	}
 	// Emit in dependency order: leaves first.
-	order := []string{"__gpubpf_memcpy", "__gpubpf_fnv", "__gpubpf_strlen", "__gpubpf_rb_commit",
-		"__gpubpf_rb_reserve_gpu", "__gpubpf_rb_reserve_sys", "__gpubpf_hash_find_gpu", "__gpubpf_hash_find_sys",
+	order := []string{"__gpubpf_memcpy", "__gpubpf_fnv", "__gpubpf_strlen", "__gpubpf_rb_commit_gpu", "__gpubpf_rb_commit_sys",
+		"__gpubpf_rb_reserve", "__gpubpf_hash_find_gpu", "__gpubpf_hash_find_sys",
 		"__gpubpf_hash_update_gpu", "__gpubpf_hash_update_sys", "__gpubpf_hash_delete_gpu", "__gpubpf_hash_delete_sys",
 		"__gpubpf_log_gpu", "__gpubpf_log_sys", "__gpubpf_output_gpu", "__gpubpf_output_sys"}
 	for _, n := range order {

@@ -440,6 +440,12 @@ func checkPlacement(p gpumap.Placement) error {
 			return fmt.Errorf("hash needs key size, value size and max entries")
 		}
 	case gpumap.RingBuf:
+		if n := gpumap.RingSize(p); n < 4096 || n&(n-1) != 0 || n > 1<<40 {
+			return fmt.Errorf("ring buffer of %d data bytes: want a power of two of at least 4096", n)
+		}
+		if gpumap.RingData(p)%8 != 0 {
+			return fmt.Errorf("ring buffer data address %#x is not 8-byte aligned", gpumap.RingData(p))
+		}
 	default:
 		return fmt.Errorf("placement kind %v is unknown", p.Kind)
 	}

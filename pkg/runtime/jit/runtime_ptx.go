@@ -1,6 +1,11 @@
 package jit
 
-import "strings"
+import (
+	"strconv"
+	"strings"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+)
 
 // runtimeFunc returns the PTX of one runtime .func. Names ending in _gpu or
 // _sys use that atomic scope. They are renamed per probe later so that two
@@ -14,7 +19,13 @@ func runtimeFunc(name, _ string) string {
 	if !ok {
 		panic("jit: unknown runtime function " + name)
 	}
+	commit := "st.relaxed.gpu"
+	if scope == "sys" {
+		commit = "st.release.sys"
+	}
+	src = strings.ReplaceAll(src, "COMMITSTORE", commit)
 	src = strings.ReplaceAll(src, "SCOPE", scope)
+	src = strings.ReplaceAll(src, "RINGTAIL", strconv.Itoa(gpumap.RingTail))
 	src = strings.ReplaceAll(src, "NAME", name)
 	src = strings.ReplaceAll(src, "_SC", "_"+scope)
 	return src + "\n"
@@ -105,8 +116,15 @@ $D:
 	ret;
 }
 `,
-	// commit(ptr, discard): publish word0 = len | valid (| discard) with a
-	// system-scope release store (correct for device and host rings).
+	// commit(ptr, discard): publish word0 = len | valid (| discard); word1
+	// already holds the position tag (reserve).
+	// Host data (_sys) is read in place by the tool: a system-scope release
+	// orders the payload before word0. Device data (_gpu) is read through
+	// DMA copies, and gpumap.Reader consumes a record only from a copy made
+	// after an earlier copy already showed it committed (tens of
+	// microseconds later, after a full drain round trip): a plain store
+	// suffices there, and a fence per record would cost every warp a wait
+	// for its stores.
 	"__gpubpf_rb_commit": `.func NAME(.param .b64 p, .param .b64 disc)
 {
 	.reg .b64 %a<2>;
@@ -116,112 +134,168 @@ $D:
 	ld.param.u64 %a1, [disc];
 	setp.eq.u64 %q0, %a0, 0;
 	@%q0 bra $D;
-	ld.u32 %b0, [%a0+-4];
+	ld.u32 %b0, [%a0+-8];
 	or.b32 %b0, %b0, 0x80000000;
 	setp.ne.u64 %q0, %a1, 0;
 	@%q0 or.b32 %b0, %b0, 0x40000000;
-	st.release.sys.u32 [%a0+-8], %b0;
+	COMMITSTORE.u32 [%a0+-8], %b0;
 $D:
 	ret;
 }
 `,
-	// reserve(ring, cap, len): a CAS loop on the producer position that
-	// never passes the consumer; a pad record fills the tail when the
-	// record would straddle the end. Returns the payload address or 0 (and
-	// counts a drop).
-	"__gpubpf_rb_reserve": `.func (.param .b64 ret) NAME(.param .b64 rb, .param .b64 cap, .param .b64 len)
+	// reserve(ctl, data, size, len): the calling warp's active lanes
+	// reserve together (gpumap's RingBuf): offsets by popc (equal sizes)
+	// or a shuffle sum, one claim on the control block checked against
+	// the released position, one add for the positions, the base
+	// broadcast by shfl. A ring already full is seen with plain loads
+	// (no atomic on the hot counters while dropping). Never waits.
+	// Returns the payload address, or 0 when the record was dropped
+	// (counted).
+	"__gpubpf_rb_reserve": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 len)
 {
-	.reg .b64 %a<16>;
-	.reg .b32 %b<3>;
-	.reg .pred %q<2>;
-	ld.param.u64 %a0, [rb];
-	ld.param.u64 %a1, [cap];
-	ld.param.u64 %a2, [len];
-	add.u64 %a3, %a2, 15;
-	and.b64 %a3, %a3, 0xFFFFFFFFFFFFFFF8;
-	setp.gt.u64 %q0, %a3, %a1;
-	@%q0 bra $DROP;
-	sub.u64 %a9, %a1, 1;
-	mov.u32 %b0, 0;
-$LOOP:
-	ld.relaxed.SCOPE.u64 %a4, [%a0+64];
-	ld.relaxed.SCOPE.u64 %a5, [%a0+128];
-	and.b64 %a6, %a4, %a9;
-	add.u64 %a7, %a6, %a3;
-	setp.gt.u64 %q1, %a7, %a1;
-	sub.u64 %a8, %a1, %a6;
-	selp.b64 %a8, %a8, 0, %q1;
-	add.u64 %a10, %a4, %a8;
-	add.u64 %a10, %a10, %a3;
-	sub.u64 %a11, %a10, %a5;
-	setp.gt.u64 %q0, %a11, %a1;
-	@%q0 bra $DROP;
-	atom.SCOPE.cas.b64 %a12, [%a0+64], %a4, %a10;
-	setp.eq.u64 %q0, %a12, %a4;
-	@%q0 bra $GOT;
-	add.u32 %b0, %b0, 1;
-	setp.lt.u32 %q0, %b0, 4096;
-	@%q0 bra $LOOP;
-	bra.uni $DROP;
-$GOT:
-	add.u64 %a13, %a0, 256;
-	@!%q1 bra $NOPAD;
-	sub.u64 %a14, %a8, 8;
-	cvt.u32.u64 %b1, %a14;
-	or.b32 %b1, %b1, 0xC0000000;
-	add.u64 %a15, %a13, %a6;
-	st.release.SCOPE.u32 [%a15], %b1;
-	mov.u64 %a6, 0;
-$NOPAD:
-	add.u64 %a15, %a13, %a6;
-	cvt.u32.u64 %b2, %a2;
-	st.u32 [%a15+4], %b2;
-	add.u64 %a15, %a15, 8;
-	st.param.b64 [ret], %a15;
+	.reg .b64 %a<14>;
+	.reg .b32 %b<16>;
+	.reg .pred %q<6>;
+	ld.param.u64 %a0, [ctl];
+	ld.param.u64 %a1, [data];
+	ld.param.u64 %a2, [size];
+	ld.param.u64 %a3, [len];
+	ld.relaxed.gpu.u64 %a8, [%a0+128];
+	ld.relaxed.gpu.u64 %a9, [%a0+192];
+	add.u64 %a4, %a3, 15;
+	and.b64 %a4, %a4, 0xFFFFFFFFFFFFFFF8;
+	setp.gt.u64 %q0, %a4, RINGTAIL;
+	selp.b64 %a4, 0, %a4, %q0;
+	cvt.u32.u64 %b0, %a4;
+	activemask.b32 %b1;
+	mov.u32 %b2, %laneid;
+	brev.b32 %b3, %b1;
+	bfind.shiftamt.u32 %b3, %b3;
+	shfl.sync.idx.b32 %b4, %b0, %b3, 31, %b1;
+	setp.eq.u32 %q1, %b4, %b0;
+	vote.sync.all.pred %q1, %q1, %b1;
+	mov.u32 %b5, %lanemask_lt;
+	and.b32 %b5, %b5, %b1;
+	@!%q1 bra $VAR;
+	popc.b32 %b6, %b5;
+	mul.lo.u32 %b6, %b6, %b0;
+	popc.b32 %b7, %b1;
+	mul.lo.u32 %b7, %b7, %b0;
+	bra.uni $AGG;
+$VAR:
+	mov.u32 %b6, 0;
+	mov.u32 %b7, 0;
+	mov.u32 %b8, 0;
+$VL:
+	shfl.sync.idx.b32 %b9, %b0, %b8, 31, %b1;
+	shr.b32 %b10, %b1, %b8;
+	and.b32 %b10, %b10, 1;
+	setp.ne.u32 %q2, %b10, 0;
+	@%q2 add.u32 %b7, %b7, %b9;
+	setp.lt.u32 %q3, %b8, %b2;
+	and.pred %q3, %q3, %q2;
+	@%q3 add.u32 %b6, %b6, %b9;
+	add.u32 %b8, %b8, 1;
+	setp.lt.u32 %q2, %b8, 32;
+	@%q2 bra $VL;
+$AGG:
+	vote.sync.ballot.b32 %b11, %q0, %b1;
+	popc.b32 %b11, %b11;
+	popc.b32 %b12, %b1;
+	setp.eq.u32 %q4, %b2, %b3;
+	mov.u64 %a5, 0xFFFFFFFFFFFFFFFF;
+	@!%q4 bra $BC;
+	cvt.u64.u32 %a6, %b12;
+	red.relaxed.gpu.add.u64 [%a0+32], %a6;
+	cvt.u64.u32 %a7, %b7;
+	setp.eq.u64 %q5, %a7, 0;
+	@%q5 bra $BIG;
+	add.u64 %a10, %a9, %a7;
+	sub.u64 %a10, %a10, %a8;
+	setp.gt.u64 %q5, %a10, %a2;
+	@%q5 bra $FULLNOW;
+	atom.relaxed.gpu.add.u64 %a9, [%a0+192], %a7;
+	add.u64 %a10, %a9, %a7;
+	sub.u64 %a10, %a10, %a8;
+	setp.gt.u64 %q5, %a10, %a2;
+	@%q5 bra $FULL;
+	atom.relaxed.gpu.add.u64 %a5, [%a0+64], %a7;
+$BIG:
+	setp.eq.u32 %q5, %b11, 0;
+	@%q5 bra $BC;
+	cvt.u64.u32 %a6, %b11;
+	red.relaxed.gpu.add.u64 [%a0+24], %a6;
+	bra.uni $BC;
+$FULL:
+	neg.s64 %a11, %a7;
+	red.relaxed.gpu.add.u64 [%a0+192], %a11;
+$FULLNOW:
+	red.relaxed.gpu.add.u64 [%a0+24], %a6;
+$BC:
+	mov.b64 {%b13, %b14}, %a5;
+	shfl.sync.idx.b32 %b13, %b13, %b3, 31, %b1;
+	shfl.sync.idx.b32 %b14, %b14, %b3, 31, %b1;
+	mov.b64 %a5, {%b13, %b14};
+	setp.eq.s64 %q5, %a5, -1;
+	or.pred %q5, %q5, %q0;
+	@%q5 bra $DROP;
+	cvt.u64.u32 %a12, %b6;
+	add.u64 %a12, %a5, %a12;
+	shr.u64 %a13, %a12, 3;
+	cvt.u32.u64 %b14, %a13;
+	sub.u64 %a13, %a2, 1;
+	and.b64 %a12, %a12, %a13;
+	add.u64 %a12, %a1, %a12;
+	cvt.u32.u64 %b15, %a3;
+	st.v2.u32 [%a12], {%b15, %b14};
+	add.u64 %a12, %a12, 8;
+	st.param.b64 [ret], %a12;
 	ret;
 $DROP:
-	red.SCOPE.add.u64 [%a0+24], 1;
 	st.param.b64 [ret], 0;
 	ret;
 }
 `,
-	// output(ring, cap, data, len): reserve, copy, commit.
-	"__gpubpf_output": `.func (.param .b64 ret) NAME(.param .b64 rb, .param .b64 cap, .param .b64 data, .param .b64 len)
+	// output(ctl, data, size, src, len): reserve, copy, commit.
+	"__gpubpf_output": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 src, .param .b64 len)
 {
-	.reg .b64 %a<5>;
+	.reg .b64 %a<6>;
 	.reg .pred %q0;
-	ld.param.u64 %a0, [rb];
-	ld.param.u64 %a1, [cap];
-	ld.param.u64 %a2, [data];
-	ld.param.u64 %a3, [len];
+	ld.param.u64 %a0, [ctl];
+	ld.param.u64 %a1, [data];
+	ld.param.u64 %a2, [size];
+	ld.param.u64 %a3, [src];
+	ld.param.u64 %a4, [len];
 	{
 	.param .b64 r;
 	.param .b64 x0;
 	.param .b64 x1;
 	.param .b64 x2;
+	.param .b64 x3;
 	st.param.b64 [x0], %a0;
 	st.param.b64 [x1], %a1;
-	st.param.b64 [x2], %a3;
-	call.uni (r), __gpubpf_rb_reserve_SC, (x0, x1, x2);
-	ld.param.b64 %a4, [r];
+	st.param.b64 [x2], %a2;
+	st.param.b64 [x3], %a4;
+	call.uni (r), __gpubpf_rb_reserve, (x0, x1, x2, x3);
+	ld.param.b64 %a5, [r];
 	}
-	setp.eq.u64 %q0, %a4, 0;
+	setp.eq.u64 %q0, %a5, 0;
 	@%q0 bra $DROP;
 	{
 	.param .b64 x0;
 	.param .b64 x1;
 	.param .b64 x2;
-	st.param.b64 [x0], %a4;
-	st.param.b64 [x1], %a2;
-	st.param.b64 [x2], %a3;
+	st.param.b64 [x0], %a5;
+	st.param.b64 [x1], %a3;
+	st.param.b64 [x2], %a4;
 	call.uni __gpubpf_memcpy, (x0, x1, x2);
 	}
 	{
 	.param .b64 x0;
 	.param .b64 x1;
-	st.param.b64 [x0], %a4;
+	st.param.b64 [x0], %a5;
 	st.param.b64 [x1], 0;
-	call.uni __gpubpf_rb_commit, (x0, x1);
+	call.uni __gpubpf_rb_commit_SC, (x0, x1);
 	}
 	st.param.b64 [ret], 0;
 	ret;
@@ -230,13 +304,14 @@ $DROP:
 	ret;
 }
 `,
-	// log(ring, cap, type, str, n, a1, a2, a3): a printk/puts record.
-	"__gpubpf_log": `.func (.param .b64 ret) NAME(.param .b64 rb, .param .b64 cap, .param .b64 ty, .param .b64 s, .param .b64 n, .param .b64 x1, .param .b64 x2, .param .b64 x3)
+	// log(ctl, data, size, type, str, n, a1, a2, a3): a printk/puts record.
+	"__gpubpf_log": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 ty, .param .b64 s, .param .b64 n, .param .b64 x1, .param .b64 x2, .param .b64 x3)
 {
 	.reg .b64 %a<12>;
 	.reg .pred %q0;
-	ld.param.u64 %a0, [rb];
-	ld.param.u64 %a1, [cap];
+	ld.param.u64 %a0, [ctl];
+	ld.param.u64 %a1, [data];
+	ld.param.u64 %a11, [size];
 	ld.param.u64 %a2, [ty];
 	ld.param.u64 %a3, [s];
 	ld.param.u64 %a4, [n];
@@ -250,10 +325,12 @@ $DROP:
 	.param .b64 y0;
 	.param .b64 y1;
 	.param .b64 y2;
+	.param .b64 y3;
 	st.param.b64 [y0], %a0;
 	st.param.b64 [y1], %a1;
-	st.param.b64 [y2], %a8;
-	call.uni (r), __gpubpf_rb_reserve_SC, (y0, y1, y2);
+	st.param.b64 [y2], %a11;
+	st.param.b64 [y3], %a8;
+	call.uni (r), __gpubpf_rb_reserve, (y0, y1, y2, y3);
 	ld.param.b64 %a9, [r];
 	}
 	setp.eq.u64 %q0, %a9, 0;
@@ -278,7 +355,7 @@ $DROP:
 	.param .b64 y1;
 	st.param.b64 [y0], %a9;
 	st.param.b64 [y1], 0;
-	call.uni __gpubpf_rb_commit, (y0, y1);
+	call.uni __gpubpf_rb_commit_SC, (y0, y1);
 	}
 	st.param.b64 [ret], %a4;
 	ret;

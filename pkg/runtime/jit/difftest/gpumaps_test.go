@@ -181,7 +181,7 @@ func mapsCases() []mapsCase {
 			// Every thread emits its id into a 64 KiB ring nobody drains:
 			// records that fit arrive whole, the rest are counted drops.
 			name: "ring",
-			p:    gpumap.Placement{Kind: gpumap.RingBuf, MaxEntries: 1 << 16},
+			p:    gpumap.Placement{Kind: gpumap.RingBuf, RingSize: 1 << 16},
 			insns: cat(gtid(), asm.Instructions{
 				asm.StoreMem(asm.RFP, -80, asm.R6, asm.DWord),
 				asm.LoadMapPtr(asm.R1, 0).WithReference("m"),
@@ -191,13 +191,13 @@ func mapsCases() []mapsCase {
 				asm.Mov.Imm(asm.R0, 0), asm.Return(),
 			}),
 			check: func(mem []byte, p gpumap.Placement) error {
-				r, err := gpumap.NewRing(mem)
+				r, err := gpumap.NewReader(mem, gpumap.Snapshot)
 				if err != nil {
 					return err
 				}
 				seen := map[uint64]bool{}
 				var bad error
-				n := r.Poll(func(rec []byte) {
+				n, _ := r.Scan(r.Reserved(), func(rec []byte) {
 					if len(rec) != 8 {
 						bad = fmt.Errorf("record of %d bytes, want 8", len(rec))
 						return
@@ -211,15 +211,64 @@ func mapsCases() []mapsCase {
 				if bad != nil {
 					return bad
 				}
-				if uint64(n)+r.Drops() != mapsTotal || n != (1<<16)/16 {
-					return fmt.Errorf("%d records + %d drops, want %d records and %d in all", n, r.Drops(), (1<<16)/16, mapsTotal)
+				if n+r.Dropped() != mapsTotal || n != (1<<16)/16 || r.Produced() != mapsTotal {
+					return fmt.Errorf("%d records + %d drops (%d produced), want %d records and %d in all", n, r.Dropped(), r.Produced(), (1<<16)/16, mapsTotal)
+				}
+				return nil
+			},
+		},
+		{
+			// Divergent warps with mixed record sizes (the shuffle-sum
+			// path of the warp-aggregated reservation): threads with
+			// id%3 != 0 emit 8*(1+id%4) bytes starting with their id.
+			name: "ring-mixed",
+			p:    gpumap.Placement{Kind: gpumap.RingBuf, RingSize: 1 << 20},
+			insns: cat(gtid(), asm.Instructions{
+				asm.Mov.Reg(asm.R7, asm.R6), asm.Mod.Imm(asm.R7, 3),
+				asm.JEq.Imm(asm.R7, 0, "out"),
+				asm.StoreMem(asm.RFP, -80, asm.R6, asm.DWord),
+				asm.StoreMem(asm.RFP, -72, asm.R6, asm.DWord),
+				asm.StoreMem(asm.RFP, -64, asm.R6, asm.DWord),
+				asm.StoreMem(asm.RFP, -56, asm.R6, asm.DWord),
+				asm.Mov.Reg(asm.R3, asm.R6), asm.And.Imm(asm.R3, 3), asm.Add.Imm(asm.R3, 1), asm.LSh.Imm(asm.R3, 3),
+				asm.LoadMapPtr(asm.R1, 0).WithReference("m"),
+				asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -80),
+				asm.Mov.Imm(asm.R4, 0),
+				asm.FnRingbufOutput.Call(),
+				asm.Mov.Imm(asm.R0, 0).WithSymbol("out"), asm.Return(),
+			}),
+			check: func(mem []byte, p gpumap.Placement) error {
+				r, err := gpumap.NewReader(mem, gpumap.Snapshot)
+				if err != nil {
+					return err
+				}
+				seen := map[uint64]bool{}
+				var bad error
+				n, _ := r.Scan(r.Reserved(), func(rec []byte) {
+					id := binary.LittleEndian.Uint64(rec)
+					if id >= mapsTotal || id%3 == 0 || seen[id] || len(rec) != int(8*(1+id%4)) {
+						bad = fmt.Errorf("record of %d bytes for thread %d (torn, duplicate or wrong size)", len(rec), id)
+					}
+					for o := 8; o+8 <= len(rec); o += 8 {
+						if binary.LittleEndian.Uint64(rec[o:]) != id {
+							bad = fmt.Errorf("thread %d: word %d is %d", id, o/8, binary.LittleEndian.Uint64(rec[o:]))
+						}
+					}
+					seen[id] = true
+				})
+				if bad != nil {
+					return bad
+				}
+				want := uint64(mapsTotal - (mapsTotal+2)/3)
+				if n != want || r.Dropped() != 0 || r.Produced() != want {
+					return fmt.Errorf("%d records, %d dropped, %d produced; want %d, 0, %d", n, r.Dropped(), r.Produced(), want, want)
 				}
 				return nil
 			},
 		},
 		{
 			name: "printk",
-			p:    gpumap.Placement{Kind: gpumap.RingBuf, MaxEntries: 1 << 20},
+			p:    gpumap.Placement{Kind: gpumap.RingBuf, RingSize: 1 << 20},
 			insns: cat(gtid(), asm.Instructions{
 				asm.LoadImm(asm.R1, int64(binary.LittleEndian.Uint64([]byte("tid %d\n\x00"))), asm.DWord),
 				asm.StoreMem(asm.RFP, -80, asm.R1, asm.DWord),
@@ -229,13 +278,13 @@ func mapsCases() []mapsCase {
 				asm.Mov.Imm(asm.R0, 0), asm.Return(),
 			}),
 			check: func(mem []byte, p gpumap.Placement) error {
-				r, err := gpumap.NewRing(mem)
+				r, err := gpumap.NewReader(mem, gpumap.Snapshot)
 				if err != nil {
 					return err
 				}
 				seen := map[string]bool{}
 				var bad error
-				r.Poll(func(rec []byte) {
+				r.Scan(r.Reserved(), func(rec []byte) {
 					pr, err := gpumap.DecodePrintk(rec)
 					if err != nil {
 						bad = err

@@ -1,0 +1,441 @@
+package gpumap
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand"
+	"testing"
+)
+
+// devRing is a CPU model of a device ring: Reserve does, for one warp, the
+// arithmetic of the PTX __gpubpf_rb_reserve (pkg/runtime/jit/runtime_ptx.go)
+// on the same layout, and drain does what the agent's ring-drain op does
+// (pkg/runtime/agent/server.c), so that the host reader is tested against
+// records written exactly as the GPU writes them.
+type devRing struct {
+	mem []byte // header, S data bytes, tail
+	S   uint64
+}
+
+func newDevRing(size uint64) *devRing {
+	p := Placement{Kind: RingBuf, RingSize: size}
+	return &devRing{mem: Init(p), S: size}
+}
+
+var le = binary.LittleEndian
+
+func (d *devRing) get(off int) uint64    { return le.Uint64(d.mem[off:]) }
+func (d *devRing) add(off int, v uint64) { le.PutUint64(d.mem[off:], le.Uint64(d.mem[off:])+v) }
+
+// reserve reserves records of lens bytes for the active lanes of one warp
+// and returns each lane's payload offset in mem (-1: dropped).
+func (d *devRing) reserve(lens []int) []int {
+	sizes := make([]uint64, len(lens))
+	var total uint64
+	big := 0
+	for i, l := range lens {
+		sizes[i] = (uint64(l) + 15) &^ 7
+		if sizes[i] > RingTail {
+			sizes[i] = 0
+			big++
+		}
+		total += sizes[i]
+	}
+	out := make([]int, len(lens))
+	d.add(OffProduced, uint64(len(lens)))
+	base := int64(-1)
+	if total > 0 {
+		released := d.get(OffReleased)
+		claimed := d.get(OffClaimed)
+		d.add(OffClaimed, total)
+		if claimed+total-released > d.S {
+			d.add(OffClaimed, -total)
+			d.add(OffErrors, uint64(len(lens)))
+			big = 0
+		} else {
+			base = int64(d.get(OffReserved))
+			d.add(OffReserved, total)
+		}
+	}
+	if big > 0 {
+		d.add(OffErrors, uint64(big))
+	}
+	var off uint64
+	for i, l := range lens {
+		if base < 0 || sizes[i] == 0 {
+			out[i] = -1
+			continue
+		}
+		pos := uint64(base) + off
+		phys := HeaderSize + pos&(d.S-1)
+		le.PutUint64(d.mem[phys:], uint64(uint32(pos>>3))<<32|uint64(l))
+		out[i] = int(phys + RecHeader)
+		off += sizes[i]
+	}
+	return out
+}
+
+// commit publishes the record whose payload starts at off.
+func (d *devRing) commit(off int, discard bool) {
+	w := le.Uint32(d.mem[off-8:]) | RecValid
+	if discard {
+		w |= RecDiscard
+	}
+	le.PutUint32(d.mem[off-8:], w)
+}
+
+// drain is the agent's ring-drain op: zero [zeroFrom, release) unless
+// noZero, publish release, copy the header and the data of [release, R)
+// into the mirror.
+func (d *devRing) drain(mirror []byte, zeroFrom, release uint64, noZero bool) uint64 {
+	if release > zeroFrom && !noZero {
+		data := d.mem[HeaderSize:]
+		if release-zeroFrom >= d.S {
+			clear(data[:d.S])
+		} else {
+			a, b := zeroFrom&(d.S-1), release&(d.S-1)
+			if a < b {
+				clear(data[a:b])
+			} else {
+				clear(data[a:d.S])
+				clear(data[:b])
+			}
+		}
+	}
+	if release > zeroFrom {
+		le.PutUint64(d.mem[OffReleased:], release)
+	}
+	copy(mirror[:HeaderSize], d.mem[:HeaderSize])
+	r := d.get(OffReserved)
+	if r > release {
+		n := min(r-release, d.S)
+		a := release & (d.S - 1)
+		md, dd := mirror[HeaderSize:], d.mem[HeaderSize:]
+		if a+n <= d.S {
+			copy(md[a:a+n], dd[a:a+n])
+		} else {
+			copy(md[a:d.S+RingTail], dd[a:d.S+RingTail])
+			b := (release + n) & (d.S - 1)
+			copy(md[:b], dd[:b])
+		}
+	}
+	return r
+}
+
+// host drives a Mirror reader the way the runtime does.
+type host struct {
+	d        *devRing
+	mirror   []byte
+	r        *Reader
+	zeroFrom uint64
+	got      []uint64
+	sizes    map[uint64]int
+	t        *testing.T
+}
+
+func newHost(t *testing.T, d *devRing) *host {
+	mirror := make([]byte, len(d.mem))
+	copy(mirror, d.mem[:HeaderSize])
+	r, err := NewReader(mirror, Mirror)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &host{d: d, mirror: mirror, r: r, sizes: map[uint64]int{}, t: t}
+}
+
+func (h *host) drain() (delivered, discarded uint64) {
+	rel := h.r.Released()
+	reserved := h.d.drain(h.mirror, h.zeroFrom, rel, true) // tags: nothing to zero
+	h.zeroFrom = rel
+	return h.r.Scan(reserved, func(rec []byte) {
+		if len(rec) < 8 {
+			h.t.Fatalf("record of %d bytes", len(rec))
+		}
+		id := le.Uint64(rec)
+		for i := 8; i < len(rec); i++ {
+			if rec[i] != byte(id+uint64(i)) {
+				h.t.Fatalf("record %d: byte %d is %d, want %d (torn or overwritten)", id, i, rec[i], byte(id+uint64(i)))
+			}
+		}
+		if want, ok := h.sizes[id]; ok && want != len(rec) {
+			h.t.Fatalf("record %d has %d bytes, want %d", id, len(rec), want)
+		}
+		h.got = append(h.got, id)
+	})
+}
+
+func fill(b []byte, id uint64) {
+	le.PutUint64(b, id)
+	for i := 8; i < len(b); i++ {
+		b[i] = byte(id + uint64(i))
+	}
+}
+
+// TestRingStream: warps of uniform and mixed record sizes, drained as they
+// come, in a ring small enough to wrap hundreds of times and to fill: every
+// record arrives once, whole, in order, and produced = delivered + dropped +
+// discarded holds exactly.
+func TestRingStream(t *testing.T) {
+	rng := rand.New(rand.NewSource(1))
+	d := newDevRing(1 << 14)
+	h := newHost(t, d)
+	var id, discards uint64
+	committed := map[uint64]bool{}
+	for round := 0; round < 3000; round++ {
+		for w := 0; w < 1+rng.Intn(4); w++ {
+			lanes := 1 + rng.Intn(32)
+			lens := make([]int, lanes)
+			uniform := rng.Intn(2) == 0
+			for i := range lens {
+				lens[i] = 8 + rng.Intn(120)
+				if uniform {
+					lens[i] = 40
+				}
+				if rng.Intn(500) == 0 {
+					lens[i] = RingTail // over the limit with its header
+				}
+			}
+			for i, off := range d.reserve(lens) {
+				if off < 0 {
+					continue
+				}
+				fill(d.mem[off:off+lens[i]], id)
+				h.sizes[id] = lens[i]
+				discard := rng.Intn(50) == 0
+				if discard {
+					discards++
+				} else {
+					committed[id] = true
+				}
+				d.commit(off, discard)
+				id++
+			}
+		}
+		if rng.Intn(3) == 0 {
+			h.drain()
+		}
+	}
+	for i := 0; i < 3 && h.r.Released() < d.get(OffReserved); i++ {
+		h.drain()
+	}
+	if h.r.Released() != d.get(OffReserved) {
+		t.Fatalf("released %d of %d reserved bytes", h.r.Released(), d.get(OffReserved))
+	}
+	produced, dropped := d.get(OffProduced), d.get(OffErrors)
+	if dropped == 0 {
+		t.Fatalf("the ring never filled: the test does not exercise drops")
+	}
+	if produced != uint64(len(h.got))+dropped+discards {
+		t.Fatalf("produced %d != delivered %d + dropped %d + discarded %d", produced, len(h.got), dropped, discards)
+	}
+	for i := 1; i < len(h.got); i++ {
+		if h.got[i] <= h.got[i-1] {
+			t.Fatalf("record %d arrived after %d", h.got[i], h.got[i-1])
+		}
+	}
+	if len(h.got) != len(committed) {
+		t.Fatalf("%d records delivered, %d committed", len(h.got), len(committed))
+	}
+	if h.r.Dropped() != dropped || h.r.Produced() != produced {
+		t.Fatalf("reader counters %d/%d, ring %d/%d", h.r.Dropped(), h.r.Produced(), dropped, produced)
+	}
+}
+
+// TestRingWrapIntoTail: a record starting a few bytes before the end of the
+// data area is written on into the tail and delivered contiguous.
+func TestRingWrapIntoTail(t *testing.T) {
+	d := newDevRing(4096)
+	h := newHost(t, d)
+	var id uint64
+	put := func(n int) {
+		off := d.reserve([]int{n})[0]
+		if off < 0 {
+			t.Fatalf("record of %d bytes dropped", n)
+		}
+		fill(d.mem[off:off+n], id)
+		h.sizes[id] = n
+		d.commit(off, false)
+		id++
+	}
+	put(4096 - 8 - 16) // ends 16 bytes before the end of the data area
+	for i := 0; i < 3; i++ {
+		h.drain()
+	}
+	put(200) // runs 184 bytes into the tail
+	put(64)  // continues at the physical start
+	for i := 0; i < 3; i++ {
+		h.drain()
+	}
+	if len(h.got) != 3 || h.r.Released() != d.get(OffReserved) {
+		t.Fatalf("got %v, released %d of %d", h.got, h.r.Released(), d.get(OffReserved))
+	}
+}
+
+// TestRingTornCopy: a copy that caught a record committed but with part of
+// its payload not yet copied must not deliver it; the next copy does.
+func TestRingTornCopy(t *testing.T) {
+	d := newDevRing(4096)
+	h := newHost(t, d)
+	off := d.reserve([]int{64})[0]
+	fill(d.mem[off:off+64], 7)
+	d.commit(off, false)
+	reserved := d.drain(h.mirror, 0, 0, true)
+	h.mirror[off+40] ^= 0xff // the copy engine read this part before it was written
+	n, _ := h.r.Scan(reserved, func([]byte) { t.Fatal("delivered a record seen committed in one copy only") })
+	if n != 0 {
+		t.Fatalf("delivered %d", n)
+	}
+	h.zeroFrom = 0
+	if n, _ := h.drain(); n != 1 || len(h.got) != 1 || h.got[0] != 7 {
+		t.Fatalf("second copy delivered %d (%v)", n, h.got)
+	}
+}
+
+// TestRingInFlight: a reserved record not committed yet stops the reader;
+// records after it wait, and nothing is released past it.
+func TestRingInFlight(t *testing.T) {
+	d := newDevRing(4096)
+	h := newHost(t, d)
+	offs := d.reserve([]int{16, 16, 16})
+	for i, off := range offs {
+		fill(d.mem[off:off+16], uint64(i))
+	}
+	d.commit(offs[0], false)
+	d.commit(offs[2], false)
+	h.drain()
+	h.drain()
+	if len(h.got) != 1 || h.r.Released() != 24 {
+		t.Fatalf("got %v, released %d", h.got, h.r.Released())
+	}
+	d.commit(offs[1], false)
+	h.drain()
+	h.drain()
+	if len(h.got) != 3 {
+		t.Fatalf("got %v after the commit", h.got)
+	}
+}
+
+// TestRingLive: a host-data ring read in place, lap after lap, with no
+// zeroing: headers of earlier laps are told apart by their position tag.
+func TestRingLive(t *testing.T) {
+	d := newDevRing(4096)
+	r, err := NewReader(d.mem, Live)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for round := 0; round < 300; round++ {
+		lens := []int{40, 40, 24 + round%17}
+		offs := d.reserve(lens)
+		for i, off := range offs {
+			if off < 0 {
+				t.Fatalf("round %d: dropped", round)
+			}
+			fill(d.mem[off:off+lens[i]], uint64(round*3+i))
+			d.commit(off, false)
+		}
+		n, _ := r.Scan(d.get(OffReserved), func([]byte) {})
+		if n != 3 {
+			t.Fatalf("round %d: %d records", round, n)
+		}
+		le.PutUint64(d.mem[OffReleased:], r.Released())
+		// A reserved, uncommitted record over an old committed header of
+		// the same offset must not be read.
+		if round == 200 {
+			off := d.reserve([]int{40})[0]
+			if n, _ := r.Scan(d.get(OffReserved), func([]byte) {}); n != 0 {
+				t.Fatalf("read an uncommitted record")
+			}
+			d.commit(off, true)
+			r.Scan(d.get(OffReserved), func([]byte) {})
+			le.PutUint64(d.mem[OffReleased:], r.Released())
+		}
+	}
+}
+
+// TestRingCorrupt: a header whose length runs past the reserved position
+// stops the reader and is counted, never read past.
+func TestRingCorrupt(t *testing.T) {
+	d := newDevRing(4096)
+	le.PutUint64(d.mem[HeaderSize:], 4000|RecValid) // tag 0: position 0
+	le.PutUint64(d.mem[OffReserved:], 64)
+	r, err := NewReader(d.mem, Snapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := r.Scan(64, func([]byte) {}); n != 0 || r.Corrupt() != 1 {
+		t.Fatalf("delivered %d, corrupt %d", n, r.Corrupt())
+	}
+}
+
+func TestNewReaderErrors(t *testing.T) {
+	good := Init(Placement{Kind: RingBuf, RingSize: 4096})
+	for name, mem := range map[string][]byte{
+		"short":    good[:HeaderSize+4096],
+		"no magic": make([]byte, len(good)),
+		"not pow2": func() []byte {
+			b := append([]byte(nil), good...)
+			le.PutUint32(b[OffSlots:], 5000)
+			return b
+		}(),
+	} {
+		if _, err := NewReader(mem, Mirror); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+// FuzzReader: any bytes in a mirror, any reserved position: Scan never
+// reads outside the memory and never delivers a record longer than the tail.
+func FuzzReader(f *testing.F) {
+	f.Add([]byte{8, 0, 0, 0x80, 0, 0, 0, 0}, uint64(16), uint64(0), uint8(0))
+	f.Add([]byte{255, 255, 255, 255}, uint64(1<<40), uint64(4090), uint8(1))
+	f.Fuzz(func(t *testing.T, data []byte, reserved, released uint64, mode uint8) {
+		mem := Init(Placement{Kind: RingBuf, RingSize: 4096})
+		copy(mem[HeaderSize:], data)
+		r, err := NewReader(mem, ReaderMode(mode%3))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.released, r.verified = released, released
+		for i := 0; i < 2; i++ {
+			r.Scan(reserved, func(rec []byte) {
+				if len(rec) > RingTail {
+					t.Fatalf("record of %d bytes", len(rec))
+				}
+			})
+		}
+	})
+}
+
+// BenchmarkScan is the host side of the event path: 40-byte records (the
+// kernel_trace event) parsed out of a drained mirror and handed to a
+// consumer that reads one field.
+func BenchmarkScan(b *testing.B) {
+	const recs = 1 << 16
+	d := newDevRing(1 << 23)
+	for w := 0; w < recs/32; w++ {
+		for i, o := range d.reserve(make40(32)) {
+			fill(d.mem[o:o+40], uint64(w*32+i))
+			d.commit(o, false)
+		}
+	}
+	reserved := d.get(OffReserved)
+	var sum uint64
+	b.ResetTimer()
+	for i := 0; i < b.N; i += recs {
+		r, _ := NewReader(d.mem, Snapshot)
+		r.Scan(reserved, func(rec []byte) { sum += le.Uint64(rec) })
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
+	if sum == 0 {
+		b.Fatal(fmt.Sprint(sum))
+	}
+}
+
+func make40(n int) []int {
+	l := make([]int, n)
+	for i := range l {
+		l[i] = 40
+	}
+	return l
+}

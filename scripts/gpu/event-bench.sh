@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# GPU event path benchmark (issue 10): one ring-buffer record per GPU thread
+# (bpf/examples/trace_bpfel.o: block, thread, globaltimer; 40-byte records)
+# on vec_add with bpftime's presets, as a new user runs it:
+#   gpubpf run -j trace_bpfel.o -- samples/bin/vec_add PRESET
+# Per preset, interleaved REPS times (median shown, min-max in brackets):
+#   base     untraced vec_add
+#   dev      device ring drained by the agent (the default design, 32 MiB ring)
+#   dev256   the same with --ring-mb 256 (a ring that holds a burst)
+#   host     ring data in pinned host memory written by the GPU (GPUBPF_RING=host)
+#   print    the default design with every record printed as JSON (-j) into a pipe
+# Reported: CUDA-event kernel time ratio to base, share of records delivered
+# (delivered / produced, from the GPU's own counters), and whether
+# produced = delivered + dropped held exactly. Every traced run must leave
+# the app's RESULT line "ok".
+# Goals: <= 1.5x at medium, <= 2x at every preset, >= 99% delivered at tiny
+# and small (dev, --summary: records handed to the tool, not printed).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PATH=$PWD/bin:$PATH
+OBJ=bpf/examples/trace_bpfel.o
+REPS=${REPS:-3}
+LIMIT=${LIMIT:-120}
+MODES=${MODES:-"dev dev256 host print"}
+PRESETS=${PRESETS:-"tiny:32 10000 32 1;small:1000 10000 256 4;medium:10000 1000 256 40;large:100000 1000 512 196;xlarge:1000000 1000 512 1954"}
+T=$(mktemp -d)
+LOGS=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}
+mkdir -p "$LOGS"
+kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $NF}'; }
+jf() { grep -ao "\"$2\":[0-9.]*" "$1" | tail -1 | cut -d: -f2; }
+fail=0
+stats() { # values... -> "median [min-max]"
+	python3 - "$@" <<'EOF'
+import sys, statistics
+v = sorted(float(x) for x in sys.argv[1:] if x)
+print(f"{statistics.median(v):.2f} [{v[0]:.2f}-{v[-1]:.2f}]" if v else "n/a")
+EOF
+}
+ratio() { python3 -c "import statistics as s; b=s.median([$1]); print(' '.join(f'{x/b:.2f}' for x in [$2]))"; }
+declare -A K D C
+printf '%-7s %-7s %-22s %-26s %-18s %s\n' preset mode kernel_us ratio delivered exact
+IFS=';' read -ra PS <<<"$PRESETS"
+for ps in "${PS[@]}"; do
+	name=${ps%%:*} P=${ps#*:}
+	for rep in $(seq "$REPS"); do
+		timeout "$LIMIT" samples/bin/vec_add $P >"$T/base" 2>&1
+		K[$name.base]+="$(kus "$T/base"),"
+		for mode in $MODES; do
+			out=$T/$mode
+			case $mode in
+			dev) timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
+			dev256) timeout "$LIMIT" gpubpf run -j --summary --ring-mb 256 "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
+			host) GPUBPF_RING=host timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
+			print) timeout "$LIMIT" gpubpf run -j "$OBJ" -- samples/bin/vec_add $P 2>"$out.err" |
+				grep -aF -e RESULT -e '"type":"summary"' -e 'Average' >"$out" ;;
+			esac
+			rc=$?
+			cp "$out" "$LOGS/event-$name-$mode-$rep.out" 2>/dev/null
+			if ! grep -aq "RESULT vec_add ok" "$out"; then
+				echo "FAIL $name $mode rep $rep (rc $rc): app RESULT not ok"; tail -n 5 "$out" "$out.err"; fail=1
+			fi
+			prod=$(jf "$out" records_produced) del=$(($(jf "$out" records) + $(jf "$out" printk_lines))) drop=$(jf "$out" records_dropped_gpu)
+			disc=$(jf "$out" records_discarded) lost=$(jf "$out" records_lost_tool) pend=$(jf "$out" records_in_flight_bytes)
+			exact=no
+			if [ -n "$prod" ] && [ "$prod" -gt 0 ] && [ "$prod" = $((del + drop + ${disc:-0} + ${lost:-0})) ] && [ "${pend:-0}" = 0 ]; then exact=yes; else
+				echo "NOT EXACT $name $mode rep $rep: produced=$prod delivered=$del dropped=$drop discarded=$disc lost=$lost in_flight=$pend"; fail=1
+			fi
+			K[$name.$mode]+="$(kus "$out"),"
+			D[$name.$mode]+="$(python3 -c "print(f'{100*${del:-0}/max(1,${prod:-0}):.2f}')"),"
+			C[$name.$mode]+="$exact,"
+		done
+	done
+	b=${K[$name.base]%,}
+	printf '%-7s %-7s %-22s %-26s %-18s %s\n' "$name" base "$(stats ${b//,/ })" 1.00 - -
+	for mode in $MODES; do
+		k=${K[$name.$mode]%,}
+		rs=$(ratio "$b" "$k")
+		printf '%-7s %-7s %-22s %-26s %-18s %s\n' "$name" "$mode" "$(stats ${k//,/ })" "$(stats $rs)" "$(stats ${D[$name.$mode]//,/ })%" "${C[$name.$mode]%,}"
+		echo "$name $mode $(stats $rs | cut -d' ' -f1) $(stats ${D[$name.$mode]//,/ } | cut -d' ' -f1)" >>"$T/summary"
+	done
+done
+goal() { python3 - "$T/summary" <<'EOF'
+import sys
+rows = [l.split() for l in open(sys.argv[1])]
+r = {(p, m): (float(x), float(d)) for p, m, x, d in rows}
+bad = []
+for (p, m), (x, d) in r.items():
+    if m not in ("dev", "dev256"):
+        continue
+    if x > 2.0: bad.append(f"{p} x{x:.2f} > 2")
+    if p == "medium" and x > 1.5: bad.append(f"medium x{x:.2f} > 1.5")
+    if p in ("tiny", "small") and d < 99: bad.append(f"{p} delivered {d:.1f}% < 99%")
+dev = ", ".join(f"{p} {m} x{x:.2f} {d:.1f}%" for (p, m), (x, d) in r.items() if m.startswith("dev"))
+print(("goals met" if not bad else "MISSED: " + "; ".join(bad)) + " | dev: " + dev)
+EOF
+}
+g=$(goal)
+echo "SUMMARY: $g"
+[ $fail = 0 ]
