@@ -5,7 +5,9 @@ import (
 	"io"
 	"strings"
 	"time"
-	"unicode/utf8"
+	"unsafe"
+
+	"github.com/gpubpf/gpubpf/pkg/btffmt"
 )
 
 // Output helpers shared by the tools: the start line, -T clock stamps, JSON
@@ -24,40 +26,11 @@ func AppendClock(b []byte, t time.Time) []byte {
 	return append(b, byte('0'+h/10), byte('0'+h%10), ':', byte('0'+m/10), byte('0'+m%10), ':', byte('0'+s/10), byte('0'+s%10))
 }
 
-// AppendJSONString appends s as a quoted JSON string.
+// AppendJSONString appends s as a quoted JSON string (btffmt's encoder,
+// byte for byte what encoding/json writes, without HTML escapes).
 func AppendJSONString(b []byte, s string) []byte {
-	b = append(b, '"')
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c < utf8.RuneSelf {
-			b = append(b, c)
-			i++
-			continue
-		}
-		if c < utf8.RuneSelf {
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				const hexd = "0123456789abcdef"
-				b = append(b, '\\', 'u', '0', '0', hexd[c>>4], hexd[c&0xf])
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if r == utf8.RuneError && size == 1 {
-			b = append(b, `\ufffd`...)
-		} else {
-			b = append(b, s[i:i+size]...)
-		}
-		i += size
-	}
-	return append(b, '"')
+	// The encoder only reads s: view the string's bytes without a copy.
+	return btffmt.AppendJSONString(b, unsafe.Slice(unsafe.StringData(s), len(s)))
 }
 
 // Account is the one-line completeness account every tool ends with:
