@@ -57,9 +57,9 @@ type placedMap struct {
 // ringState is the host side of one ring in one context.
 type ringState struct {
 	reader *gpumap.Reader
-	// zeroFrom: the released position the last drain sent (the agent
-	// zeroes device data from there up to the next release).
-	zeroFrom uint64
+	// published: the released position the last drain sent; the agent
+	// writes the next one to the control block only when it is larger.
+	published uint64
 	// The GPU's counters as of the last drain and the records the program
 	// discarded, read by Stats while drains run (and after the mirror is
 	// unmapped).

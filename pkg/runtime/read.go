@@ -32,9 +32,8 @@ const (
 func (p *Process) poll() {
 	defer p.wg.Done()
 	for {
-		st := p.drain(false)
 		wait := pollInterval
-		if st.filling {
+		if p.drain(false) {
 			wait = 0
 		}
 		select {
@@ -45,41 +44,34 @@ func (p *Process) poll() {
 	}
 }
 
-// drainState says what a drain saw: records delivered, records reserved
-// and not yet consumed, a ring more than an eighth full.
-type drainState struct{ delivered, pending, filling bool }
-
-// drain hands the committed records of every ring to the session. final:
-// the process is going away or detaching: drain until every reserved
-// record is consumed (or stops coming).
-func (p *Process) drain(final bool) (st drainState) {
+// drain hands the committed records of every ring to the session and
+// reports whether a ring is more than an eighth full. final: the process is
+// going away or detaching: drain until every reserved record is consumed
+// (or stops coming).
+func (p *Process) drain(final bool) (filling bool) {
 	if p.conn == nil {
-		return st
+		return false
 	}
 	p.drainMu.Lock()
 	defer p.drainMu.Unlock()
 	for _, d := range p.placed() {
 		for _, name := range sortedKeys(d.maps) {
 			if m := d.maps[name]; m.ring != nil {
-				st = st.or(p.drainRing(d, m, final))
+				filling = p.drainRing(d, m, final) || filling
 			}
 		}
 		if d.printk != nil {
-			st = st.or(p.drainRing(d, d.printk, final))
+			filling = p.drainRing(d, d.printk, final) || filling
 		}
 	}
-	return st
-}
-
-func (a drainState) or(b drainState) drainState {
-	return drainState{a.delivered || b.delivered, a.pending || b.pending, a.filling || b.filling}
+	return filling
 }
 
 // maxFinalDrains bounds a final drain: a record reserved by a kernel that
 // never commits it (the application died mid-kernel) must not hang the tool.
 const maxFinalDrains = 64
 
-func (p *Process) drainRing(d *device, m *placedMap, final bool) (st drainState) {
+func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) {
 	rs := m.ring
 	req := agentproto.RingDrainRequest{Target: d.target, Ring: m.place.Addr, RegionID: m.region,
 		DataBytes: rs.reader.Size(), TailBytes: gpumap.RingTail}
@@ -90,17 +82,17 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (st drainState)
 	dev := int(d.target.Device)
 	stalled := 0
 	for i := 0; i < maxFinalDrains; i++ {
-		req.ZeroFrom, req.Release = rs.zeroFrom, rs.reader.Released()
+		req.ZeroFrom, req.Release = rs.published, rs.reader.Released()
 		reserved, err := p.conn.RingDrain(d.target, req)
 		if err != nil {
 			if !rs.failed {
 				rs.failed = true
 				p.s.logf("process %d: draining ring %s on GPU %d: %v", p.PID, m.name, dev, err)
 			}
-			return st
+			return false
 		}
 		rs.failed = false
-		rs.zeroFrom = req.Release
+		rs.published = req.Release
 		b := newBatch(p.PID, dev, m.name, reserved-min(reserved, req.Release))
 		printk := m == d.printk
 		if printk {
@@ -128,24 +120,22 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (st drainState)
 		rs.produced.Store(rs.reader.Produced())
 		rs.dropped.Store(rs.reader.Dropped())
 		rs.pending.Store(pending)
-		st.delivered = st.delivered || delivered+discarded > 0
-		st.pending = pending > 0
-		st.filling = pending > rs.reader.Size()/8
+		filling = pending > rs.reader.Size()/8
 		if !final || pending == 0 {
-			return st
+			return filling
 		}
 		if delivered+discarded == 0 {
 			if stalled++; stalled > 2 {
 				time.Sleep(time.Millisecond) // a kernel may still be committing
 			}
 			if stalled > 8 {
-				return st
+				return filling
 			}
 		} else {
 			stalled = 0
 		}
 	}
-	return st
+	return filling
 }
 
 // newBatch makes a batch with room for about n bytes of records.

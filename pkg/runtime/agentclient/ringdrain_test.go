@@ -250,10 +250,11 @@ func TestRingDrain(t *testing.T) {
 	r.checkCtrl(S+500, 2*S+500)
 }
 
-// With RingDrainHostData the data lives in the mirror itself: the agent
-// neither zeroes device data nor copies it, but still writes Rel and
-// mirrors the control block.
-func TestRingDrainHostData(t *testing.T) {
+// Flags that leave released device data alone (Rel is still written and
+// the control block mirrored): RingDrainHostData (the data lives in the
+// mirror itself, so nothing is copied) and RingDrainNoZero (records carry
+// position tags; new data is still copied).
+func TestRingDrainFlags(t *testing.T) {
 	f := build(t)
 	a := f.start(t)
 	c, err := Dial(a.cmd.Process.Pid)
@@ -262,51 +263,39 @@ func TestRingDrainHostData(t *testing.T) {
 	}
 	defer c.Close()
 	const S, T = 8192, 64
-	r := newRingFixture(t, c, S, T)
-	r.produce(0, S+T, 50)
-	marker := bytes.Repeat([]byte{0xee}, S+T)
-	if _, err := r.mirror.WriteAt(marker, ringCtrl); err != nil {
-		t.Fatal(err)
-	}
-	r.setReserved(S + 300)
-	devBefore := r.deviceData()
-	if got := r.drain(100, S-50, agentproto.RingDrainHostData); got != S+300 {
-		t.Fatalf("reserved %d, want %d", got, S+300)
-	}
-	r.checkCtrl(S+300, S-50)
-	if !bytes.Equal(r.deviceData(), devBefore) {
-		t.Fatal("host-data drain zeroed device data")
-	}
-	if !bytes.Equal(r.mirrorData(), marker) {
-		t.Fatal("host-data drain copied data into the mirror")
-	}
-}
-
-// With RingDrainNoZero (records carry position tags) released device data
-// is left as it is, Rel is still written and new data still copied.
-func TestRingDrainNoZero(t *testing.T) {
-	f := build(t)
-	a := f.start(t)
-	c, err := Dial(a.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	const S, T = 8192, 64
-	r := newRingFixture(t, c, S, T)
-	r.produce(0, S+T, 51)
-	r.setReserved(S + 300)
-	devBefore := r.deviceData()
-	if got := r.drain(100, S-50, agentproto.RingDrainNoZero); got != S+300 {
-		t.Fatalf("reserved %d, want %d", got, S+300)
-	}
-	r.checkCtrl(S+300, S-50)
-	if !bytes.Equal(r.deviceData(), devBefore) {
-		t.Fatal("no-zero drain zeroed device data")
-	}
-	m, d := r.mirrorData(), r.deviceData()
-	if a := (S - 50) % S; !bytes.Equal(m[a:S], d[a:S]) || !bytes.Equal(m[:300], d[:300]) {
-		t.Fatal("no-zero drain did not copy the new data")
+	for i, tc := range []struct {
+		name   string
+		flags  uint32
+		copies bool
+	}{
+		{"host data", agentproto.RingDrainHostData, false},
+		{"no zero", agentproto.RingDrainNoZero, true},
+	} {
+		r := newRingFixture(t, c, S, T)
+		r.produce(0, S+T, byte(50+i))
+		marker := bytes.Repeat([]byte{0xee}, S+T)
+		if _, err := r.mirror.WriteAt(marker, ringCtrl); err != nil {
+			t.Fatal(err)
+		}
+		r.setReserved(S + 300)
+		devBefore := r.deviceData()
+		if got := r.drain(100, S-50, tc.flags); got != S+300 {
+			t.Fatalf("%s: reserved %d, want %d", tc.name, got, S+300)
+		}
+		r.checkCtrl(S+300, S-50)
+		if !bytes.Equal(r.deviceData(), devBefore) {
+			t.Fatalf("%s: drain zeroed device data", tc.name)
+		}
+		m, d := r.mirrorData(), r.deviceData()
+		if !tc.copies {
+			if !bytes.Equal(m, marker) {
+				t.Fatalf("%s: drain copied data into the mirror", tc.name)
+			}
+			continue
+		}
+		if !bytes.Equal(m[S-50:S], d[S-50:S]) || !bytes.Equal(m[:300], d[:300]) {
+			t.Fatalf("%s: drain did not copy the new data", tc.name)
+		}
 	}
 }
 
