@@ -65,6 +65,18 @@ static u64 (*const bpf_get_sm_id)(void) = (void *)509;
 static u64 (*const bpf_get_warp_id)(void) = (void *)510;
 static u64 (*const bpf_get_lane_id)(void) = (void *)511;
 
+/* ---- gpubpf extensions (IDs 600+) ------------------------------------------ */
+
+/* Which kernel this probe runs in: a small number the tool maps back to the
+ * kernel's name (runtime Session.KernelName), the same in every process of
+ * one tool run. 0xFFFFFFFF where it cannot be known when the probe is placed:
+ * in a __noinline subprogram, or at a site inside a device function that
+ * several instrumented kernels call. */
+static u64 (*const bpf_gpu_kernel_index)(void) = (void *)600;
+/* %gridid: the launch's temporal grid id, distinct for every launch in one
+ * CUDA context (per-launch attribution). */
+static u64 (*const bpf_gpu_grid_id)(void) = (void *)601;
+
 /* ---- probe context ------------------------------------------------------ */
 
 /*

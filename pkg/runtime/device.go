@@ -293,10 +293,21 @@ func (m *placedMap) unmap() {
 // driver ever mis-handle the pasted blocks).
 func (d *device) probe(progs []GPUProgram, site string) (*instrument.Probe, error) {
 	p, err := d.probeFor(progs, site)
-	if p != nil && os.Getenv("GPUBPF_NO_INLINE") != "" {
+	if p != nil && os.Getenv("GPUBPF_NO_INLINE") != "" && !d.usesKernelIndex(progs) {
+		// (A probe that asks for its kernel stays inlined: the called
+		// form is shared by the kernels and cannot say which it runs in.)
 		p.Inline = nil
 	}
 	return p, err
+}
+
+func (d *device) usesKernelIndex(progs []GPUProgram) bool {
+	for _, g := range progs {
+		if d.funcs[g.Spec.Name].UsesKernelIndex {
+			return true
+		}
+	}
+	return false
 }
 
 func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, error) {
@@ -306,7 +317,9 @@ func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, e
 	case 1:
 		f := d.funcs[progs[0].Spec.Name]
 		return &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion,
-			Inline: func(ctx, uniq string) string { return f.InlineBody(ctx, "", uniq) }}, nil
+			Inline: func(ctx, uniq, kernel string) string {
+				return f.InlineBodyFor(ctx, "", uniq, d.p.s.KernelIndex(kernel))
+			}}, nil
 	}
 	name := "gpubpf_" + site + "_all"
 	var body, defs strings.Builder
@@ -328,10 +341,11 @@ func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, e
 	for i, g := range progs {
 		fns[i] = d.funcs[g.Spec.Name]
 	}
-	pr.Inline = func(ctx, uniq string) string {
+	pr.Inline = func(ctx, uniq, kernel string) string {
 		var b strings.Builder
+		k := d.p.s.KernelIndex(kernel)
 		for i, f := range fns {
-			b.WriteString(f.InlineBody(ctx, "", fmt.Sprintf("%s_%d", uniq, i)))
+			b.WriteString(f.InlineBodyFor(ctx, "", fmt.Sprintf("%s_%d", uniq, i), k))
 		}
 		return b.String()
 	}

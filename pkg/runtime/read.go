@@ -3,6 +3,7 @@ package runtime
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -187,12 +188,16 @@ type MapCopy struct {
 // ReadMaps copies every map of the session: GPU maps from every process and
 // context they were placed in (device memory read through the agent), and
 // the kernel maps. Ring buffers are not included (their records arrive on
-// Records).
-func (s *Session) ReadMaps() ([]MapCopy, error) {
+// Records). With names, only those maps are read.
+func (s *Session) ReadMaps(names ...string) ([]MapCopy, error) {
 	var out []MapCopy
 	var firstErr error
+	want := func(name string) bool { return len(names) == 0 || slices.Contains(names, name) }
 	for _, p := range s.Processes() {
 		p.deviceMaps(func(d *device, m *placedMap) {
+			if !want(m.name) {
+				return
+			}
 			data, err := p.readMap(d, m)
 			if err != nil {
 				if firstErr == nil {
@@ -209,10 +214,22 @@ func (s *Session) ReadMaps() ([]MapCopy, error) {
 	}
 	if s.kern.coll != nil {
 		for _, name := range sortedKeys(s.kern.coll.Maps) {
+			if !want(name) {
+				continue
+			}
 			out = append(out, MapCopy{Name: name, Spec: s.spec.Maps[name], Kernel: s.kern.coll.Maps[name]})
 		}
 	}
 	return out, firstErr
+}
+
+// Values is the value area of a GPU array or per-thread array copy (the
+// bytes after the map's header); nil for other kinds.
+func (mc MapCopy) Values() []byte {
+	if (mc.Kind != gpumap.Array && mc.Kind != gpumap.PerThreadArray) || len(mc.Data) < gpumap.HeaderSize {
+		return nil
+	}
+	return mc.Data[gpumap.HeaderSize:]
 }
 
 // readDevice reads device memory in chunks the protocol allows.

@@ -83,9 +83,45 @@ type Session struct {
 
 	mu     sync.Mutex
 	procs  map[int]*Process
+	// kernels numbers every kernel a probe was placed in, in the order
+	// first seen: what bpf_gpu_kernel_index returns there.
+	kernels   map[string]uint32
+	kernelIdx []string
 	gone   []*Process // detached, kept for their counters
 	closed bool
 	stats  Stats
+}
+
+// KernelIndex is the number bpf_gpu_kernel_index returns in kernel (a
+// mangled name), assigned on first use and the same in every process of
+// the session. The unknown kernel ("") is jit.UnknownKernel.
+func (s *Session) KernelIndex(kernel string) uint32 {
+	if kernel == "" {
+		return jit.UnknownKernel
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i, ok := s.kernels[kernel]; ok {
+		return i
+	}
+	if s.kernels == nil {
+		s.kernels = map[string]uint32{}
+	}
+	i := uint32(len(s.kernelIdx))
+	s.kernels[kernel] = i
+	s.kernelIdx = append(s.kernelIdx, kernel)
+	return i
+}
+
+// KernelName is the mangled name of the kernel bpf_gpu_kernel_index
+// returned i for, or "" for an index not assigned (jit.UnknownKernel).
+func (s *Session) KernelName(i uint32) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(i) < len(s.kernelIdx) {
+		return s.kernelIdx[i]
+	}
+	return ""
 }
 
 // Stats account for everything a session saw, for the tools' final

@@ -1,11 +1,75 @@
-// Command threadhist: per-thread execution-count histogram of GPU kernels.
-//
-// Its implementation lands with its own issue (see ROADMAP.md); until then
-// it says so and exits 1 rather than print anything made up.
+// Command threadhist: how often each GPU thread runs and how long it is
+// busy, counted on the GPU, to find the threads that do more (or less)
+// work than the others.
 package main
 
-import "github.com/gpubpf/gpubpf/pkg/toolkit"
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
+)
+
+const examples = `
+threadhist -- ./app                    # every kernel of ./app, by threadIdx.x
+threadhist --by global -- ./imbalance  # one line per global thread id
+threadhist -k vectorAdd -i 1 -p 4242   # a running process, print every second
+threadhist --by warp -j -- ./app       # JSON lines, one object per kernel`
 
 func main() {
-	toolkit.Run(toolkit.NotBuilt("threadhist", "per-thread execution-count histogram of GPU kernels"))
+	app := toolkit.NewApp("threadhist", "per-thread run counts and busy time of GPU kernels, counted on the GPU", examples)
+	app.ArgsUsage = "[-- CMD [ARGS...]]"
+	app.Flags = append(toolkit.GPUToolFlags(),
+		&cli.StringFlag{Name: "by", Value: "thread.x", Usage: "key threads by `KEY`: thread.x (threadIdx.x, summed over blocks), global (global thread id), block, warp (global warp id)"},
+		&cli.UintFlag{Name: "max-keys", Usage: "table size per kernel in `KEYS` (default: 1024 for thread.x, 1M for global, 64K for block, 256K for warp); keys beyond are counted as lost"},
+		&cli.UintFlag{Name: "top", Value: 5, Usage: "show the `N` busiest and idlest keys"},
+	)
+	app.Description = `Counts, for every thread key of every instrumented kernel, the runs (kernel
+exits) and the nanoseconds from the thread's entry to its exit. Prints per
+kernel the busiest and idlest keys, a log2 histogram of busy time per key and
+an imbalance line. With -j: one {"type":"kernel",...} object per kernel and
+interval (fields: time, kernel, mangled, by, keys, runs, busy_ns, busy_min_ns,
+busy_mean_ns, busy_max_ns, max_over_mean, below_80pct, runs_min, runs_max,
+busiest, idlest), then {"type":"summary",...}.`
+	app.Action = run
+	toolkit.Run(app)
+}
+
+func run(c *cli.Context) error {
+	by, err := parseBy(c.String("by"))
+	if err != nil {
+		return err
+	}
+	keys := uint32(c.Uint("max-keys"))
+	if keys == 0 {
+		keys = by.defaultKeys
+	}
+	if keys > 1<<26 {
+		return toolkit.Usagef("--max-keys %d: at most %d", keys, 1<<26)
+	}
+	kernels := uint32(64)
+	if kernels*keys > 1<<24 {
+		kernels = max(1, (1<<24)/keys)
+	}
+	spec, err := loadThreadhist()
+	if err != nil {
+		return fmt.Errorf("loading threadhist's BPF object: %w", err)
+	}
+	for name, v := range map[string]uint32{"by": by.code, "keys": keys, "max_kernels": kernels} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return fmt.Errorf("setting %s: %w", name, err)
+		}
+	}
+	spec.Maps["runs"].MaxEntries = kernels * keys
+	spec.Maps["nsecs"].MaxEntries = kernels * keys
+	r := &reporter{by: by, keys: keys, kernels: kernels, top: int(c.Uint("top"))}
+	return toolkit.RunGPU(c, toolkit.GPUTool{
+		Name:    "threadhist",
+		Spec:    spec,
+		What:    "Counting GPU thread runs by " + by.name,
+		Maps:    []string{"runs", "nsecs", "lost"},
+		Report:  r.report,
+		Account: r.account,
+	})
 }

@@ -13,8 +13,11 @@ import (
 // selected kernels and the functions and variables they reference.
 type Clone struct {
 	// inline holds the Inline hooks of the probes, by .func name.
-	inline  map[string]func(ctx, uniq string) string
+	inline  map[string]func(ctx, uniq, kernel string) string
 	inlined int
+	// site is the kernel the pass now works in ("" inside a .func that
+	// several kernels may call): what a probe's kernel index is there.
+	site string
 	M       *ptx.Module
 	Kernels []*ptx.Func // selected kernels (copies)
 	Funcs   []*ptx.Func // defined .funcs they call (copies)

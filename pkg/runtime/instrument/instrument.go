@@ -20,7 +20,9 @@ type Probe struct {
 	// call costs a CALL and spills even for an empty probe). ctx is a
 	// register or "0"; uniq is a label prefix unique in the module. PTX
 	// must still be placed at module scope for the helpers the body calls.
-	Inline func(ctx, uniq string) string
+	// kernel is the mangled name of the kernel the site is in, "" where a
+	// site inside a device function may run in several kernels.
+	Inline func(ctx, uniq, kernel string) string
 }
 
 // Request says what to instrument and how.
@@ -159,7 +161,7 @@ func InstrumentModule(m *ptx.Module, req Request) (*Result, error) {
 			req.Globals = g
 		}
 	}
-	c.inline = map[string]func(ctx, uniq string) string{}
+	c.inline = map[string]func(ctx, uniq, kernel string) string{}
 	for _, p := range []*Probe{req.Entry, req.Exit, req.MemAccess} {
 		if p != nil && p.Inline != nil {
 			c.inline[p.Func] = p.Inline

@@ -316,6 +316,7 @@ func (c *Clone) RedirectStubs(p *Probe) {
 	}
 	direct := map[string]bool{} // functions that call a stub themselves
 	for _, f := range c.all() {
+		c.site = c.kernelOf(f)
 		out := make([]*ptx.Stmt, 0, len(f.Body))
 		for _, s := range f.Body {
 			if s.Kind == ptx.Instr && s.Base() == "call" {
@@ -438,6 +439,7 @@ func (c *Clone) buildCtx(k *ptx.Func) {
 // stub. With p nil it only builds the parameter copy the exit probe needs.
 func (c *Clone) InsertEntry(p, exit *Probe) {
 	for _, k := range c.Kernels {
+		c.site = k.Name
 		wantEntry := p != nil && !c.stubbed[k.Name]
 		// The parameter copy is built once at entry and reused by the exit
 		// probe and redirected stubs.
@@ -475,6 +477,7 @@ func (c *Clone) InsertExit(p *Probe) {
 		return
 	}
 	for _, f := range c.all() {
+		c.site = c.kernelOf(f)
 		out := make([]*ptx.Stmt, 0, len(f.Body)+8)
 		for _, s := range f.Body {
 			if s.Kind == ptx.Instr && (s.Base() == "exit" || f.Entry && s.Base() == "ret") {
@@ -559,6 +562,7 @@ func (c *Clone) InsertMemAccess(p *Probe) {
 	}
 	metas := map[uint64]string{}
 	for _, f := range c.all() {
+		c.site = c.kernelOf(f)
 		var out []*ptx.Stmt
 		n := 0
 		for i, s := range f.Body {
@@ -644,12 +648,24 @@ func (c *Clone) appendAddr(out []*ptx.Stmt, inner string) []*ptx.Stmt {
 	return out
 }
 
+// kernelOf is the kernel a site in f runs in: f itself, the clone's only
+// kernel, or "" for a device function several kernels may call.
+func (c *Clone) kernelOf(f *ptx.Func) string {
+	if f.Entry {
+		return f.Name
+	}
+	if len(c.Kernels) == 1 {
+		return c.Kernels[0].Name
+	}
+	return ""
+}
+
 // appendCall is callProbe appending to out.
 func (c *Clone) appendCall(out []*ptx.Stmt, probe, ctx string) []*ptx.Stmt {
 	if inline := c.inline[probe]; inline != nil {
 		c.inlined++
 		uniq := fmt.Sprintf("gpubpf_i%d", c.inlined)
-		return append(out, &ptx.Stmt{Kind: ptx.Raw, Text: inline(ctx, uniq)})
+		return append(out, &ptx.Stmt{Kind: ptx.Raw, Text: inline(ctx, uniq, c.site)})
 	}
 	call := c.calls[probe]
 	if call == nil {

@@ -36,6 +36,8 @@ const (
 	hSMID          = 509
 	hWarpID        = 510
 	hLaneID        = 511
+	hKernelIndex   = 600
+	hGridID        = 601
 	maxPrintkBytes = 256
 )
 
@@ -310,6 +312,13 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 		c.e("mov.u32 %%w1, %%warpid;\n\tcvt.u64.u32 %%r0, %%w1;")
 	case hLaneID:
 		c.e("mov.u32 %%w1, %%laneid;\n\tcvt.u64.u32 %%r0, %%w1;")
+	case hKernelIndex:
+		// Known only where the body is pasted into a kernel:
+		// InlineBodyFor puts the number in.
+		c.usesKernel = true
+		c.e("mov.u64 %%r0, %s;", kernelIndexToken)
+	case hGridID:
+		c.e("mov.u64 %%r0, %%gridid;")
 	case hPidTgid:
 		c.e("mov.u64 %%r0, %s;", imm64(int64(uint64(c.opts.PID)<<32|uint64(c.opts.PID))))
 	case hBlockIdx, hBlockDim, hThreadIdx, hGridDim:

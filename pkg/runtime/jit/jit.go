@@ -51,8 +51,22 @@ type Function struct {
 	// PTXVersion is the lowest .version the body needs.
 	PTXVersion [2]int
 
+	// UsesKernelIndex is set when the program calls bpf_gpu_kernel_index:
+	// its inline body must be pasted with InlineBodyFor.
+	UsesKernelIndex bool
+
 	inline string
 }
+
+// UnknownKernel is what bpf_gpu_kernel_index returns where the kernel is
+// not known when the probe is placed: in the called .func form of a probe,
+// in a bpf-to-bpf subprogram, or at a site inside a device function that
+// several kernels call.
+const UnknownKernel = 0xFFFFFFFF
+
+// kernelIndexToken stands for the kernel index in the compiled text until
+// InlineBodyFor (or Compile, for the .func form) replaces it.
+const kernelIndexToken = "GPUBPF_KERNEL_INDEX"
 
 // InlineBody returns the probe's main function as a nested PTX block
 // ("{ ... }") to paste straight into a kernel instead of a call: ptxas does
@@ -65,6 +79,20 @@ type Function struct {
 // runtime helpers there. Exit of the program becomes a branch to the end of
 // the block; bpf_gpu_exit (507) still ends the thread.
 func (f *Function) InlineBody(ctx, ret, uniq string) string {
+	return f.InlineBodyFor(ctx, ret, uniq, UnknownKernel)
+}
+
+// InlineBodyFor is InlineBody for a site in a known kernel: the program's
+// bpf_gpu_kernel_index calls return kernel there.
+func (f *Function) InlineBodyFor(ctx, ret, uniq string, kernel uint32) string {
+	body := f.inlineBody(ctx, ret, uniq)
+	if f.UsesKernelIndex {
+		body = strings.ReplaceAll(body, kernelIndexToken, fmt.Sprintf("%d", kernel))
+	}
+	return body
+}
+
+func (f *Function) inlineBody(ctx, ret, uniq string) string {
 	if ctx == "" {
 		ctx = "0"
 	}
@@ -105,7 +133,11 @@ func Compile(prog *ebpf.ProgramSpec, opts Options) (f *Function, err error) {
 	if err := c.run(); err != nil {
 		return nil, err
 	}
-	return &Function{Name: name, PTX: c.out.String(), UsesCtx: c.usesCtx, PTXVersion: [2]int{7, 8}, inline: c.inline}, nil
+	text := c.out.String()
+	if c.usesKernel {
+		text = strings.ReplaceAll(text, kernelIndexToken, fmt.Sprintf("%d", uint32(UnknownKernel)))
+	}
+	return &Function{Name: name, PTX: text, UsesCtx: c.usesCtx, UsesKernelIndex: c.usesKernel, PTXVersion: [2]int{7, 8}, inline: c.inline}, nil
 }
 
 // TestModule wraps f into a complete PTX module with a small entry
@@ -210,14 +242,15 @@ type compiler struct {
 	scope   string // "gpu" or "sys": scope of atomics on program memory
 	usesCtx bool
 
-	out     strings.Builder
-	inline  string           // main function's body, for Function.InlineBody
-	b       *strings.Builder // current function body
-	labels  int
-	runtime map[string]bool // helper .funcs to append
-	cur     int             // instruction being compiled (for errors)
-	fp      [11]int         // r10-relative offset held by each register...
-	fpOK    [11]bool        // ...when known (per basic block)
+	out        strings.Builder
+	inline     string           // main function's body, for Function.InlineBody
+	usesKernel bool             // bpf_gpu_kernel_index is called
+	b          *strings.Builder // current function body
+	labels     int
+	runtime    map[string]bool // helper .funcs to append
+	cur        int             // instruction being compiled (for errors)
+	fp         [11]int         // r10-relative offset held by each register...
+	fpOK       [11]bool        // ...when known (per basic block)
 }
 
 // errAt wraps err with the program, instruction index and C source line.

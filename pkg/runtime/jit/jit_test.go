@@ -265,7 +265,7 @@ func helperCases() map[string][]asm.Instruction {
 		asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -8),
 		asm.BuiltinFunc(501).Call(),
 	)
-	for _, id := range []asm.BuiltinFunc{5, 7, 8, 14, 502, 506, 509, 510, 511} {
+	for _, id := range []asm.BuiltinFunc{5, 7, 8, 14, 502, 506, 509, 510, 511, 600, 601} {
 		is = append(is, id.Call(), asm.StoreMem(asm.RFP, -16, asm.R0, asm.DWord))
 	}
 	for _, id := range []asm.BuiltinFunc{503, 504, 505, 508} {
@@ -409,5 +409,27 @@ func TestEmittedForms(t *testing.T) {
 	}
 	if !strings.Contains(f.PTX, "st.local.u32 [stk+500], %r1;") {
 		t.Errorf("derived stack pointer not addressed as .local:\n%s", f.PTX)
+	}
+}
+
+// TestKernelIndex: bpf_gpu_kernel_index is the number InlineBodyFor is
+// given where the body is pasted, and UnknownKernel in the called form.
+func TestKernelIndex(t *testing.T) {
+	f, err := Compile(prog(asm.BuiltinFunc(600).Call(), asm.Return()), Options{FuncName: "kid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.UsesKernelIndex {
+		t.Fatal("UsesKernelIndex not set")
+	}
+	if !strings.Contains(f.PTX, "mov.u64 %r0, 4294967295;") || strings.Contains(f.PTX, kernelIndexToken) {
+		t.Fatalf("called form does not return UnknownKernel:\n%s", f.PTX)
+	}
+	body := f.InlineBodyFor("0", "", "p", 7)
+	if !strings.Contains(body, "mov.u64 %r0, 7;") {
+		t.Fatalf("inline body does not return 7:\n%s", body)
+	}
+	if g, _ := Compile(prog(asm.Mov.Imm(asm.R0, 0), asm.Return()), Options{}); g.UsesKernelIndex {
+		t.Fatal("UsesKernelIndex set for a program that never asks")
 	}
 }

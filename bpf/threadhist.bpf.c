@@ -1,0 +1,99 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// threadhist: per-thread run counts and busy time of GPU kernels, counted
+// on the GPU. Entry stores the thread's start time in its hardware slot;
+// exit adds one run and (exit - start) nanoseconds to the thread's key,
+// in the segment of the kernel it runs in. Nothing is shipped per thread:
+// the tool reads the arrays per interval.
+#include "types.h"
+#include <bpf/bpf_helpers.h>
+#include "gputhread.h"
+
+enum { BY_THREAD_X = 0, BY_GLOBAL = 1, BY_BLOCK = 2, BY_WARP = 3 };
+
+/* Set by the tool before loading. */
+const volatile u32 by = BY_THREAD_X;
+const volatile u32 keys = 1024;		/* keys per kernel segment */
+const volatile u32 max_kernels = 64;	/* segments */
+
+/* Sized by the tool: max_kernels * keys entries. */
+GPUBPF_MAP(runs, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
+GPUBPF_MAP(nsecs, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
+/* Start time of the thread in each hardware slot. */
+GPUBPF_MAP(starts, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, GPU_HW_SLOTS);
+/* [0] runs whose key was beyond the table, [1] runs in a kernel beyond
+ * max_kernels (or unknown), [2] runs with no start time seen. */
+GPUBPF_MAP(lost, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 4);
+
+static __always_inline void count_lost(u32 why)
+{
+	u64 *v = bpf_map_lookup_elem(&lost, &why);
+	if (v)
+		__sync_fetch_and_add(v, 1);
+}
+
+static __always_inline u32 hw_slot(void)
+{
+	return gpu_warp_slot() * 32 + (u32)bpf_get_lane_id();
+}
+
+SEC("gpu/entry/*")
+int threadhist_entry(void *ctx)
+{
+	u32 slot = hw_slot();
+	u64 *start = bpf_map_lookup_elem(&starts, &slot);
+
+	if (start)
+		*start = bpf_ktime_get_ns();
+	return 0;
+}
+
+SEC("gpu/exit/*")
+int threadhist_exit(void *ctx)
+{
+	u64 now = bpf_ktime_get_ns();
+	u32 slot = hw_slot();
+	u64 *start = bpf_map_lookup_elem(&starts, &slot);
+	u64 kernel = bpf_gpu_kernel_index();
+	u64 tpb, key;
+	u64 t = gpu_thread_in_block(&tpb);
+
+	if (kernel >= max_kernels) {
+		count_lost(1);
+		return 0;
+	}
+	switch (by) {
+	case BY_GLOBAL:
+		key = gpu_block_linear() * tpb + t;
+		break;
+	case BY_BLOCK:
+		key = gpu_block_linear();
+		break;
+	case BY_WARP:
+		key = gpu_block_linear() * ((tpb + 31) / 32) + t / 32;
+		break;
+	default: {
+		u64 x, y, z;
+		bpf_get_thread_idx(&x, &y, &z);
+		key = x;
+	}
+	}
+	if (key >= keys) {
+		count_lost(0);
+		return 0;
+	}
+	u32 idx = kernel * keys + key;
+	u64 *r = bpf_map_lookup_elem(&runs, &idx);
+	u64 *ns = bpf_map_lookup_elem(&nsecs, &idx);
+	if (!r || !ns)
+		return 0;
+	__sync_fetch_and_add(r, 1);
+	if (start && *start && *start <= now) {
+		__sync_fetch_and_add(ns, now - *start);
+		*start = 0;
+	} else {
+		count_lost(2);
+	}
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

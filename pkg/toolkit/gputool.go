@@ -1,0 +1,353 @@
+package toolkit
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
+	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
+)
+
+// GPUTool is what a GPU-side tool (threadhist, kernelretsnoop,
+// kernel_trace) adds to the shared runner: its BPF collection and how it
+// renders what comes back. Target selection, the start line, -i/-d/-T,
+// signals, the kernel selection and the completeness line are RunGPU's.
+type GPUTool struct {
+	Name string
+	// Spec is the tool's BPF collection (bpf2go), constants already set.
+	Spec *ebpf.CollectionSpec
+	// Programs keeps only these programs of Spec (nil: all).
+	Programs []string
+	// What is the start line's subject: "Tracing GPU kernel exits".
+	What string
+	// Maps are the GPU maps Report reads (per interval and at the end).
+	Maps []string
+	// Batch, if set, receives the ring-buffer records (raw-event modes).
+	Batch func(*runtime.Batch)
+	// Report renders one interval (final: the end of the trace). It is
+	// never called concurrently.
+	Report func(r *Report)
+	// Account adds the tool's own clauses to the completeness line.
+	Account func(a *Account, st runtime.Stats)
+}
+
+// Report is one reading of the tool's maps: summed over every process and
+// device traced, and as the change since the last report with -i.
+type Report struct {
+	Session *runtime.Session
+	Now     time.Time
+	Final   bool
+	// Interval is true with -i: values are the change since the last
+	// report (bcc's "print and reset").
+	Interval bool
+	Stamp    bool
+	JSON     bool
+	W        io.Writer
+	maps     map[string][]uint64
+	totals   map[string][]uint64
+}
+
+// Total is map name's values since the trace began (U64 without -i).
+func (r *Report) Total(name string) []uint64 { return r.totals[name] }
+
+// U64 is map name's values as 64-bit words (GPU arrays: value i of an
+// 8-byte-valued array is word i), summed over processes and devices.
+func (r *Report) U64(name string) []uint64 { return r.maps[name] }
+
+// Kernel names kernel index i (bpf_gpu_kernel_index): the demangled base
+// name and the mangled one.
+func (r *Report) Kernel(i uint32) (base, mangled string) {
+	mangled = r.Session.KernelName(i)
+	if mangled == "" {
+		return "(unknown kernel)", ""
+	}
+	base, _ = fatbin.Demangle(mangled)
+	if base == "" {
+		base = mangled
+	}
+	return base, mangled
+}
+
+// Prefix is the -T clock stamp ("" without -T).
+func (r *Report) Prefix() string {
+	if r.Stamp {
+		return r.Now.Format("15:04:05") + " "
+	}
+	return ""
+}
+
+// GPUToolFlags are the flags every GPU-side tool has beyond CommonFlags.
+func GPUToolFlags() []cli.Flag { return CommonFlags() }
+
+// RunGPU runs t as CLI.md describes: `TOOL [flags] -- CMD`, `-p PID`, or
+// every agent process; until the command exits, -d passes or Ctrl-C.
+func RunGPU(c *cli.Context, t GPUTool) error {
+	targets := runtime.Targets{PIDs: c.IntSlice(FlagPID), Command: c.Args().Slice()}
+	if len(targets.Command) > 0 && len(targets.PIDs) > 0 {
+		return Usagef("give either -p PID or -- CMD, not both")
+	}
+	if d := c.Float64(FlagDuration); d < 0 {
+		return Usagef("--duration %g: want a positive number of seconds", d)
+	}
+	if iv := c.Float64(FlagInterval); iv < 0 {
+		return Usagef("--interval %g: want a positive number of seconds", iv)
+	}
+	kernels := c.StringSlice(FlagKernel)
+	if len(kernels) == 0 {
+		kernels = []string{"*"}
+	}
+	var log io.Writer
+	if c.Bool(FlagVerbose) {
+		log = os.Stderr
+	}
+	sess, err := runtime.Open(t.Spec, runtime.Options{Programs: t.Programs, Kernels: kernels, Client: t.Name, Log: log})
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	jsonOut := c.Bool(FlagJSON)
+	if !jsonOut {
+		what := "every kernel with PTX"
+		if len(c.StringSlice(FlagKernel)) > 0 {
+			what = strings.Join(c.StringSlice(FlagKernel), ", ")
+		}
+		StartLine(os.Stderr, fmt.Sprintf("%s of %s %s", t.What, what, targets.Describe()))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if d := c.Float64(FlagDuration); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(d*float64(time.Second)))
+		defer cancel()
+	}
+	out := &reporter{t: t, sess: sess, w: os.Stdout, stamp: c.Bool(FlagTimestamp), json: jsonOut, interval: c.Float64(FlagInterval) > 0}
+	batchesDone := make(chan struct{})
+	if t.Batch != nil {
+		batches := sess.Batches()
+		go func() {
+			defer close(batchesDone)
+			for b := range batches {
+				t.Batch(b)
+			}
+		}()
+	} else {
+		close(batchesDone)
+	}
+	tickDone := make(chan struct{})
+	if iv := c.Float64(FlagInterval); iv > 0 {
+		go func() {
+			defer close(tickDone)
+			tk := time.NewTicker(time.Duration(iv * float64(time.Second)))
+			defer tk.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-tk.C:
+					out.report(false)
+				}
+			}
+		}()
+	} else {
+		close(tickDone)
+	}
+	code, traceErr := sess.Trace(ctx, targets)
+	stop()
+	<-tickDone
+	// Maps are read before detaching: a process still running keeps its
+	// device memory only while attached (the runtime keeps the last copy of
+	// the ones that exited).
+	out.read()
+	closeErr := sess.Close()
+	<-batchesDone
+	st := sess.Stats()
+	if traceErr != nil && st.Processes == 0 {
+		// Nothing was traced: the error alone says what happened.
+		return traceErr
+	}
+	out.report(true)
+	a := &Account{Tool: t.Name}
+	if t.Account != nil {
+		t.Account(a, st)
+	}
+	KernelAccount(a, st)
+	if !jsonOut {
+		fmt.Fprintln(os.Stderr, a.String())
+		for _, f := range st.ProbeFailures {
+			fmt.Fprintln(os.Stderr, t.Name+": "+f)
+		}
+	}
+	if traceErr != nil {
+		return traceErr
+	}
+	if err := NoKernelMatched(sess, st); err != nil {
+		return err
+	}
+	if closeErr != nil {
+		fmt.Fprintf(os.Stderr, "%s: detaching: %v\n", t.Name, closeErr)
+	}
+	if code != 0 {
+		return cli.Exit("", code)
+	}
+	return nil
+}
+
+// reporter reads the tool's maps and hands them to Report, as deltas with -i.
+type reporter struct {
+	mu       sync.Mutex
+	t        GPUTool
+	sess     *runtime.Session
+	w        io.Writer
+	stamp    bool
+	json     bool
+	interval bool
+	last     map[string][]uint64
+	cur      map[string][]uint64
+	byCopy   map[copyKey][]byte
+}
+
+type copyKey struct {
+	name        string
+	pid, device int
+}
+
+// read takes the current totals of the tool's maps.
+func (o *reporter) read() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	copies, err := o.sess.ReadMaps(o.t.Maps...)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", o.t.Name, err)
+	}
+	if o.byCopy == nil {
+		o.byCopy = map[copyKey][]byte{}
+	}
+	for _, mc := range copies {
+		// The latest reading of each copy stands for it; a process that
+		// has gone keeps its last one, so totals never go backwards.
+		o.byCopy[copyKey{mc.Name, mc.PID, mc.Device}] = mc.Values()
+	}
+	sums := map[string][]uint64{}
+	for k, vals := range o.byCopy {
+		s := sums[k.name]
+		if len(s) < len(vals)/8 {
+			s = append(s, make([]uint64, len(vals)/8-len(s))...)
+		}
+		for i := range len(vals) / 8 {
+			s[i] += binary.LittleEndian.Uint64(vals[i*8:])
+		}
+		sums[k.name] = s
+	}
+	o.cur = sums
+}
+
+func (o *reporter) report(final bool) {
+	if !final {
+		o.read()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := &Report{Session: o.sess, Now: time.Now(), Final: final, Interval: o.interval, Stamp: o.stamp, JSON: o.json, W: o.w, maps: o.cur, totals: o.cur}
+	if o.interval {
+		delta := map[string][]uint64{}
+		for name, cur := range o.cur {
+			d := make([]uint64, len(cur))
+			prev := o.last[name]
+			for i, v := range cur {
+				if i < len(prev) && v >= prev[i] {
+					d[i] = v - prev[i]
+				} else {
+					d[i] = v
+				}
+			}
+			delta[name] = d
+		}
+		r.maps = delta
+		o.last = o.cur
+	}
+	if r.maps == nil {
+		r.maps = map[string][]uint64{}
+	}
+	o.t.Report(r)
+}
+
+// KernelAccount adds the kernel clauses of the completeness line: kernels
+// instrumented, launches, kernels skipped and why, and any GPU records.
+func KernelAccount(a *Account, st runtime.Stats) {
+	a.Add(uint64(len(st.KernelsMatched)), "kernels instrumented", "")
+	a.Add(st.Launches, "instrumented launches", "")
+	if st.LaunchFailures > 0 {
+		a.Add(st.LaunchFailures, "launches refused by the driver", "the original kernel ran")
+	}
+	if len(st.KernelsSkipped) > 0 {
+		skipped := make([]string, 0, len(st.KernelsSkipped))
+		for k, why := range st.KernelsSkipped {
+			base, _ := fatbin.Demangle(k)
+			if base == "" {
+				base = k
+			}
+			skipped = append(skipped, base+": "+why)
+		}
+		sort.Strings(skipped)
+		a.Note(fmt.Sprintf("%d kernels skipped (%s)", len(skipped), strings.Join(skipped, "; ")))
+	}
+	if st.RecordsProduced > 0 || st.RingPending > 0 {
+		a.Note(RecordAccount(st))
+	}
+}
+
+// RecordAccount is the completeness account of the GPU's records:
+// produced = delivered + dropped (+ discarded, lost, in flight when any).
+func RecordAccount(st runtime.Stats) string {
+	line := fmt.Sprintf("records: %d produced on the GPU = %d delivered + %d dropped (ring full)",
+		st.RecordsProduced, st.Records+st.PrintkLines, st.RingDrops)
+	if st.RecordsDiscard > 0 {
+		line += fmt.Sprintf(" + %d discarded by the program", st.RecordsDiscard)
+	}
+	if st.RecordsLost > 0 {
+		line += fmt.Sprintf(" + %d not read by the tool", st.RecordsLost)
+	}
+	if st.RingPending > 0 {
+		line += fmt.Sprintf("; %d bytes reserved but never committed (a kernel did not finish)", st.RingPending)
+	}
+	return line
+}
+
+// NoKernelMatched is the error of CLI.md for GPU programs whose patterns
+// matched none of the kernels the traced processes loaded.
+func NoKernelMatched(s *runtime.Session, st runtime.Stats) error {
+	if len(s.GPUPrograms()) == 0 || len(st.KernelsMatched) > 0 || len(st.KernelsSkipped) > 0 || len(st.KernelsSeen) == 0 {
+		return nil
+	}
+	seen := make([]string, 0, len(st.KernelsSeen))
+	for k := range st.KernelsSeen {
+		seen = append(seen, k)
+	}
+	sort.Strings(seen)
+	patterns := s.Patterns()
+	_, closest := instrument.Match(patterns, seen)
+	var names []string
+	for _, k := range closest {
+		base, _ := fatbin.Demangle(k)
+		names = append(names, base+" ("+k+")")
+	}
+	msg := fmt.Sprintf("no kernel matched %s among the %d kernels the process loaded", strings.Join(patterns, ", "), len(seen))
+	if len(names) > 0 {
+		msg += "; closest: " + strings.Join(names, ", ")
+	}
+	return fmt.Errorf("%s (list them with: gpubpf kernels -p PID)", msg)
+}

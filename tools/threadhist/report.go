@@ -1,0 +1,252 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
+)
+
+// byKey is one --by choice: the code the BPF program switches on.
+type byKey struct {
+	name        string
+	code        uint32
+	defaultKeys uint32
+}
+
+var byKeys = []byKey{
+	{"thread.x", 0, 1024},
+	{"global", 1, 1 << 20},
+	{"block", 2, 1 << 16},
+	{"warp", 3, 1 << 18},
+}
+
+func parseBy(s string) (byKey, error) {
+	names := make([]string, len(byKeys))
+	for i, b := range byKeys {
+		if b.name == s {
+			return b, nil
+		}
+		names[i] = b.name
+	}
+	return byKey{}, toolkit.Usagef("--by %q: want one of %s", s, strings.Join(names, ", "))
+}
+
+type keyStat struct {
+	key       uint64
+	runs, ns  uint64
+	perRunNs  float64
+	ofMeanPct float64
+}
+
+// kernelSummary is what threadhist shows for one kernel.
+type kernelSummary struct {
+	kernel           uint32
+	keys             []keyStat // keys that ran, busiest first
+	runs, ns         uint64
+	minNs, maxNs     uint64
+	meanNs           float64
+	below            []keyStat // keys below 80% of the mean busy time
+	runsMin, runsMax uint64
+	busyHist         toolkit.Log2Hist // busy time per key, in unit
+	runsHist         toolkit.Log2Hist // runs per key
+	unit             string
+	div              uint64
+}
+
+// summarize splits the per-kernel segments of runs and nsecs (keys
+// entries each) into per-kernel summaries, busiest key first.
+func summarize(runs, ns []uint64, keys uint32) []kernelSummary {
+	var out []kernelSummary
+	for seg := 0; seg*int(keys) < len(runs); seg++ {
+		lo, hi := seg*int(keys), min((seg+1)*int(keys), len(runs))
+		s := kernelSummary{kernel: uint32(seg)}
+		for i := lo; i < hi; i++ {
+			if runs[i] == 0 {
+				continue
+			}
+			var n uint64
+			if i < len(ns) {
+				n = ns[i]
+			}
+			s.keys = append(s.keys, keyStat{key: uint64(i - lo), runs: runs[i], ns: n, perRunNs: float64(n) / float64(runs[i])})
+		}
+		if len(s.keys) == 0 {
+			continue
+		}
+		s.minNs, s.runsMin = ^uint64(0), ^uint64(0)
+		for _, k := range s.keys {
+			s.runs += k.runs
+			s.ns += k.ns
+			s.minNs, s.maxNs = min(s.minNs, k.ns), max(s.maxNs, k.ns)
+			s.runsMin, s.runsMax = min(s.runsMin, k.runs), max(s.runsMax, k.runs)
+		}
+		s.meanNs = float64(s.ns) / float64(len(s.keys))
+		s.unit, s.div = "nsecs", 1
+		if s.maxNs >= 100_000 {
+			s.unit, s.div = "usecs", 1000
+		}
+		if s.maxNs >= 100_000_000 {
+			s.unit, s.div = "msecs", 1_000_000
+		}
+		for i := range s.keys {
+			k := &s.keys[i]
+			if s.meanNs > 0 {
+				k.ofMeanPct = 100 * float64(k.ns) / s.meanNs
+			}
+			if float64(k.ns) < 0.8*s.meanNs {
+				s.below = append(s.below, *k)
+			}
+			s.busyHist.Add(k.ns / s.div)
+			s.runsHist.Add(k.runs)
+		}
+		sort.SliceStable(s.keys, func(i, j int) bool { return s.keys[i].ns > s.keys[j].ns })
+		out = append(out, s)
+	}
+	return out
+}
+
+type reporter struct {
+	by      byKey
+	keys    uint32
+	kernels uint32
+	top     int
+	lost    []uint64
+	total   uint64 // runs counted (totals, also with -i)
+}
+
+func (r *reporter) report(rep *toolkit.Report) {
+	sums := summarize(rep.U64("runs"), rep.U64("nsecs"), r.keys)
+	if rep.Final && rep.Interval {
+		// With -i every interval has been printed; the end prints the
+		// last, partial one only if it saw anything.
+		if len(sums) == 0 {
+			return
+		}
+	}
+	if rep.Final {
+		r.lost = rep.Total("lost")
+		r.total = 0
+		for _, v := range rep.Total("runs") {
+			r.total += v
+		}
+	}
+	if rep.JSON {
+		for _, s := range sums {
+			r.json(rep, s)
+		}
+		return
+	}
+	w := rep.W
+	if len(sums) == 0 && !rep.Final {
+		fmt.Fprintf(w, "%sno instrumented thread exited in this interval\n", rep.Prefix())
+		return
+	}
+	for _, s := range sums {
+		r.text(w, rep, s)
+	}
+}
+
+func fmtNs(ns float64) string {
+	switch {
+	case ns >= 1e9:
+		return strconv.FormatFloat(ns/1e9, 'f', 2, 64) + " s"
+	case ns >= 1e6:
+		return strconv.FormatFloat(ns/1e6, 'f', 2, 64) + " ms"
+	case ns >= 1e3:
+		return strconv.FormatFloat(ns/1e3, 'f', 2, 64) + " us"
+	}
+	return strconv.FormatFloat(ns, 'f', 0, 64) + " ns"
+}
+
+func (r *reporter) text(w io.Writer, rep *toolkit.Report, s kernelSummary) {
+	base, _ := rep.Kernel(s.kernel)
+	fmt.Fprintf(w, "\n%s%s: %d thread runs over %d %s keys, busy %s in all\n", rep.Prefix(), base, s.runs, len(s.keys), r.by.name, fmtNs(float64(s.ns)))
+	tb := tablewriter.NewTable(w)
+	tb.Header("", strings.ToUpper(r.by.name), "RUNS", "BUSY", "PER RUN", "OF MEAN")
+	row := func(what string, k keyStat) {
+		tb.Append(what, strconv.FormatUint(k.key, 10), strconv.FormatUint(k.runs, 10), fmtNs(float64(k.ns)),
+			fmtNs(k.perRunNs), strconv.FormatFloat(k.ofMeanPct, 'f', 0, 64)+"%")
+	}
+	n := min(r.top, len(s.keys))
+	for i := 0; i < n; i++ {
+		row("busiest", s.keys[i])
+	}
+	for i := 0; i < min(r.top, len(s.keys)-n); i++ {
+		row("idlest", s.keys[len(s.keys)-1-i])
+	}
+	tb.Render()
+	s.busyHist.Print(w, "busy "+s.unit)
+	if s.runsMin != s.runsMax {
+		s.runsHist.Print(w, "runs")
+	}
+	line := fmt.Sprintf("imbalance: busy per %s min %s, mean %s, max %s, max/mean %.2f; %d of %d below 80%% of the mean",
+		r.by.name, fmtNs(float64(s.minNs)), fmtNs(s.meanNs), fmtNs(float64(s.maxNs)), float64(s.maxNs)/s.meanNs, len(s.below), len(s.keys))
+	if len(s.below) > 0 {
+		sort.Slice(s.below, func(i, j int) bool { return s.below[i].key < s.below[j].key })
+		var ks []string
+		for i, k := range s.below {
+			if i == 8 {
+				ks = append(ks, "...")
+				break
+			}
+			ks = append(ks, strconv.FormatUint(k.key, 10))
+		}
+		line += " (" + r.by.name + " " + strings.Join(ks, ", ") + ")"
+	}
+	fmt.Fprintln(w, "  "+line)
+	fmt.Fprintf(w, "  runs per %s: min %d, max %d, %d in all\n", r.by.name, s.runsMin, s.runsMax, s.runs)
+}
+
+func (r *reporter) json(rep *toolkit.Report, s kernelSummary) {
+	base, mangled := rep.Kernel(s.kernel)
+	b := []byte(`{"type":"kernel","time":`)
+	b = toolkit.AppendJSONString(b, rep.Now.Format("15:04:05"))
+	b = append(b, `,"kernel":`...)
+	b = toolkit.AppendJSONString(b, base)
+	b = append(b, `,"mangled":`...)
+	b = toolkit.AppendJSONString(b, mangled)
+	b = append(b, `,"by":`...)
+	b = toolkit.AppendJSONString(b, r.by.name)
+	b = fmt.Appendf(b, `,"keys":%d,"runs":%d,"busy_ns":%d,"busy_min_ns":%d,"busy_mean_ns":%.0f,"busy_max_ns":%d,"max_over_mean":%.3f,"below_80pct":%d,"runs_min":%d,"runs_max":%d`,
+		len(s.keys), s.runs, s.ns, s.minNs, s.meanNs, s.maxNs, float64(s.maxNs)/s.meanNs, len(s.below), s.runsMin, s.runsMax)
+	list := func(name string, ks []keyStat) {
+		b = append(b, `,"`+name+`":[`...)
+		for i, k := range ks {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = fmt.Appendf(b, `{"key":%d,"runs":%d,"busy_ns":%d}`, k.key, k.runs, k.ns)
+		}
+		b = append(b, ']')
+	}
+	n := min(r.top, len(s.keys))
+	list("busiest", s.keys[:n])
+	var idle []keyStat
+	for i := 0; i < min(r.top, len(s.keys)-n); i++ {
+		idle = append(idle, s.keys[len(s.keys)-1-i])
+	}
+	list("idlest", idle)
+	b = append(b, "}\n"...)
+	rep.W.Write(b)
+}
+
+// account adds what threadhist lost to the completeness line.
+func (r *reporter) account(a *toolkit.Account, _ runtime.Stats) {
+	var lost [3]uint64
+	copy(lost[:], r.lost)
+	a.Add(r.total, "thread runs counted", "")
+	a.Add(lost[0], "runs not counted", fmt.Sprintf("%s beyond the %d-key table: raise --max-keys", r.by.name, r.keys))
+	if lost[1] > 0 {
+		a.Add(lost[1], "runs not counted", fmt.Sprintf("more than %d kernels, or a probe in a device function several kernels share", r.kernels))
+	}
+	if lost[2] > 0 {
+		a.Add(lost[2], "runs without busy time", "no entry seen: the probe was attached mid-launch")
+	}
+}

@@ -1,0 +1,38 @@
+package main
+
+import "testing"
+
+func TestSummarize(t *testing.T) {
+	const keys = 4
+	// Kernel 0: keys 0-2 ran (key 2 idle), kernel 1 nothing, kernel 2: key 1.
+	runs := []uint64{3, 3, 2, 0, 0, 0, 0, 0, 0, 5, 0, 0}
+	ns := []uint64{300, 330, 100, 0, 0, 0, 0, 0, 0, 50, 0, 0}
+	got := summarize(runs, ns, keys)
+	if len(got) != 2 || got[0].kernel != 0 || got[1].kernel != 2 {
+		t.Fatalf("kernels: %+v", got)
+	}
+	s := got[0]
+	if s.runs != 8 || s.ns != 730 || s.minNs != 100 || s.maxNs != 330 || s.runsMin != 2 || s.runsMax != 3 {
+		t.Fatalf("totals: %+v", s)
+	}
+	if s.keys[0].key != 1 || s.keys[2].key != 2 {
+		t.Fatalf("not busiest first: %+v", s.keys)
+	}
+	if len(s.below) != 1 || s.below[0].key != 2 {
+		t.Fatalf("below 80%% of the mean: %+v", s.below)
+	}
+	if got[1].runs != 5 || got[1].keys[0].key != 1 {
+		t.Fatalf("kernel 2: %+v", got[1])
+	}
+}
+
+func TestParseBy(t *testing.T) {
+	for _, s := range []string{"thread.x", "global", "block", "warp"} {
+		if b, err := parseBy(s); err != nil || b.name != s {
+			t.Errorf("parseBy(%q) = %v, %v", s, b, err)
+		}
+	}
+	if _, err := parseBy("lane"); err == nil {
+		t.Error("parseBy(lane) accepted")
+	}
+}
