@@ -81,15 +81,15 @@ type Session struct {
 	// GPU then drops, counted) instead of discarding batches.
 	consumed atomic.Bool
 
-	mu     sync.Mutex
-	procs  map[int]*Process
+	mu    sync.Mutex
+	procs map[int]*Process
 	// kernels numbers every kernel a probe was placed in, in the order
 	// first seen: what bpf_gpu_kernel_index returns there.
 	kernels   map[string]uint32
 	kernelIdx []string
-	gone   []*Process // detached, kept for their counters
-	closed bool
-	stats  Stats
+	gone      []*Process // detached, kept for their counters
+	closed    bool
+	stats     Stats
 }
 
 // KernelIndex is the number bpf_gpu_kernel_index returns in kernel (a

@@ -17,7 +17,7 @@ type Clone struct {
 	inlined int
 	// site is the kernel the pass now works in ("" inside a .func that
 	// several kernels may call): what a probe's kernel index is there.
-	site string
+	site    string
 	M       *ptx.Module
 	Kernels []*ptx.Func // selected kernels (copies)
 	Funcs   []*ptx.Func // defined .funcs they call (copies)
