@@ -40,4 +40,52 @@ static __always_inline u64 gpu_block_linear(void)
 	return (z * gy + y) * gx + x;
 }
 
+/* One GPU thread at a probe: kernel_trace's and kernelretsnoop's record. */
+struct gpu_thread_event {
+	u64 ts;		/* %globaltimer */
+	u64 grid;	/* %gridid: which launch */
+	u32 block_x, block_y, block_z;
+	u32 thread_x, thread_y, thread_z;
+	u32 sm, warp, lane;
+	u32 kernel;	/* bpf_gpu_kernel_index */
+};
+
+static __always_inline void gpu_fill_event(struct gpu_thread_event *e, u64 ts)
+{
+	u64 x, y, z;
+
+	e->ts = ts;
+	e->grid = bpf_gpu_grid_id();
+	bpf_get_block_idx(&x, &y, &z);
+	e->block_x = x, e->block_y = y, e->block_z = z;
+	bpf_get_thread_idx(&x, &y, &z);
+	e->thread_x = x, e->thread_y = y, e->thread_z = z;
+	e->sm = bpf_get_sm_id();
+	e->warp = bpf_get_warp_id();
+	e->lane = bpf_get_lane_id();
+	e->kernel = bpf_gpu_kernel_index();
+}
+
+/* Log-linear buckets (8 per power of two, exact below 16): ~12% wide, so
+ * medians and p99s read from them are within 12%. The host's
+ * toolkit.LinLogLower is the inverse. */
+#define LINLOG_BUCKETS 320
+
+static __always_inline u32 linlog_bucket(u64 v)
+{
+	u64 x = v;
+	u32 e = 0, b;
+
+	if (v < 16)
+		return v;
+	if (x >> 32) { e += 32; x >>= 32; }
+	if (x >> 16) { e += 16; x >>= 16; }
+	if (x >> 8) { e += 8; x >>= 8; }
+	if (x >> 4) { e += 4; x >>= 4; }
+	if (x >> 2) { e += 2; x >>= 2; }
+	if (x >> 1) { e += 1; }
+	b = 16 + (e - 4) * 8 + ((v >> (e - 3)) & 7);
+	return b < LINLOG_BUCKETS ? b : LINLOG_BUCKETS - 1;
+}
+
 #endif /* __GPUBPF_GPUTHREAD_H */

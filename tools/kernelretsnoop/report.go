@@ -1,0 +1,193 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/olekukonko/tablewriter"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
+)
+
+// lateFloorNs: a lane is marked late only if its median lateness is at
+// least this (globaltimer ticks in steps of tens of ns on some GPUs) and
+// at least lateFactor times the median lane's.
+const (
+	lateFloorNs = 100
+	lateFactor  = 4
+)
+
+type laneStat struct {
+	exits    uint64
+	p50, p99 uint64
+	late     bool
+}
+
+type kernelSummary struct {
+	kernel                          uint32
+	exits                           uint64
+	spreadP50, spreadP99, spreadMax uint64
+	lanes                           [32]laneStat
+	late                            []int
+}
+
+// summarize reads the per-kernel segments of lanehist (32 lanes x
+// LinLogBuckets each) and spreadhist (LinLogBuckets each).
+func summarize(lanehist, spreadhist []uint64) []kernelSummary {
+	const nb = toolkit.LinLogBuckets
+	var out []kernelSummary
+	for k := 0; (k+1)*32*nb <= len(lanehist); k++ {
+		s := kernelSummary{kernel: uint32(k)}
+		var medians []uint64
+		for l := 0; l < 32; l++ {
+			h := lanehist[(k*32+l)*nb : (k*32+l+1)*nb]
+			p50, n := toolkit.LinLogQuantile(h, 0.5)
+			if n == 0 {
+				continue
+			}
+			p99, _ := toolkit.LinLogQuantile(h, 0.99)
+			s.lanes[l] = laneStat{exits: n, p50: p50, p99: p99}
+			s.exits += n
+			medians = append(medians, p50)
+		}
+		if s.exits == 0 {
+			continue
+		}
+		sort.Slice(medians, func(i, j int) bool { return medians[i] < medians[j] })
+		base := medians[len(medians)/2]
+		for l := range s.lanes {
+			ls := &s.lanes[l]
+			if ls.exits > 0 && ls.p50 >= lateFloorNs && ls.p50 >= lateFactor*base {
+				ls.late = true
+				s.late = append(s.late, l)
+			}
+		}
+		if (k+1)*nb <= len(spreadhist) {
+			h := spreadhist[k*nb : (k+1)*nb]
+			s.spreadP50, _ = toolkit.LinLogQuantile(h, 0.5)
+			s.spreadP99, _ = toolkit.LinLogQuantile(h, 0.99)
+			s.spreadMax, _ = toolkit.LinLogQuantile(h, 1)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+type reporter struct {
+	events *eventPrinter
+	lost   []uint64
+	exits  uint64
+}
+
+func fmtNs(ns uint64) string {
+	switch {
+	case ns >= 1e9:
+		return strconv.FormatFloat(float64(ns)/1e9, 'f', 2, 64) + " s"
+	case ns >= 1e6:
+		return strconv.FormatFloat(float64(ns)/1e6, 'f', 2, 64) + " ms"
+	case ns >= 1e4:
+		return strconv.FormatFloat(float64(ns)/1e3, 'f', 1, 64) + " us"
+	}
+	return strconv.FormatUint(ns, 10) + " ns"
+}
+
+func (r *reporter) report(rep *toolkit.Report) {
+	sums := summarize(rep.U64("lanehist"), rep.U64("spreadhist"))
+	if rep.Final {
+		r.lost = rep.Total("lost")
+		r.exits = 0
+		for _, s := range summarize(rep.Total("lanehist"), nil) {
+			r.exits += s.exits
+		}
+		if rep.Interval && len(sums) == 0 {
+			return
+		}
+	}
+	for _, s := range sums {
+		if rep.JSON {
+			r.json(rep, s)
+		} else {
+			r.text(rep.W, rep, s)
+		}
+	}
+	if len(sums) == 0 && !rep.JSON {
+		fmt.Fprintf(rep.W, "%sno instrumented thread exited\n", rep.Prefix())
+	}
+}
+
+func (r *reporter) text(w io.Writer, rep *toolkit.Report, s kernelSummary) {
+	base, _ := rep.Kernel(s.kernel)
+	fmt.Fprintf(w, "\n%s%s: %d thread exits\n", rep.Prefix(), base, s.exits)
+	fmt.Fprintf(w, "  exit spread (thread exit - its launch's first exit): p50 %s, p99 %s, max %s\n",
+		fmtNs(s.spreadP50), fmtNs(s.spreadP99), fmtNs(s.spreadMax))
+	fmt.Fprintf(w, "  lateness per lane (exit - its warp's first exit):\n")
+	tb := tablewriter.NewTable(w)
+	tb.Header("LANE", "EXITS", "MEDIAN", "P99", "")
+	for l, ls := range s.lanes {
+		if ls.exits == 0 {
+			continue
+		}
+		mark := ""
+		if ls.late {
+			mark = "<- late"
+		}
+		tb.Append(strconv.Itoa(l), strconv.FormatUint(ls.exits, 10), fmtNs(ls.p50), fmtNs(ls.p99), mark)
+	}
+	tb.Render()
+	if len(s.late) > 0 {
+		var ls []string
+		for _, l := range s.late {
+			ls = append(ls, fmt.Sprintf("lane %d (median %s late)", l, fmtNs(s.lanes[l].p50)))
+		}
+		fmt.Fprintf(w, "  late: %s of every warp\n", strings.Join(ls, ", "))
+	} else {
+		fmt.Fprintf(w, "  no lane is late: lanes exit with their warp\n")
+	}
+}
+
+func (r *reporter) json(rep *toolkit.Report, s kernelSummary) {
+	base, mangled := rep.Kernel(s.kernel)
+	b := []byte(`{"type":"kernel","time":`)
+	b = toolkit.AppendJSONString(b, rep.Now.Format("15:04:05"))
+	b = append(b, `,"kernel":`...)
+	b = toolkit.AppendJSONString(b, base)
+	b = append(b, `,"mangled":`...)
+	b = toolkit.AppendJSONString(b, mangled)
+	b = fmt.Appendf(b, `,"exits":%d,"spread_p50_ns":%d,"spread_p99_ns":%d,"spread_max_ns":%d,"lanes":[`, s.exits, s.spreadP50, s.spreadP99, s.spreadMax)
+	first := true
+	for l, ls := range s.lanes {
+		if ls.exits == 0 {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		b = fmt.Appendf(b, `{"lane":%d,"exits":%d,"p50_ns":%d,"p99_ns":%d,"late":%t}`, l, ls.exits, ls.p50, ls.p99, ls.late)
+	}
+	b = append(b, "]}\n"...)
+	rep.W.Write(b)
+}
+
+func (r *reporter) account(a *toolkit.Account, _ runtime.Stats) {
+	var lost [2]uint64
+	copy(lost[:], r.lost)
+	a.Add(r.exits, "thread exits counted", "")
+	if lost[0] > 0 {
+		a.Add(lost[0], "exits not counted", "more than 64 kernels, or an exit in a device function several kernels share")
+	}
+	if lost[1] > 0 {
+		a.Add(lost[1], "exits not counted", "an SM id beyond the slot table")
+	}
+	if r.events != nil {
+		r.events.mu.Lock()
+		if r.events.bad > 0 {
+			a.Add(r.events.bad, "malformed exit records", "")
+		}
+		r.events.mu.Unlock()
+	}
+}
