@@ -1,0 +1,237 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/olekukonko/tablewriter"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
+)
+
+type launchKey struct {
+	pid    int
+	kernel uint32
+	grid   uint64
+}
+
+// launch is what kernel_trace knows of one launch from its records.
+type launch struct {
+	key         launchKey
+	threads     uint64
+	first, last uint64
+	smFirst     map[uint32]uint64
+	smBlocks    map[uint32]map[uint64]struct{}
+}
+
+func (l *launch) add(e toolkit.ThreadEvent) {
+	if l.threads == 0 || e.TS < l.first {
+		l.first = e.TS
+	}
+	if e.TS > l.last {
+		l.last = e.TS
+	}
+	l.threads++
+	if f, ok := l.smFirst[e.SM]; !ok || e.TS < f {
+		l.smFirst[e.SM] = e.TS
+	}
+	bs := l.smBlocks[e.SM]
+	if bs == nil {
+		bs = map[uint64]struct{}{}
+		l.smBlocks[e.SM] = bs
+	}
+	bs[uint64(e.BlockX)|uint64(e.BlockY)<<21|uint64(e.BlockZ)<<42] = struct{}{}
+}
+
+// summary: blocks per SM (min, max) and how long after the launch's first
+// start the last SM to start did.
+func (l *launch) summary() (bmin, bmax int, lastSM uint64) {
+	bmin = -1
+	for sm, bs := range l.smBlocks {
+		n := len(bs)
+		if bmin < 0 || n < bmin {
+			bmin = n
+		}
+		bmax = max(bmax, n)
+		if d := l.smFirst[sm] - l.first; d > lastSM {
+			lastSM = d
+		}
+	}
+	return max(bmin, 0), bmax, lastSM
+}
+
+type kernelTotals struct {
+	launches, threads uint64
+}
+
+type tracer struct {
+	mu        sync.Mutex
+	w         *bufio.Writer
+	json      bool
+	stamp     bool
+	maxEvents int64
+	keep      int
+	sample    uint64
+	printed   int64
+	bad       uint64
+	threads   uint64
+	launches  map[launchKey]*launch
+	totals    map[launchKey]*kernelTotals // by (pid, kernel), grid 0
+	perKernel map[launchKey][]*launch     // the kept launches by (pid, kernel)
+	now       func() time.Time
+}
+
+func newTracer(w *bufio.Writer, json, stamp bool, maxEvents int64, keep int) *tracer {
+	return &tracer{w: w, json: json, stamp: stamp, maxEvents: maxEvents, keep: max(keep, 1),
+		launches: map[launchKey]*launch{}, totals: map[launchKey]*kernelTotals{}, perKernel: map[launchKey][]*launch{}, now: time.Now}
+}
+
+func (t *tracer) batch(b *runtime.Batch) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var buf []byte
+	pre := ""
+	if t.stamp {
+		pre = t.now().Format("15:04:05") + " "
+	}
+	for i := 0; i < b.Len(); i++ {
+		e, err := toolkit.DecodeThreadEvent(b.Record(i))
+		if err != nil {
+			t.bad++
+			continue
+		}
+		t.threads++
+		t.launchOf(b.PID, e).add(e)
+		t.totals[launchKey{pid: b.PID, kernel: e.Kernel}].threads++
+		if t.maxEvents >= 0 && t.printed >= t.maxEvents {
+			continue
+		}
+		t.printed++
+		if t.json {
+			buf = fmt.Appendf(buf, `{"type":"thread","pid":%d,"kernel_index":%d,"grid":%d,"ts":%d,"block":[%d,%d,%d],"thread":[%d,%d,%d],"sm":%d,"warp":%d,"lane":%d}`+"\n",
+				b.PID, e.Kernel, e.Grid, e.TS, e.BlockX, e.BlockY, e.BlockZ, e.ThreadX, e.ThreadY, e.ThreadZ, e.SM, e.Warp, e.Lane)
+		} else {
+			buf = fmt.Appendf(buf, "%s[kernel_trace] ts=%d block=(%d,%d,%d) thread=(%d,%d,%d) sm=%d warp=%d lane=%d\n",
+				pre, e.TS, e.BlockX, e.BlockY, e.BlockZ, e.ThreadX, e.ThreadY, e.ThreadZ, e.SM, e.Warp, e.Lane)
+		}
+	}
+	t.w.Write(buf)
+	t.w.Flush()
+}
+
+// launchOf finds or starts the launch of e, retiring the oldest kept
+// launch of its kernel into the totals when more than 4x --launches are kept.
+func (t *tracer) launchOf(pid int, e toolkit.ThreadEvent) *launch {
+	k := launchKey{pid, e.Kernel, e.Grid}
+	if l := t.launches[k]; l != nil {
+		return l
+	}
+	l := &launch{key: k, smFirst: map[uint32]uint64{}, smBlocks: map[uint32]map[uint64]struct{}{}}
+	t.launches[k] = l
+	kk := launchKey{pid: pid, kernel: e.Kernel}
+	tot := t.totals[kk]
+	if tot == nil {
+		tot = &kernelTotals{}
+		t.totals[kk] = tot
+	}
+	tot.launches++
+	ls := append(t.perKernel[kk], l)
+	if len(ls) > 4*t.keep {
+		sort.Slice(ls, func(i, j int) bool { return ls[i].first < ls[j].first })
+		for _, old := range ls[:len(ls)-t.keep] {
+			delete(t.launches, old.key)
+		}
+		ls = append([]*launch(nil), ls[len(ls)-t.keep:]...)
+	}
+	t.perKernel[kk] = ls
+	return l
+}
+
+func fmtNs(ns uint64) string {
+	switch {
+	case ns >= 1e6:
+		return strconv.FormatFloat(float64(ns)/1e6, 'f', 2, 64) + " ms"
+	case ns >= 1e4:
+		return strconv.FormatFloat(float64(ns)/1e3, 'f', 1, 64) + " us"
+	}
+	return strconv.FormatUint(ns, 10) + " ns"
+}
+
+// report prints the per-launch summaries (the kept launches of each
+// kernel), then forgets them with -i.
+func (t *tracer) report(rep *toolkit.Report) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	kks := make([]launchKey, 0, len(t.perKernel))
+	for kk := range t.perKernel {
+		kks = append(kks, kk)
+	}
+	sort.Slice(kks, func(i, j int) bool {
+		if kks[i].pid != kks[j].pid {
+			return kks[i].pid < kks[j].pid
+		}
+		return kks[i].kernel < kks[j].kernel
+	})
+	for _, kk := range kks {
+		ls := t.perKernel[kk]
+		sort.Slice(ls, func(i, j int) bool { return ls[i].first < ls[j].first })
+		if len(ls) > t.keep {
+			ls = ls[len(ls)-t.keep:]
+		}
+		base, mangled := rep.Kernel(kk.kernel)
+		tot := t.totals[kk]
+		if t.json {
+			for _, l := range ls {
+				bmin, bmax, lastSM := l.summary()
+				b := fmt.Appendf(nil, `{"type":"launch","pid":%d,"kernel":`, kk.pid)
+				b = toolkit.AppendJSONString(b, base)
+				b = append(b, `,"mangled":`...)
+				b = toolkit.AppendJSONString(b, mangled)
+				b = fmt.Appendf(b, `,"grid":%d,"threads":%d,"first_start":%d,"last_start":%d,"start_spread_ns":%d,"sms":%d,"blocks_per_sm_min":%d,"blocks_per_sm_max":%d,"last_sm_late_ns":%d}`+"\n",
+					l.key.grid, l.threads, l.first, l.last, l.last-l.first, len(l.smFirst), bmin, bmax, lastSM)
+				t.w.Write(b)
+			}
+			continue
+		}
+		fmt.Fprintf(t.w, "\n%s%s (PID %d): %d launches, %d threads traced", rep.Prefix(), base, kk.pid, tot.launches, tot.threads)
+		if t.sample > 1 {
+			fmt.Fprintf(t.w, " (one in %d)", t.sample)
+		}
+		fmt.Fprintf(t.w, "; the last %d:\n", len(ls))
+		tb := tablewriter.NewTable(t.w)
+		tb.Header("GRID", "THREADS", "FIRST START", "START SPREAD", "SMS", "BLOCKS/SM", "LAST SM STARTED")
+		for _, l := range ls {
+			bmin, bmax, lastSM := l.summary()
+			bps := strconv.Itoa(bmin)
+			if bmax != bmin {
+				bps += "-" + strconv.Itoa(bmax)
+			}
+			tb.Append(strconv.FormatUint(l.key.grid, 10), strconv.FormatUint(l.threads, 10), strconv.FormatUint(l.first, 10),
+				fmtNs(l.last-l.first), strconv.Itoa(len(l.smFirst)), bps, "+"+fmtNs(lastSM))
+		}
+		tb.Render()
+	}
+	t.w.Flush()
+	if rep.Interval && !rep.Final {
+		t.perKernel = map[launchKey][]*launch{}
+		t.launches = map[launchKey]*launch{}
+		t.totals = map[launchKey]*kernelTotals{}
+	}
+}
+
+func (t *tracer) account(a *toolkit.Account, _ runtime.Stats) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	a.Add(t.threads, "thread entries received", "")
+	if t.maxEvents >= 0 && int64(t.threads) > t.printed {
+		a.Note(fmt.Sprintf("%d printed (--max-events %d)", t.printed, t.maxEvents))
+	}
+	if t.bad > 0 {
+		a.Add(t.bad, "malformed records", "")
+	}
+}
