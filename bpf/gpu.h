@@ -76,6 +76,12 @@ static u64 (*const bpf_gpu_kernel_index)(void) = (void *)600;
 /* %gridid: the launch's temporal grid id, distinct for every launch in one
  * CUDA context (per-launch attribution). */
 static u64 (*const bpf_gpu_grid_id)(void) = (void *)601;
+/* __activemask(): the lanes of the warp running this call together. */
+static u64 (*const bpf_gpu_active_mask)(void) = (void *)602;
+/* __shfl_sync(mask, value, src_lane) on 64 bits: every lane in mask must
+ * make the same call. With bpf_gpu_active_mask, lets one lane (the lowest
+ * of the mask) do a warp's atomics and hand the result to the others. */
+static u64 (*const bpf_gpu_shfl)(u64 value, u64 src_lane, u64 mask) = (void *)603;
 
 /* ---- probe context ------------------------------------------------------ */
 

@@ -20,6 +20,31 @@ static __always_inline u32 gpu_warp_slot(void)
 	return (u32)bpf_get_sm_id() * GPU_WARP_SLOTS + (u32)bpf_get_warp_id();
 }
 
+/* The lanes exiting (or entering) together: their mask, how many they
+ * are and the lowest of them, which does the group's atomics. */
+struct gpu_group {
+	u32 mask, n, leader;
+};
+
+static __always_inline struct gpu_group gpu_warp_group(void)
+{
+	struct gpu_group g;
+	u32 m = bpf_gpu_active_mask(), x = m, b = m & -m, i = 0;
+
+	x = x - ((x >> 1) & 0x55555555);
+	x = (x & 0x33333333) + ((x >> 2) & 0x33333333);
+	x = (x + (x >> 4)) & 0x0F0F0F0F;
+	if (b & 0xFFFF0000) i += 16;
+	if (b & 0xFF00FF00) i += 8;
+	if (b & 0xF0F0F0F0) i += 4;
+	if (b & 0xCCCCCCCC) i += 2;
+	if (b & 0xAAAAAAAA) i += 1;
+	g.mask = m;
+	g.n = (x * 0x01010101) >> 24;
+	g.leader = i;
+	return g;
+}
+
 /* Linear thread index in the block, and the block's linear index. */
 static __always_inline u64 gpu_thread_in_block(u64 *threads_per_block)
 {

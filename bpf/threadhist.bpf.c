@@ -14,8 +14,12 @@ enum { BY_THREAD_X = 0, BY_GLOBAL = 1, BY_BLOCK = 2, BY_WARP = 3 };
 const volatile u32 by = BY_THREAD_X;
 const volatile u32 keys = 1024;		/* keys per kernel segment */
 const volatile u32 max_kernels = 64;	/* segments */
+/* Copies of each kernel's segment, picked by SM: with few keys (thread.x)
+ * every block adds to the same addresses, and one copy per SM group keeps
+ * the atomics on one address to a few per launch. The tool sums them. */
+const volatile u32 shards = 1;
 
-/* Sized by the tool: max_kernels * keys entries. */
+/* Sized by the tool: max_kernels * shards * keys entries. */
 GPUBPF_MAP(runs, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
 GPUBPF_MAP(nsecs, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
 /* Start time of the thread in each hardware slot. */
@@ -81,7 +85,7 @@ int threadhist_exit(void *ctx)
 		count_lost(0);
 		return 0;
 	}
-	u32 idx = kernel * keys + key;
+	u32 idx = (kernel * shards + bpf_get_sm_id() % shards) * keys + key;
 	u64 *r = bpf_map_lookup_elem(&runs, &idx);
 	u64 *ns = bpf_map_lookup_elem(&nsecs, &idx);
 	if (!r || !ns)

@@ -67,3 +67,31 @@ func TestSplitProgramsRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestWithVariables: a const volatile knob a tool sets through Variables
+// reaches the data section the GPU side places; the caller's spec is kept.
+func TestWithVariables(t *testing.T) {
+	spec := &ebpf.CollectionSpec{
+		Maps: map[string]*ebpf.MapSpec{".rodata": {Name: ".rodata", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1,
+			Contents: []ebpf.MapKV{{Key: uint32(0), Value: []byte{1, 2, 3, 4, 5, 6, 7, 8}}}}},
+		Variables: map[string]*ebpf.VariableSpec{"knob": {Name: "knob", SectionName: ".rodata", Offset: 4, Value: []byte{0, 0, 0, 0}}},
+	}
+	if err := spec.Variables["knob"].Set(uint32(0x11223344)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := withVariables(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.Maps[".rodata"].Contents[0].Value.([]byte)
+	if want := []byte{1, 2, 3, 4, 0x44, 0x33, 0x22, 0x11}; string(got) != string(want) {
+		t.Fatalf("section %x, want %x", got, want)
+	}
+	if orig := spec.Maps[".rodata"].Contents[0].Value.([]byte); orig[4] != 5 {
+		t.Fatal("the caller's spec was changed")
+	}
+	spec.Variables["knob"].Offset = 6
+	if _, err := withVariables(spec); err == nil {
+		t.Fatal("a variable outside its section was accepted")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -92,6 +93,38 @@ type Session struct {
 	stats     Stats
 }
 
+// withVariables folds the values a tool set through spec.Variables (its
+// const volatile knobs) into the contents of their data sections: the GPU
+// side places .rodata/.data from Contents, while cilium/ebpf applies
+// Variables only when it loads a collection into the kernel.
+func withVariables(spec *ebpf.CollectionSpec) (*ebpf.CollectionSpec, error) {
+	if len(spec.Variables) == 0 {
+		return spec, nil
+	}
+	out := spec.Copy()
+	for name, vs := range out.Variables {
+		ms := out.Maps[vs.SectionName]
+		if ms == nil || vs.Value == nil {
+			continue
+		}
+		if len(ms.Contents) == 0 { // .bss: zeros
+			ms.Contents = []ebpf.MapKV{{Key: uint32(0), Value: make([]byte, ms.ValueSize)}}
+		}
+		if len(ms.Contents) != 1 {
+			return nil, fmt.Errorf("variable %s: section %s has %d values, want 1", name, vs.SectionName, len(ms.Contents))
+		}
+		data, ok := ms.Contents[0].Value.([]byte)
+		end := int(vs.Offset) + len(vs.Value)
+		if !ok || end > len(data) {
+			return nil, fmt.Errorf("variable %s lies outside section %s", name, vs.SectionName)
+		}
+		data = slices.Clone(data)
+		copy(data[vs.Offset:end], vs.Value)
+		ms.Contents = []ebpf.MapKV{{Key: ms.Contents[0].Key, Value: data}}
+	}
+	return out, nil
+}
+
 // KernelIndex is the number bpf_gpu_kernel_index returns in kernel (a
 // mangled name), assigned on first use and the same in every process of
 // the session. The unknown kernel ("") is jit.UnknownKernel.
@@ -164,6 +197,10 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 			keep.Programs[name] = p
 		}
 		spec = keep
+	}
+	spec, err := withVariables(spec)
+	if err != nil {
+		return nil, err
 	}
 	gpu, cpu, err := SplitPrograms(spec)
 	if err != nil {

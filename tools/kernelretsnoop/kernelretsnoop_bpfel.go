@@ -20,6 +20,7 @@ const (
 	kernelretsnoopMapLanehist            = "lanehist"
 	kernelretsnoopMapLaunchfirst         = "launchfirst"
 	kernelretsnoopMapLost                = "lost"
+	kernelretsnoopMapOntime              = "ontime"
 	kernelretsnoopMapSpreadhist          = "spreadhist"
 	kernelretsnoopMapWexited             = "wexited"
 	kernelretsnoopMapWfirst              = "wfirst"
@@ -81,6 +82,7 @@ type kernelretsnoopMapSpecs struct {
 	Lanehist    *ebpf.MapSpec `ebpf:"lanehist"`
 	Launchfirst *ebpf.MapSpec `ebpf:"launchfirst"`
 	Lost        *ebpf.MapSpec `ebpf:"lost"`
+	Ontime      *ebpf.MapSpec `ebpf:"ontime"`
 	Spreadhist  *ebpf.MapSpec `ebpf:"spreadhist"`
 	Wexited     *ebpf.MapSpec `ebpf:"wexited"`
 	Wfirst      *ebpf.MapSpec `ebpf:"wfirst"`
@@ -118,6 +120,7 @@ type kernelretsnoopMaps struct {
 	Lanehist    *ebpf.Map `ebpf:"lanehist"`
 	Launchfirst *ebpf.Map `ebpf:"launchfirst"`
 	Lost        *ebpf.Map `ebpf:"lost"`
+	Ontime      *ebpf.Map `ebpf:"ontime"`
 	Spreadhist  *ebpf.Map `ebpf:"spreadhist"`
 	Wexited     *ebpf.Map `ebpf:"wexited"`
 	Wfirst      *ebpf.Map `ebpf:"wfirst"`
@@ -129,6 +132,7 @@ func (m *kernelretsnoopMaps) Close() error {
 		m.Lanehist,
 		m.Launchfirst,
 		m.Lost,
+		m.Ontime,
 		m.Spreadhist,
 		m.Wexited,
 		m.Wfirst,

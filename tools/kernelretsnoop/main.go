@@ -39,7 +39,7 @@ With -j: {"type":"kernel","kernel","mangled","exits","spread_p50_ns",
 }
 
 func run(c *cli.Context) error {
-	const kernels = 64
+	const kernels = 16
 	spec, err := loadKernelretsnoop()
 	if err != nil {
 		return fmt.Errorf("loading kernelretsnoop's BPF object: %w", err)
@@ -55,13 +55,14 @@ func run(c *cli.Context) error {
 		}
 	}
 	spec.Maps["lanehist"].MaxEntries = kernels * 32 * toolkit.LinLogBuckets
-	spec.Maps["spreadhist"].MaxEntries = kernels * toolkit.LinLogBuckets
+	spec.Maps["spreadhist"].MaxEntries = kernels * shards * toolkit.LinLogBuckets
+	spec.Maps["ontime"].MaxEntries = kernels * shards
 	r := &reporter{}
 	t := toolkit.GPUTool{
 		Name:    "kernelretsnoop",
 		Spec:    spec,
 		What:    "Tracing GPU thread exits",
-		Maps:    []string{"lanehist", "spreadhist", "lost"},
+		Maps:    []string{"lanehist", "ontime", "spreadhist", "lost"},
 		Report:  r.report,
 		Account: r.account,
 	}

@@ -35,16 +35,28 @@ type kernelSummary struct {
 	late                            []int
 }
 
+// shards is SHARDS of kernelretsnoop.bpf.c: counters every warp hits are
+// spread over SMs.
+const shards = 32
+
 // summarize reads the per-kernel segments of lanehist (32 lanes x
-// LinLogBuckets each) and spreadhist (LinLogBuckets each).
-func summarize(lanehist, spreadhist []uint64) []kernelSummary {
+// LinLogBuckets each: warps whose lanes exited apart), ontime (shards
+// each: warps that exited as one, lateness 0 for every lane) and
+// spreadhist (shards x LinLogBuckets each).
+func summarize(lanehist, ontime, spreadhist []uint64) []kernelSummary {
 	const nb = toolkit.LinLogBuckets
 	var out []kernelSummary
 	for k := 0; (k+1)*32*nb <= len(lanehist); k++ {
 		s := kernelSummary{kernel: uint32(k)}
+		var full uint64
+		for i := k * shards; i < (k+1)*shards && i < len(ontime); i++ {
+			full += ontime[i]
+		}
 		var medians []uint64
+		h := make([]uint64, nb)
 		for l := 0; l < 32; l++ {
-			h := lanehist[(k*32+l)*nb : (k*32+l+1)*nb]
+			copy(h, lanehist[(k*32+l)*nb:(k*32+l+1)*nb])
+			h[0] += full
 			p50, n := toolkit.LinLogQuantile(h, 0.5)
 			if n == 0 {
 				continue
@@ -66,8 +78,13 @@ func summarize(lanehist, spreadhist []uint64) []kernelSummary {
 				s.late = append(s.late, l)
 			}
 		}
-		if (k+1)*nb <= len(spreadhist) {
-			h := spreadhist[k*nb : (k+1)*nb]
+		if (k+1)*shards*nb <= len(spreadhist) {
+			clear(h)
+			for sh := 0; sh < shards; sh++ {
+				for b, c := range spreadhist[(k*shards+sh)*nb : (k*shards+sh+1)*nb] {
+					h[b] += c
+				}
+			}
 			s.spreadP50, _ = toolkit.LinLogQuantile(h, 0.5)
 			s.spreadP99, _ = toolkit.LinLogQuantile(h, 0.99)
 			s.spreadMax, _ = toolkit.LinLogQuantile(h, 1)
@@ -96,11 +113,11 @@ func fmtNs(ns uint64) string {
 }
 
 func (r *reporter) report(rep *toolkit.Report) {
-	sums := summarize(rep.U64("lanehist"), rep.U64("spreadhist"))
+	sums := summarize(rep.U64("lanehist"), rep.U64("ontime"), rep.U64("spreadhist"))
 	if rep.Final {
 		r.lost = rep.Total("lost")
 		r.exits = 0
-		for _, s := range summarize(rep.Total("lanehist"), nil) {
+		for _, s := range summarize(rep.Total("lanehist"), rep.Total("ontime"), nil) {
 			r.exits += s.exits
 		}
 		if rep.Interval && len(sums) == 0 {
@@ -178,7 +195,7 @@ func (r *reporter) account(a *toolkit.Account, _ runtime.Stats) {
 	copy(lost[:], r.lost)
 	a.Add(r.exits, "thread exits counted", "")
 	if lost[0] > 0 {
-		a.Add(lost[0], "exits not counted", "more than 64 kernels, or an exit in a device function several kernels share")
+		a.Add(lost[0], "exits not counted", "more than 16 kernels, or an exit in a device function several kernels share")
 	}
 	if lost[1] > 0 {
 		a.Add(lost[1], "exits not counted", "an SM id beyond the slot table")

@@ -11,21 +11,22 @@ import (
 func TestLateLaneMarked(t *testing.T) {
 	const nb = toolkit.LinLogBuckets
 	lane := make([]uint64, 2*32*nb) // two kernels
+	ontime := make([]uint64, 2*shards)
+	ontime[3] = 100 // kernel 0: 100 full warps on time
 	for l := 0; l < 32; l++ {
-		lane[l*nb+0] = 100 // kernel 0: on time
 		if l == 31 {
 			lane[(32+l)*nb+59] = 100 // kernel 1: ~750 ns (bucket 59)
 		} else {
 			lane[(32+l)*nb+0] = 100
 		}
 	}
-	spread := make([]uint64, 2*nb)
-	spread[nb+59] = 10
-	got := summarize(lane, spread)
+	spread := make([]uint64, 2*shards*nb)
+	spread[(shards+5)*nb+59] = 10
+	got := summarize(lane, ontime, spread)
 	if len(got) != 2 {
 		t.Fatalf("%d kernels", len(got))
 	}
-	if len(got[0].late) != 0 {
+	if got[0].exits != 3200 || len(got[0].late) != 0 {
 		t.Errorf("kernel 0: late lanes %v", got[0].late)
 	}
 	if len(got[1].late) != 1 || got[1].late[0] != 31 {

@@ -48,22 +48,28 @@ func run(c *cli.Context) error {
 	if keys > 1<<26 {
 		return toolkit.Usagef("--max-keys %d: at most %d", keys, 1<<26)
 	}
+	// thread.x has few keys that every block adds to: spread them over
+	// copies by SM (summed here) so no address takes every block's atomic.
+	shards := uint32(1)
+	if by.name == "thread.x" && keys <= 1024 {
+		shards = 16
+	}
 	kernels := uint32(64)
-	if kernels*keys > 1<<24 {
-		kernels = max(1, (1<<24)/keys)
+	if kernels*shards*keys > 1<<24 {
+		kernels = max(1, (1<<24)/(shards*keys))
 	}
 	spec, err := loadThreadhist()
 	if err != nil {
 		return fmt.Errorf("loading threadhist's BPF object: %w", err)
 	}
-	for name, v := range map[string]uint32{"by": by.code, "keys": keys, "max_kernels": kernels} {
+	for name, v := range map[string]uint32{"by": by.code, "keys": keys, "max_kernels": kernels, "shards": shards} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return fmt.Errorf("setting %s: %w", name, err)
 		}
 	}
-	spec.Maps["runs"].MaxEntries = kernels * keys
-	spec.Maps["nsecs"].MaxEntries = kernels * keys
-	r := &reporter{by: by, keys: keys, kernels: kernels, top: int(c.Uint("top"))}
+	spec.Maps["runs"].MaxEntries = kernels * shards * keys
+	spec.Maps["nsecs"].MaxEntries = kernels * shards * keys
+	r := &reporter{by: by, keys: keys, kernels: kernels, shards: shards, top: int(c.Uint("top"))}
 	return toolkit.RunGPU(c, toolkit.GPUTool{
 		Name:    "threadhist",
 		Spec:    spec,

@@ -112,7 +112,23 @@ func summarize(runs, ns []uint64, keys uint32) []kernelSummary {
 	return out
 }
 
+// fold sums the shard copies of each kernel's segment (shards x keys
+// entries per kernel) into one segment of keys entries.
+func fold(v []uint64, shards, keys uint32) []uint64 {
+	if shards <= 1 {
+		return v
+	}
+	seg := int(shards * keys)
+	out := make([]uint64, len(v)/int(shards))
+	for i, x := range v {
+		k, off := i/seg, i%int(keys)
+		out[k*int(keys)+off] += x
+	}
+	return out
+}
+
 type reporter struct {
+	shards  uint32
 	by      byKey
 	keys    uint32
 	kernels uint32
@@ -122,7 +138,7 @@ type reporter struct {
 }
 
 func (r *reporter) report(rep *toolkit.Report) {
-	sums := summarize(rep.U64("runs"), rep.U64("nsecs"), r.keys)
+	sums := summarize(fold(rep.U64("runs"), r.shards, r.keys), fold(rep.U64("nsecs"), r.shards, r.keys), r.keys)
 	if rep.Final && rep.Interval {
 		// With -i every interval has been printed; the end prints the
 		// last, partial one only if it saw anything.

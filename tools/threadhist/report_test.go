@@ -36,3 +36,18 @@ func TestParseBy(t *testing.T) {
 		t.Error("parseBy(lane) accepted")
 	}
 }
+
+func TestFold(t *testing.T) {
+	// 2 kernels x 2 shards x 3 keys.
+	v := []uint64{1, 2, 3, 10, 20, 30, 4, 0, 0, 0, 0, 5}
+	got := fold(v, 2, 3)
+	want := []uint64{11, 22, 33, 4, 0, 5}
+	if len(got) != len(want) {
+		t.Fatalf("%v", got)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("fold = %v, want %v", got, want)
+		}
+	}
+}

@@ -25,6 +25,7 @@ const (
 	threadhistVarBy               = "by"
 	threadhistVarKeys             = "keys"
 	threadhistVarMaxKernels       = "max_kernels"
+	threadhistVarShards           = "shards"
 )
 
 // loadThreadhist returns the embedded CollectionSpec for threadhist.
@@ -90,6 +91,7 @@ type threadhistVariableSpecs struct {
 	By         *ebpf.VariableSpec `ebpf:"by"`
 	Keys       *ebpf.VariableSpec `ebpf:"keys"`
 	MaxKernels *ebpf.VariableSpec `ebpf:"max_kernels"`
+	Shards     *ebpf.VariableSpec `ebpf:"shards"`
 }
 
 // threadhistObjects contains all objects after they have been loaded into the kernel.
@@ -134,6 +136,7 @@ type threadhistVariables struct {
 	By         *ebpf.Variable `ebpf:"by"`
 	Keys       *ebpf.Variable `ebpf:"keys"`
 	MaxKernels *ebpf.Variable `ebpf:"max_kernels"`
+	Shards     *ebpf.Variable `ebpf:"shards"`
 }
 
 // threadhistPrograms contains all programs after they have been loaded into the kernel.

@@ -259,16 +259,20 @@ func TestExitProbe(t *testing.T) {
 	body := strings.Join(lines, "\n")
 	for _, want := range []string{
 		// @%p1 ret: skip the probe and the ret where the predicate is false.
-		"@!%p1 bra.uni\t$gpubpf_L1;\n{\n.param .b64 gpubpf_arg;\n.param .b64 gpubpf_ret;\nst.param.b64\t[gpubpf_arg], 0;\ncall\t(gpubpf_ret), px, (gpubpf_arg);\n}\nret;\n$gpubpf_L1:",
+		"@!%p1 bra.uni\t$gpubpf_L2;\n{\n.param .b64 gpubpf_arg;\n.param .b64 gpubpf_ret;\nst.param.b64\t[gpubpf_arg], 0;\ncall\t(gpubpf_ret), px, (gpubpf_arg);\n}\nret;\n$gpubpf_L2:",
 		// the branch target label still precedes the final ret's probe.
 		"$L_out:\n{\n.param .b64 gpubpf_arg;",
+		// the early return branches to a ret of its own, probed there:
+		// lanes leaving early are not held until the others reach $L_out.
+		"@!%p2 bra\t$gpubpf_L1;",
+		"$gpubpf_L1:\n{\n.param .b64 gpubpf_arg;\n.param .b64 gpubpf_ret;\nst.param.b64\t[gpubpf_arg], 0;\ncall\t(gpubpf_ret), px, (gpubpf_arg);\n}\nret;",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("kernel lacks\n%s\n---- got\n%s", want, body)
 		}
 	}
-	if r.Sites.Exit != 3 { // two rets in k, one exit in helper
-		t.Errorf("exit sites %d, want 3", r.Sites.Exit)
+	if r.Sites.Exit != 4 { // three rets in k (one the early return's own), one exit in helper
+		t.Errorf("exit sites %d, want 4", r.Sites.Exit)
 	}
 	h := m.Funcs()["helper"]
 	calls := 0

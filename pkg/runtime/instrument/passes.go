@@ -477,6 +477,9 @@ func (c *Clone) InsertExit(p *Probe) {
 		return
 	}
 	for _, f := range c.all() {
+		if f.Entry {
+			c.splitEarlyReturns(f)
+		}
 		c.site = c.kernelOf(f)
 		out := make([]*ptx.Stmt, 0, len(f.Body)+8)
 		for _, s := range f.Body {
@@ -506,6 +509,47 @@ func (c *Clone) InsertExit(p *Probe) {
 		}
 		f.Body = out
 	}
+}
+
+// splitEarlyReturns gives every branch to a bare "ret" its own copy of
+// that ret at the end of the kernel. nvcc compiles an early return
+// ("if (lane != 31) return;") to a branch to the kernel's one final ret:
+// a probe there would run only once the lanes that branched early had
+// waited for the others to get there (the join is a convergence point),
+// so their exit time would be the latest lane's. A branch to a ret of
+// its own is no join: the lanes leave, and their probe runs, at once.
+func (c *Clone) splitEarlyReturns(f *ptx.Func) {
+	rets := map[string]bool{} // labels of a bare ret
+	for i, s := range f.Body {
+		if s.Kind != ptx.Label {
+			continue
+		}
+		for _, t := range f.Body[i+1:] {
+			if t.Kind == ptx.Label {
+				continue
+			}
+			if t.Kind == ptx.Instr && t.Pred == "" && (t.Base() == "ret" || t.Base() == "exit") {
+				rets[s.Text] = true
+			}
+			break
+		}
+	}
+	if len(rets) == 0 {
+		return
+	}
+	var tail []*ptx.Stmt
+	for i, s := range f.Body {
+		if s.Kind != ptx.Instr || s.Base() != "bra" || len(s.Operands) != 1 || !rets[s.Operands[0]] {
+			continue
+		}
+		// A new statement: the parsed module's statements are shared.
+		l := c.newLabel()
+		q := *s
+		q.Operands = []string{l}
+		f.Body[i] = &q
+		tail = append(tail, &ptx.Stmt{Kind: ptx.Label, Text: l}, instr("", "ret"))
+	}
+	f.Body = append(f.Body, tail...)
 }
 
 // ----- memory accesses -----

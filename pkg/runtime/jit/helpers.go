@@ -38,6 +38,8 @@ const (
 	hLaneID        = 511
 	hKernelIndex   = 600
 	hGridID        = 601
+	hActiveMask    = 602
+	hShfl          = 603
 	maxPrintkBytes = 256
 )
 
@@ -319,6 +321,14 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 		c.e("mov.u64 %%r0, %s;", kernelIndexToken)
 	case hGridID:
 		c.e("mov.u64 %%r0, %%gridid;")
+	case hActiveMask:
+		c.e("activemask.b32 %%w1;\n\tcvt.u64.u32 %%r0, %%w1;")
+	case hShfl:
+		// bpf_gpu_shfl(value, src_lane, mask): every lane of mask must
+		// make the same call (shfl.sync), as in CUDA's __shfl_sync.
+		c.e("cvt.u32.u64 %%w1, %%r3;\n\tcvt.u32.u64 %%w2, %%r2;\n\tmov.b64 {%%w3, %%w4}, %%r1;")
+		c.e("shfl.sync.idx.b32 %%w3, %%w3, %%w2, 31, %%w1;\n\tshfl.sync.idx.b32 %%w4, %%w4, %%w2, 31, %%w1;")
+		c.e("mov.b64 %%r0, {%%w3, %%w4};")
 	case hPidTgid:
 		c.e("mov.u64 %%r0, %s;", imm64(int64(uint64(c.opts.PID)<<32|uint64(c.opts.PID))))
 	case hBlockIdx, hBlockDim, hThreadIdx, hGridDim:

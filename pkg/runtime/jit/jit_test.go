@@ -265,7 +265,7 @@ func helperCases() map[string][]asm.Instruction {
 		asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -8),
 		asm.BuiltinFunc(501).Call(),
 	)
-	for _, id := range []asm.BuiltinFunc{5, 7, 8, 14, 502, 506, 509, 510, 511, 600, 601} {
+	for _, id := range []asm.BuiltinFunc{5, 7, 8, 14, 502, 506, 509, 510, 511, 600, 601, 602} {
 		is = append(is, id.Call(), asm.StoreMem(asm.RFP, -16, asm.R0, asm.DWord))
 	}
 	for _, id := range []asm.BuiltinFunc{503, 504, 505, 508} {
@@ -273,6 +273,7 @@ func helperCases() map[string][]asm.Instruction {
 			asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -40),
 			asm.Mov.Reg(asm.R3, asm.RFP), asm.Add.Imm(asm.R3, -48), id.Call())
 	}
+	is = append(is, asm.Mov.Imm(asm.R1, 5), asm.Mov.Imm(asm.R2, 0), asm.LoadImm(asm.R3, 0xffffffff, asm.DWord), asm.BuiltinFunc(603).Call())
 	is = append(is, asm.LoadMem(asm.R0, asm.RFP, -32, asm.DWord), asm.JEq.Imm(asm.R0, 7, "x"), asm.Return(), asm.BuiltinFunc(507).Call().WithSymbol("x"), asm.Return())
 	cases["helper/gpu"] = is
 	return cases
