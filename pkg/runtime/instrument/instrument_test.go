@@ -259,13 +259,12 @@ func TestExitProbe(t *testing.T) {
 	body := strings.Join(lines, "\n")
 	for _, want := range []string{
 		// @%p1 ret: skip the probe and the ret where the predicate is false.
-		"@!%p1 bra.uni\t$gpubpf_L2;\n{\n.param .b64 gpubpf_arg;\n.param .b64 gpubpf_ret;\nst.param.b64\t[gpubpf_arg], 0;\ncall\t(gpubpf_ret), px, (gpubpf_arg);\n}\nret;\n$gpubpf_L2:",
+		"@!%p1 bra\t$gpubpf_L1;\n{\n.param .b64 gpubpf_arg;\n.param .b64 gpubpf_ret;\nst.param.b64\t[gpubpf_arg], 0;\ncall\t(gpubpf_ret), px, (gpubpf_arg);\n}\nret;\n$gpubpf_L1:",
 		// the branch target label still precedes the final ret's probe.
 		"$L_out:\n{\n.param .b64 gpubpf_arg;",
-		// the early return branches to a ret of its own, probed there:
-		// lanes leaving early are not held until the others reach $L_out.
-		"@!%p2 bra\t$gpubpf_L1;",
-		"$gpubpf_L1:\n{\n.param .b64 gpubpf_arg;\n.param .b64 gpubpf_ret;\nst.param.b64\t[gpubpf_arg], 0;\ncall\t(gpubpf_ret), px, (gpubpf_arg);\n}\nret;",
+		// the early return (a branch to a bare ret) is a predicated ret,
+		// probed in line: lanes leaving early are not held at $L_out.
+		"@%p2 bra\t$gpubpf_L2;\n{\n.param .b64 gpubpf_arg;\n.param .b64 gpubpf_ret;\nst.param.b64\t[gpubpf_arg], 0;\ncall\t(gpubpf_ret), px, (gpubpf_arg);\n}\nret;\n$gpubpf_L2:",
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("kernel lacks\n%s\n---- got\n%s", want, body)

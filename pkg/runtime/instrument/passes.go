@@ -50,7 +50,9 @@ func (c *Clone) guard(pred string, stmts []*ptx.Stmt) []*ptx.Stmt {
 		return stmts
 	}
 	l := c.newLabel()
-	out := []*ptx.Stmt{instr(negate(pred), "bra.uni", l)}
+	// Plain bra: the predicate may differ between lanes (bra.uni would
+	// promise it does not).
+	out := []*ptx.Stmt{instr(negate(pred), "bra", l)}
 	out = append(out, stmts...)
 	return append(out, &ptx.Stmt{Kind: ptx.Label, Text: l})
 }
@@ -511,13 +513,14 @@ func (c *Clone) InsertExit(p *Probe) {
 	}
 }
 
-// splitEarlyReturns gives every branch to a bare "ret" its own copy of
-// that ret at the end of the kernel. nvcc compiles an early return
-// ("if (lane != 31) return;") to a branch to the kernel's one final ret:
-// a probe there would run only once the lanes that branched early had
-// waited for the others to get there (the join is a convergence point),
-// so their exit time would be the latest lane's. A branch to a ret of
-// its own is no join: the lanes leave, and their probe runs, at once.
+// splitEarlyReturns turns every branch to a bare "ret" into that ret,
+// with the branch's predicate. nvcc compiles an early return ("if (lane
+// != 31) return;") to a branch to the kernel's one final ret, and ptxas
+// makes it a predicated EXIT: the lanes leave at once. A probe at the
+// shared ret would hold them there until the other lanes arrive (the join
+// is a convergence point), and a probe behind the branch runs whenever the
+// warp gets to that path; as a predicated ret it is probed in line, before
+// the lanes that stay go on.
 func (c *Clone) splitEarlyReturns(f *ptx.Func) {
 	rets := map[string]bool{} // labels of a bare ret
 	for i, s := range f.Body {
@@ -528,28 +531,18 @@ func (c *Clone) splitEarlyReturns(f *ptx.Func) {
 			if t.Kind == ptx.Label {
 				continue
 			}
-			if t.Kind == ptx.Instr && t.Pred == "" && (t.Base() == "ret" || t.Base() == "exit") {
+			if t.Kind == ptx.Instr && t.Pred == "" && t.Base() == "ret" {
 				rets[s.Text] = true
 			}
 			break
 		}
 	}
-	if len(rets) == 0 {
-		return
-	}
-	var tail []*ptx.Stmt
 	for i, s := range f.Body {
-		if s.Kind != ptx.Instr || s.Base() != "bra" || len(s.Operands) != 1 || !rets[s.Operands[0]] {
-			continue
+		if s.Kind == ptx.Instr && s.Base() == "bra" && len(s.Operands) == 1 && rets[s.Operands[0]] {
+			// A new statement: the parsed module's statements are shared.
+			f.Body[i] = instr(s.Pred, "ret")
 		}
-		// A new statement: the parsed module's statements are shared.
-		l := c.newLabel()
-		q := *s
-		q.Operands = []string{l}
-		f.Body[i] = &q
-		tail = append(tail, &ptx.Stmt{Kind: ptx.Label, Text: l}, instr("", "ret"))
 	}
-	f.Body = append(f.Body, tail...)
 }
 
 // ----- memory accesses -----
