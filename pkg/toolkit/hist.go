@@ -36,11 +36,14 @@ func (h *Log2Hist) Empty() bool {
 // print_log2_hist): a header naming unit, then one row per bucket up to the
 // last non-empty one, with 40-character bars.
 func (h *Log2Hist) Print(w io.Writer, unit string) {
-	last := -1
+	first, last := -1, -1
 	var max uint64
 	for i, c := range h {
 		if c > 0 {
 			last = i
+			if first < 0 {
+				first = i
+			}
 		}
 		if c > max {
 			max = c
@@ -56,7 +59,8 @@ func (h *Log2Hist) Print(w io.Writer, unit string) {
 		stars, pad, col, width = 20, 15, 29, 20
 	}
 	fmt.Fprintf(w, "%*s%-*s : count    distribution\n", pad, "", col, unit)
-	for i := 0; i <= last; i++ {
+	// Leading empty buckets are left out (bcc's strip_leading_zero).
+	for i := first; i <= last; i++ {
 		low, high := uint64(1)<<i, uint64(1)<<(i+1)-1
 		if i == 0 {
 			low = 0
