@@ -23,9 +23,7 @@ import (
 
 	"github.com/gpubpf/gpubpf/pkg/btffmt"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
-	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
-	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -145,7 +143,7 @@ func runAction(c *cli.Context) error {
 	if traceErr != nil {
 		return traceErr
 	}
-	if err := noKernelMatched(sess, st); err != nil {
+	if err := toolkit.NoKernelMatched(sess, st); err != nil {
 		return err
 	}
 	if closeErr != nil {
@@ -337,24 +335,7 @@ func (o *runOutput) accounting(st runtime.Stats) {
 			"dropped_gpu": st.RingDrops, "discarded": st.RecordsDiscard, "lost_tool": st.RecordsLost, "in_flight_bytes": st.RingPending})
 		return
 	}
-	o.printf("%s%s\n", o.prefix(), recordAccount(st))
-}
-
-// recordAccount is the completeness account of the GPU's records:
-// produced = delivered + dropped (+ discarded, lost, in flight when any).
-func recordAccount(st runtime.Stats) string {
-	line := fmt.Sprintf("records: %d produced on the GPU = %d delivered + %d dropped (ring full)",
-		st.RecordsProduced, st.Records+st.PrintkLines, st.RingDrops)
-	if st.RecordsDiscard > 0 {
-		line += fmt.Sprintf(" + %d discarded by the program", st.RecordsDiscard)
-	}
-	if st.RecordsLost > 0 {
-		line += fmt.Sprintf(" + %d not read by the tool", st.RecordsLost)
-	}
-	if st.RingPending > 0 {
-		line += fmt.Sprintf("; %d bytes reserved but never committed (a kernel did not finish)", st.RingPending)
-	}
-	return line
+	o.printf("%s%s\n", o.prefix(), toolkit.RecordAccount(st))
 }
 
 // maps prints every map's contents (non-zero entries of per-thread arrays).
@@ -435,7 +416,7 @@ func (o *runOutput) summary(st runtime.Stats) {
 	if st.LaunchFailures > 0 {
 		line += fmt.Sprintf(" (%d refused by the driver, original ran)", st.LaunchFailures)
 	}
-	line += "; " + recordAccount(st)
+	line += "; " + toolkit.RecordAccount(st)
 	if st.Clones > 0 {
 		line += fmt.Sprintf("; JIT %.1f ms, first probe active %.0f ms after start", float64(st.JIT.Microseconds())/1000, float64(st.FirstAttach.Microseconds())/1000)
 	}
@@ -459,25 +440,4 @@ func listOrNone(s []string) string {
 		return "none"
 	}
 	return strings.Join(s, ", ")
-}
-
-// noKernelMatched is the error of CLI.md for GPU programs whose pattern
-// matched none of the kernels the traced processes loaded.
-func noKernelMatched(s *runtime.Session, st runtime.Stats) error {
-	if len(s.GPUPrograms()) == 0 || len(st.KernelsMatched) > 0 || len(st.KernelsSkipped) > 0 || len(st.KernelsSeen) == 0 {
-		return nil
-	}
-	seen := sortedSet(st.KernelsSeen)
-	patterns := s.Patterns()
-	_, closest := instrument.Match(patterns, seen)
-	var names []string
-	for _, k := range closest {
-		base, _ := fatbin.Demangle(k)
-		names = append(names, base+" ("+k+")")
-	}
-	msg := fmt.Sprintf("no kernel matched %s among the %d kernels the process loaded", strings.Join(patterns, ", "), len(seen))
-	if len(names) > 0 {
-		msg += "; closest: " + strings.Join(names, ", ")
-	}
-	return fmt.Errorf("%s (list them with: gpubpf kernels -p PID)", msg)
 }
