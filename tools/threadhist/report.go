@@ -139,18 +139,16 @@ type reporter struct {
 
 func (r *reporter) report(rep *toolkit.Report) {
 	sums := summarize(fold(rep.U64("runs"), r.shards, r.keys), fold(rep.U64("nsecs"), r.shards, r.keys), r.keys)
-	if rep.Final && rep.Interval {
-		// With -i every interval has been printed; the end prints the
-		// last, partial one only if it saw anything.
-		if len(sums) == 0 {
-			return
-		}
-	}
 	if rep.Final {
 		r.lost = rep.Total("lost")
 		r.total = 0
 		for _, v := range rep.Total("runs") {
 			r.total += v
+		}
+		// With -i every interval has been printed; the end prints the
+		// last, partial one only if it saw anything.
+		if rep.Interval && len(sums) == 0 {
+			return
 		}
 	}
 	if rep.JSON {
