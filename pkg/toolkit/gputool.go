@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -89,8 +90,34 @@ func (r *Report) Prefix() string {
 	return ""
 }
 
-// GPUToolFlags are the flags every GPU-side tool has beyond CommonFlags.
-func GPUToolFlags() []cli.Flag { return CommonFlags() }
+// SetVariables sets a tool's `const volatile` knobs before loading; each
+// value must have its variable's own type (uint32, uint64).
+func SetVariables(spec *ebpf.CollectionSpec, vars map[string]any) error {
+	for name, v := range vars {
+		vs := spec.Variables[name]
+		if vs == nil {
+			return fmt.Errorf("configuring the BPF program: it has no variable %s (rebuild with make generate)", name)
+		}
+		if err := vs.Set(v); err != nil {
+			return fmt.Errorf("configuring the BPF program (%s): %w", name, err)
+		}
+	}
+	return nil
+}
+
+// FormatNs renders a duration in nanoseconds for tables: "750 ns",
+// "12.5 us", "3.40 ms", "1.20 s".
+func FormatNs(ns uint64) string {
+	switch {
+	case ns >= 1e9:
+		return strconv.FormatFloat(float64(ns)/1e9, 'f', 2, 64) + " s"
+	case ns >= 1e6:
+		return strconv.FormatFloat(float64(ns)/1e6, 'f', 2, 64) + " ms"
+	case ns >= 1e4:
+		return strconv.FormatFloat(float64(ns)/1e3, 'f', 1, 64) + " us"
+	}
+	return strconv.FormatUint(ns, 10) + " ns"
+}
 
 // RunGPU runs t as CLI.md describes: `TOOL [flags] -- CMD`, `-p PID`, or
 // every agent process; until the command exits, -d passes or Ctrl-C.

@@ -3,6 +3,8 @@ package toolkit
 import (
 	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf"
 )
 
 func TestLog2Index(t *testing.T) {
@@ -81,5 +83,26 @@ func TestDecodeThreadEvent(t *testing.T) {
 	}
 	if _, err := DecodeThreadEvent(b[:10]); err == nil {
 		t.Fatal("short record accepted")
+	}
+}
+
+func TestSetVariables(t *testing.T) {
+	spec := &ebpf.CollectionSpec{Variables: map[string]*ebpf.VariableSpec{"knob": {Name: "knob", Value: make([]byte, 4)}}}
+	if err := SetVariables(spec, map[string]any{"knob": uint32(7)}); err != nil || spec.Variables["knob"].Value[0] != 7 {
+		t.Fatalf("set: %v %v", err, spec.Variables["knob"].Value)
+	}
+	if err := SetVariables(spec, map[string]any{"other": uint32(1)}); err == nil || !strings.Contains(err.Error(), "no variable other") {
+		t.Fatalf("missing variable: %v", err)
+	}
+	if err := SetVariables(spec, map[string]any{"knob": uint64(1)}); err == nil {
+		t.Fatal("a value of the wrong size was accepted")
+	}
+}
+
+func TestFormatNs(t *testing.T) {
+	for ns, want := range map[uint64]string{0: "0 ns", 9999: "9999 ns", 12500: "12.5 us", 3_400_000: "3.40 ms", 1_200_000_000: "1.20 s"} {
+		if got := FormatNs(ns); got != want {
+			t.Errorf("FormatNs(%d) = %q, want %q", ns, got, want)
+		}
 	}
 }

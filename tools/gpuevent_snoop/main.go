@@ -221,10 +221,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	spec.Maps["events"].MaxEntries = roundPow2(cfg.bufMB) << 20
 	filter := len(cfg.pids) > 0 || len(cfg.argv) > 0
 	set := func(name string, v any) error { // v: the variable's own type (uint32, uint64)
-		if err := spec.Variables[name].Set(v); err != nil {
-			return fmt.Errorf("configuring the BPF program (%s): %w", name, err)
-		}
-		return nil
+		return toolkit.SetVariables(spec, map[string]any{name: v})
 	}
 	if err := set("filter_pids", b2u(filter)); err != nil {
 		return err

@@ -25,7 +25,7 @@ kernel_trace --sample 1024 -p 4242 -d 5   # one thread in 1024 of a running proc
 func main() {
 	app := toolkit.NewApp("kernel_trace", "per-thread GPU kernel entry events: block, thread, SM, warp, lane, globaltimer", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
-	app.Flags = append(toolkit.GPUToolFlags(),
+	app.Flags = append(toolkit.CommonFlags(),
 		&cli.StringFlag{Name: "block", Usage: "only blocks in `RANGE` (linear block index, A-B or A)"},
 		&cli.StringFlag{Name: "thread", Usage: "only threads in `RANGE` (linear index in the block, A-B or A)"},
 		&cli.UintFlag{Name: "sample", Value: 1, Usage: "trace one thread in `N` (by global thread id)"},
@@ -77,10 +77,8 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading kernel_trace's BPF object: %w", err)
 	}
-	for name, v := range map[string]uint64{"block_min": bmin, "block_max": bmax, "thread_min": tmin, "thread_max": tmax, "sample_every": sample} {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return fmt.Errorf("setting %s: %w", name, err)
-		}
+	if err := toolkit.SetVariables(spec, map[string]any{"block_min": bmin, "block_max": bmax, "thread_min": tmin, "thread_max": tmax, "sample_every": sample}); err != nil {
+		return err
 	}
 	tr := newTracer(bufio.NewWriterSize(os.Stdout, 1<<20), c.Bool(toolkit.FlagJSON), c.Bool(toolkit.FlagTimestamp), c.Int64("max-events"), int(c.Uint("launches")))
 	tr.sample = sample

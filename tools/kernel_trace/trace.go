@@ -152,16 +152,6 @@ func (t *tracer) launchOf(pid int, e toolkit.ThreadEvent) *launch {
 	return l
 }
 
-func fmtNs(ns uint64) string {
-	switch {
-	case ns >= 1e6:
-		return strconv.FormatFloat(float64(ns)/1e6, 'f', 2, 64) + " ms"
-	case ns >= 1e4:
-		return strconv.FormatFloat(float64(ns)/1e3, 'f', 1, 64) + " us"
-	}
-	return strconv.FormatUint(ns, 10) + " ns"
-}
-
 // report prints the per-launch summaries (the kept launches of each
 // kernel), then forgets them with -i.
 func (t *tracer) report(rep *toolkit.Report) {
@@ -212,7 +202,7 @@ func (t *tracer) report(rep *toolkit.Report) {
 				bps += "-" + strconv.Itoa(bmax)
 			}
 			tb.Append(strconv.FormatUint(l.key.grid, 10), strconv.FormatUint(l.threads, 10), strconv.FormatUint(l.first, 10),
-				fmtNs(l.last-l.first), strconv.Itoa(len(l.smFirst)), bps, "+"+fmtNs(lastSM))
+				toolkit.FormatNs(l.last-l.first), strconv.Itoa(len(l.smFirst)), bps, "+"+toolkit.FormatNs(lastSM))
 		}
 		tb.Render()
 	}

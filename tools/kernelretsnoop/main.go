@@ -24,7 +24,7 @@ kernelretsnoop --events -- ./app       # one line per thread exit`
 func main() {
 	app := toolkit.NewApp("kernelretsnoop", "GPU thread exit times: per-lane lateness and launch exit spread, aggregated on the GPU", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
-	app.Flags = append(toolkit.GPUToolFlags(),
+	app.Flags = append(toolkit.CommonFlags(),
 		&cli.BoolFlag{Name: "events", Usage: "also print every thread exit (Thread (x, y, z) timestamp: N)"},
 	)
 	app.Description = `Every exit of every instrumented kernel (also predicated and early returns)
@@ -49,10 +49,8 @@ func run(c *cli.Context) error {
 	if events {
 		ev = 1
 	}
-	for name, v := range map[string]uint32{"max_kernels": kernels, "events": ev} {
-		if err := spec.Variables[name].Set(v); err != nil {
-			return fmt.Errorf("setting %s: %w", name, err)
-		}
+	if err := toolkit.SetVariables(spec, map[string]any{"max_kernels": uint32(kernels), "events": ev}); err != nil {
+		return err
 	}
 	spec.Maps["lanehist"].MaxEntries = kernels * 32 * toolkit.LinLogBuckets
 	spec.Maps["spreadhist"].MaxEntries = kernels * shards * toolkit.LinLogBuckets

@@ -100,25 +100,18 @@ type reporter struct {
 	exits  uint64
 }
 
-func fmtNs(ns uint64) string {
-	switch {
-	case ns >= 1e9:
-		return strconv.FormatFloat(float64(ns)/1e9, 'f', 2, 64) + " s"
-	case ns >= 1e6:
-		return strconv.FormatFloat(float64(ns)/1e6, 'f', 2, 64) + " ms"
-	case ns >= 1e4:
-		return strconv.FormatFloat(float64(ns)/1e3, 'f', 1, 64) + " us"
-	}
-	return strconv.FormatUint(ns, 10) + " ns"
-}
-
 func (r *reporter) report(rep *toolkit.Report) {
 	sums := summarize(rep.U64("lanehist"), rep.U64("ontime"), rep.U64("spreadhist"))
 	if rep.Final {
 		r.lost = rep.Total("lost")
+		// Every exit is one lanehist count, or one of the 32 lanes of an
+		// on-time warp.
 		r.exits = 0
-		for _, s := range summarize(rep.Total("lanehist"), rep.Total("ontime"), nil) {
-			r.exits += s.exits
+		for _, v := range rep.Total("lanehist") {
+			r.exits += v
+		}
+		for _, v := range rep.Total("ontime") {
+			r.exits += 32 * v
 		}
 		if rep.Interval && len(sums) == 0 {
 			return
@@ -140,7 +133,7 @@ func (r *reporter) text(w io.Writer, rep *toolkit.Report, s kernelSummary) {
 	base, _ := rep.Kernel(s.kernel)
 	fmt.Fprintf(w, "\n%s%s: %d thread exits\n", rep.Prefix(), base, s.exits)
 	fmt.Fprintf(w, "  exit spread (thread exit - its launch's first exit): p50 %s, p99 %s, max %s\n",
-		fmtNs(s.spreadP50), fmtNs(s.spreadP99), fmtNs(s.spreadMax))
+		toolkit.FormatNs(s.spreadP50), toolkit.FormatNs(s.spreadP99), toolkit.FormatNs(s.spreadMax))
 	fmt.Fprintf(w, "  lateness per lane (exit - its warp's first exit):\n")
 	tb := tablewriter.NewTable(w)
 	tb.Header("LANE", "EXITS", "MEDIAN", "P99", "")
@@ -152,13 +145,13 @@ func (r *reporter) text(w io.Writer, rep *toolkit.Report, s kernelSummary) {
 		if ls.late {
 			mark = "<- late"
 		}
-		tb.Append(strconv.Itoa(l), strconv.FormatUint(ls.exits, 10), fmtNs(ls.p50), fmtNs(ls.p99), mark)
+		tb.Append(strconv.Itoa(l), strconv.FormatUint(ls.exits, 10), toolkit.FormatNs(ls.p50), toolkit.FormatNs(ls.p99), mark)
 	}
 	tb.Render()
 	if len(s.late) > 0 {
 		var ls []string
 		for _, l := range s.late {
-			ls = append(ls, fmt.Sprintf("lane %d (median %s late)", l, fmtNs(s.lanes[l].p50)))
+			ls = append(ls, fmt.Sprintf("lane %d (median %s late)", l, toolkit.FormatNs(s.lanes[l].p50)))
 		}
 		fmt.Fprintf(w, "  late: %s of every warp\n", strings.Join(ls, ", "))
 	} else {
