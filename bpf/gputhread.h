@@ -20,6 +20,22 @@ static __always_inline u32 gpu_warp_slot(void)
 	return (u32)bpf_get_sm_id() * GPU_WARP_SLOTS + (u32)bpf_get_warp_id();
 }
 
+/* The thread's hardware slot, below GPU_HW_SLOTS for SM ids below
+ * GPU_MAX_SMS. */
+static __always_inline u32 gpu_hw_slot(void)
+{
+	return gpu_warp_slot() * 32 + (u32)bpf_get_lane_id();
+}
+
+/* Adds n to value idx of a u64 array map (out-of-range idx: nothing). */
+static __always_inline void gpu_array_add(void *map, u32 idx, u64 n)
+{
+	u64 *v = bpf_map_lookup_elem(map, &idx);
+
+	if (v)
+		__sync_fetch_and_add(v, n);
+}
+
 /* The lanes exiting (or entering) together: their mask, how many they
  * are and the lowest of them, which does the group's atomics. */
 struct gpu_group {

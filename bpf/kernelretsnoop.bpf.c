@@ -43,13 +43,6 @@ struct {
 	__type(value, u32);
 } exits SEC(".maps");
 
-static __always_inline void add(void *map, u32 idx, u64 n)
-{
-	u64 *v = bpf_map_lookup_elem(map, &idx);
-	if (v)
-		__sync_fetch_and_add(v, n);
-}
-
 #define T40 ((1ULL << 40) - 1)
 
 SEC("gpu/exit/*")
@@ -70,12 +63,12 @@ int kernelretsnoop_exit(void *ctx)
 	}
 	if (kernel >= max_kernels) {
 		if (leader)
-			add(&lost, 0, g.n);
+			gpu_array_add(&lost, 0, g.n);
 		return 0;
 	}
 	if (g.n == 32) {
 		if (leader)
-			add(&ontime, kernel * SHARDS + shard, 1);
+			gpu_array_add(&ontime, kernel * SHARDS + shard, 1);
 	} else {
 		u64 tpb, t = gpu_thread_in_block(&tpb), first = 0, late = 0, lanes;
 		u32 ws = gpu_warp_slot();
@@ -84,7 +77,7 @@ int kernelretsnoop_exit(void *ctx)
 
 		if (!wf || !we) {
 			if (leader)
-				add(&lost, 1, g.n);
+				gpu_array_add(&lost, 1, g.n);
 			return 0;
 		}
 		lanes = tpb - (t & ~31ULL);
@@ -101,7 +94,7 @@ int kernelretsnoop_exit(void *ctx)
 		first = bpf_gpu_shfl(first, g.leader, g.mask);
 		if (first != 0 && first < now)
 			late = now - first;
-		add(&lanehist, (kernel * 32 + lane) * LINLOG_BUCKETS + linlog_bucket(late), 1);
+		gpu_array_add(&lanehist, (kernel * 32 + lane) * LINLOG_BUCKETS + linlog_bucket(late), 1);
 	}
 
 	/* Launch spread: the first exit of this launch, tagged with its grid id. */
@@ -118,7 +111,7 @@ int kernelretsnoop_exit(void *ctx)
 			late = ((now & T40) - (cur & T40)) & T40;
 			if (cur >> 40 != grid || late > (1ULL << 39))
 				late = 0;
-			add(&spreadhist, (kernel * SHARDS + shard) * LINLOG_BUCKETS + linlog_bucket(late), g.n);
+			gpu_array_add(&spreadhist, (kernel * SHARDS + shard) * LINLOG_BUCKETS + linlog_bucket(late), g.n);
 		}
 	}
 	return 0;

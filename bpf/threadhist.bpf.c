@@ -28,22 +28,10 @@ GPUBPF_MAP(starts, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, GPU_HW_SLOTS);
  * max_kernels (or unknown), [2] runs with no start time seen. */
 GPUBPF_MAP(lost, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 4);
 
-static __always_inline void count_lost(u32 why)
-{
-	u64 *v = bpf_map_lookup_elem(&lost, &why);
-	if (v)
-		__sync_fetch_and_add(v, 1);
-}
-
-static __always_inline u32 hw_slot(void)
-{
-	return gpu_warp_slot() * 32 + (u32)bpf_get_lane_id();
-}
-
 SEC("gpu/entry/*")
 int threadhist_entry(void *ctx)
 {
-	u32 slot = hw_slot();
+	u32 slot = gpu_hw_slot();
 	u64 *start = bpf_map_lookup_elem(&starts, &slot);
 
 	if (start)
@@ -55,24 +43,25 @@ SEC("gpu/exit/*")
 int threadhist_exit(void *ctx)
 {
 	u64 now = bpf_ktime_get_ns();
-	u32 slot = hw_slot();
+	u32 slot = gpu_hw_slot();
 	u64 *start = bpf_map_lookup_elem(&starts, &slot);
 	u64 kernel = bpf_gpu_kernel_index();
-	u64 tpb, key;
-	u64 t = gpu_thread_in_block(&tpb);
+	u64 tpb, t, key;
 
 	if (kernel >= max_kernels) {
-		count_lost(1);
+		gpu_array_add(&lost, 1, 1);
 		return 0;
 	}
 	switch (by) {
 	case BY_GLOBAL:
+		t = gpu_thread_in_block(&tpb);
 		key = gpu_block_linear() * tpb + t;
 		break;
 	case BY_BLOCK:
 		key = gpu_block_linear();
 		break;
 	case BY_WARP:
+		t = gpu_thread_in_block(&tpb);
 		key = gpu_block_linear() * ((tpb + 31) / 32) + t / 32;
 		break;
 	default: {
@@ -82,7 +71,7 @@ int threadhist_exit(void *ctx)
 	}
 	}
 	if (key >= keys) {
-		count_lost(0);
+		gpu_array_add(&lost, 0, 1);
 		return 0;
 	}
 	u32 idx = (kernel * shards + bpf_get_sm_id() % shards) * keys + key;
@@ -95,7 +84,7 @@ int threadhist_exit(void *ctx)
 		__sync_fetch_and_add(ns, now - *start);
 		*start = 0;
 	} else {
-		count_lost(2);
+		gpu_array_add(&lost, 2, 1);
 	}
 	return 0;
 }
