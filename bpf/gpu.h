@@ -82,6 +82,14 @@ static u64 (*const bpf_gpu_active_mask)(void) = (void *)602;
  * make the same call. With bpf_gpu_active_mask, lets one lane (the lowest
  * of the mask) do a warp's atomics and hand the result to the others. */
 static u64 (*const bpf_gpu_shfl)(u64 value, u64 src_lane, u64 mask) = (void *)603;
+/* %globaltimer (ns) as the thread reached the probe's site, read before any
+ * code of the probe runs, even its guard. Where a warp's lanes diverge (an
+ * early return for some lanes), the warp runs one path and then the other:
+ * bpf_ktime_get_ns would time the lanes it runs second after the first
+ * path, this one times each lane where it got to the site. In a
+ * __noinline subprogram (or with GPUBPF_NO_INLINE) it is the time of the
+ * call. */
+static u64 (*const bpf_gpu_site_time)(void) = (void *)604;
 
 /* ---- probe context ------------------------------------------------------ */
 

@@ -42,21 +42,27 @@ struct gpu_group {
 	u32 mask, n, leader;
 };
 
-static __always_inline struct gpu_group gpu_warp_group(void)
+/* Set bits of x (BPF has no population count instruction). */
+static __always_inline u32 gpu_popc(u32 x)
 {
-	struct gpu_group g;
-	u32 m = bpf_gpu_active_mask(), x = m, b = m & -m, i = 0;
-
 	x = x - ((x >> 1) & 0x55555555);
 	x = (x & 0x33333333) + ((x >> 2) & 0x33333333);
 	x = (x + (x >> 4)) & 0x0F0F0F0F;
+	return (x * 0x01010101) >> 24;
+}
+
+static __always_inline struct gpu_group gpu_warp_group(void)
+{
+	struct gpu_group g;
+	u32 m = bpf_gpu_active_mask(), b = m & -m, i = 0;
+
 	if (b & 0xFFFF0000) i += 16;
 	if (b & 0xFF00FF00) i += 8;
 	if (b & 0xF0F0F0F0) i += 4;
 	if (b & 0xCCCCCCCC) i += 2;
 	if (b & 0xAAAAAAAA) i += 1;
 	g.mask = m;
-	g.n = (x * 0x01010101) >> 24;
+	g.n = gpu_popc(m);
 	g.leader = i;
 	return g;
 }

@@ -24,7 +24,7 @@ struct {
 SEC("gpu/entry/*")
 int kernel_trace_entry(void *ctx)
 {
-	u64 now = bpf_ktime_get_ns();
+	u64 now = bpf_gpu_site_time();
 	u64 tpb, t = gpu_thread_in_block(&tpb);
 	u64 b = gpu_block_linear();
 	struct gpu_thread_event e = {};

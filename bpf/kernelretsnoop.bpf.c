@@ -1,16 +1,18 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // kernelretsnoop: when each GPU thread exits, relative to the others.
-// At every exit (also predicated and early returns) the lanes exiting
-// together read %globaltimer; their lowest lane does the group's atomics:
-// a warp that exits as one group only counts one on-time warp; a warp
-// whose lanes exit apart learns its first exit from its hardware warp slot
-// (compare-and-swap from 0 by the first group; the last group clears it
-// for the next warp in that slot) and counts each lane's lateness per
-// (kernel, lane) in log-linear buckets. The exit relative to the launch's
-// first exit is counted per kernel. Counters hit by every warp are sharded
-// by SM, so no address takes an atomic from every warp of a launch. The
-// default view ships no record per thread; with events set every exit is
-// also a ring record.
+// At every exit (also predicated and early returns) each lane takes the
+// time it reached the exit (bpf_gpu_site_time: read before the probe's own
+// branch, so lanes that leave early are not timed after the lanes the warp
+// ran first); the lowest lane of the lanes exiting together does the
+// group's atomics. A warp that exits as one group only counts one on-time
+// warp. A warp whose lanes exit apart leaves each lane's time in its
+// hardware warp slot and marks its lanes there (one atomic OR per group);
+// the group that completes the warp takes the earliest exit and counts
+// every lane's lateness per (kernel, lane) in log-linear buckets. The exit relative to the launch's first exit is
+// counted per kernel. Counters hit by every warp are sharded by SM, so no
+// address takes an atomic from every warp of a launch. The default view
+// ships no record per thread; with events set every exit is also a ring
+// record.
 #include "types.h"
 #include <bpf/bpf_helpers.h>
 #include "gputhread.h"
@@ -19,9 +21,13 @@ const volatile u32 max_kernels = 16;
 const volatile u32 events = 0;
 
 #define SHARDS 32
-/* First exit time and exited lanes of the warp in each hardware warp slot. */
-GPUBPF_MAP(wfirst, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, GPU_MAX_SMS * GPU_WARP_SLOTS);
-GPUBPF_MAP(wexited, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, GPU_MAX_SMS * GPU_WARP_SLOTS);
+/* The split warp in each hardware warp slot: the lanes that exited so far
+ * (bit per lane), and each lane's exit time. */
+struct warp_exits {
+	u64 exited;
+	u64 t[32];
+};
+GPUBPF_MAP(wexits, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, struct warp_exits, GPU_MAX_SMS * GPU_WARP_SLOTS);
 /* Per kernel: 32 lanes x LINLOG_BUCKETS of (exit - warp's first exit), for
  * warps whose lanes exit apart. */
 GPUBPF_MAP(lanehist, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
@@ -33,7 +39,8 @@ GPUBPF_MAP(spreadhist, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
 #define LAUNCH_SLOTS 256
 GPUBPF_MAP(launchfirst, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, LAUNCH_SLOTS);
 /* [0] exits in a kernel beyond max_kernels (or unknown), [1] exits on an
- * SM beyond the slot table. */
+ * SM beyond the slot table, [2] exits of a split warp whose other exits
+ * were never seen (not counted per lane). */
 GPUBPF_MAP(lost, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 4);
 
 struct {
@@ -45,10 +52,71 @@ struct {
 
 #define T40 ((1ULL << 40) - 1)
 
+/* A warp whose lanes exit apart: out of line (a called function, not pasted
+ * at every exit), so the common case of whole warps carries none of its
+ * code. The lanes exiting together call it together. */
+static __noinline void split_exit(u64 now, u64 kernel)
+{
+	struct gpu_group g = gpu_warp_group();
+	u32 lane = bpf_get_lane_id();
+	u64 tpb, t = gpu_thread_in_block(&tpb), lanes, all, old = 0, last = 0;
+	u32 ws = gpu_warp_slot();
+	struct warp_exits *w = bpf_map_lookup_elem(&wexits, &ws);
+
+	if (!w) {
+		if (lane == g.leader)
+			gpu_array_add(&lost, 1, g.n);
+		return;
+	}
+	lanes = tpb - (t & ~31ULL);
+	if (lanes > 32)
+		lanes = 32;
+	all = lanes == 32 ? 0xFFFFFFFFULL : (1ULL << lanes) - 1;
+	w->t[lane & 31] = now;
+	if (lane == g.leader) {
+		old = __sync_fetch_and_or(&w->exited, (u64)g.mask);
+		if (old & g.mask) {
+			/* Lanes left by a warp whose exits were not all seen:
+			 * this warp starts the slot afresh. */
+			gpu_array_add(&lost, 2, gpu_popc(old & ~g.mask));
+			__sync_lock_test_and_set(&w->exited, (u64)g.mask);
+			old = 0;
+		}
+		last = ((old | g.mask) & all) == all;
+		if (last)
+			__sync_lock_test_and_set(&w->exited, 0);
+	}
+	if (!bpf_gpu_shfl(last, g.leader, g.mask))
+		return;
+
+	/* The group that completes the warp counts every lane: each of its
+	 * lanes finds the earliest exit (32 loads side by side, no walk),
+	 * then they take turns over the lanes; lanes that exited together
+	 * share their time and so their bucket. */
+	u64 first = ~0ULL, prev = ~0ULL, v[32];
+	u32 rank = gpu_popc(g.mask & ((1U << lane) - 1)), b = 0;
+
+	/* One straight run of loads (no branch between them to wait at). */
+	__builtin_memcpy(v, w->t, sizeof(v));
+#pragma unroll
+	for (int j = 0; j < 32; j++)
+		if (j < lanes && v[j] < first)
+			first = v[j];
+	for (u32 j = rank; j < lanes && j < 32; j += g.n) {
+		u64 tj = w->t[j];
+
+		if (tj != prev) {
+			prev = tj;
+			b = linlog_bucket(tj - first);
+		}
+		gpu_array_add(&lanehist, (kernel * 32 + j) * LINLOG_BUCKETS + b, 1);
+	}
+}
+
 SEC("gpu/exit/*")
 int kernelretsnoop_exit(void *ctx)
 {
-	u64 now = bpf_ktime_get_ns();
+	u64 now = bpf_gpu_site_time();
 	struct gpu_group g = gpu_warp_group();
 	u32 lane = bpf_get_lane_id();
 	int leader = lane == g.leader;
@@ -70,31 +138,7 @@ int kernelretsnoop_exit(void *ctx)
 		if (leader)
 			gpu_array_add(&ontime, kernel * SHARDS + shard, 1);
 	} else {
-		u64 tpb, t = gpu_thread_in_block(&tpb), first = 0, late = 0, lanes;
-		u32 ws = gpu_warp_slot();
-		u64 *wf = bpf_map_lookup_elem(&wfirst, &ws);
-		u64 *we = bpf_map_lookup_elem(&wexited, &ws);
-
-		if (!wf || !we) {
-			if (leader)
-				gpu_array_add(&lost, 1, g.n);
-			return 0;
-		}
-		lanes = tpb - (t & ~31ULL);
-		if (lanes > 32)
-			lanes = 32;
-		if (leader) {
-			first = __sync_val_compare_and_swap(wf, 0, now);
-			/* The warp's last group frees the slot for the next warp. */
-			if (__sync_fetch_and_add(we, g.n) + g.n >= lanes) {
-				__sync_lock_test_and_set(we, 0);
-				__sync_lock_test_and_set(wf, 0);
-			}
-		}
-		first = bpf_gpu_shfl(first, g.leader, g.mask);
-		if (first != 0 && first < now)
-			late = now - first;
-		gpu_array_add(&lanehist, (kernel * 32 + lane) * LINLOG_BUCKETS + linlog_bucket(late), 1);
+		split_exit(now, kernel);
 	}
 
 	/* Launch spread: the first exit of this launch, tagged with its grid id. */

@@ -35,14 +35,14 @@ int threadhist_entry(void *ctx)
 	u64 *start = bpf_map_lookup_elem(&starts, &slot);
 
 	if (start)
-		*start = bpf_ktime_get_ns();
+		*start = bpf_gpu_site_time();
 	return 0;
 }
 
 SEC("gpu/exit/*")
 int threadhist_exit(void *ctx)
 {
-	u64 now = bpf_ktime_get_ns();
+	u64 now = bpf_gpu_site_time();
 	u32 slot = gpu_hw_slot();
 	u64 *start = bpf_map_lookup_elem(&starts, &slot);
 	u64 kernel = bpf_gpu_kernel_index();

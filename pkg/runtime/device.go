@@ -317,8 +317,9 @@ func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, e
 	case 1:
 		f := d.funcs[progs[0].Spec.Name]
 		return &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion,
-			Inline: func(ctx, uniq, kernel string) string {
-				return f.InlineBodyFor(ctx, "", uniq, d.p.s.KernelIndex(kernel))
+			SiteTime: f.UsesSiteTime,
+			Inline: func(s instrument.Site) string {
+				return f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: s.Uniq, Kernel: d.p.s.KernelIndex(s.Kernel), Time: s.Time})
 			}}, nil
 	}
 	name := "gpubpf_" + site + "_all"
@@ -329,6 +330,7 @@ func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, e
 		defs.WriteString(f.PTX)
 		defs.WriteString("\n")
 		pr.UsesCtx = pr.UsesCtx || f.UsesCtx
+		pr.SiteTime = pr.SiteTime || f.UsesSiteTime
 		if f.PTXVersion[0] > pr.PTXVersion[0] || f.PTXVersion[0] == pr.PTXVersion[0] && f.PTXVersion[1] > pr.PTXVersion[1] {
 			pr.PTXVersion = f.PTXVersion
 		}
@@ -341,11 +343,11 @@ func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, e
 	for i, g := range progs {
 		fns[i] = d.funcs[g.Spec.Name]
 	}
-	pr.Inline = func(ctx, uniq, kernel string) string {
+	pr.Inline = func(s instrument.Site) string {
 		var b strings.Builder
-		k := d.p.s.KernelIndex(kernel)
+		k := d.p.s.KernelIndex(s.Kernel)
 		for i, f := range fns {
-			b.WriteString(f.InlineBodyFor(ctx, "", fmt.Sprintf("%s_%d", uniq, i), k))
+			b.WriteString(f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: fmt.Sprintf("%s_%d", s.Uniq, i), Kernel: k, Time: s.Time}))
 		}
 		return b.String()
 	}

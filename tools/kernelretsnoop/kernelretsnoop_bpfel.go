@@ -8,9 +8,16 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
+	"structs"
 
 	"github.com/cilium/ebpf"
 )
+
+type kernelretsnoopWarpExits struct {
+	_      structs.HostLayout
+	Exited uint64
+	T      [32]uint64
+}
 
 // Names of all BPF objects in the ELF.
 //
@@ -22,8 +29,7 @@ const (
 	kernelretsnoopMapLost                = "lost"
 	kernelretsnoopMapOntime              = "ontime"
 	kernelretsnoopMapSpreadhist          = "spreadhist"
-	kernelretsnoopMapWexited             = "wexited"
-	kernelretsnoopMapWfirst              = "wfirst"
+	kernelretsnoopMapWexits              = "wexits"
 	kernelretsnoopProgKernelretsnoopExit = "kernelretsnoop_exit"
 	kernelretsnoopVarEvents              = "events"
 	kernelretsnoopVarMaxKernels          = "max_kernels"
@@ -84,8 +90,7 @@ type kernelretsnoopMapSpecs struct {
 	Lost        *ebpf.MapSpec `ebpf:"lost"`
 	Ontime      *ebpf.MapSpec `ebpf:"ontime"`
 	Spreadhist  *ebpf.MapSpec `ebpf:"spreadhist"`
-	Wexited     *ebpf.MapSpec `ebpf:"wexited"`
-	Wfirst      *ebpf.MapSpec `ebpf:"wfirst"`
+	Wexits      *ebpf.MapSpec `ebpf:"wexits"`
 }
 
 // kernelretsnoopVariableSpecs contains global variables before they are loaded into the kernel.
@@ -122,8 +127,7 @@ type kernelretsnoopMaps struct {
 	Lost        *ebpf.Map `ebpf:"lost"`
 	Ontime      *ebpf.Map `ebpf:"ontime"`
 	Spreadhist  *ebpf.Map `ebpf:"spreadhist"`
-	Wexited     *ebpf.Map `ebpf:"wexited"`
-	Wfirst      *ebpf.Map `ebpf:"wfirst"`
+	Wexits      *ebpf.Map `ebpf:"wexits"`
 }
 
 func (m *kernelretsnoopMaps) Close() error {
@@ -134,8 +138,7 @@ func (m *kernelretsnoopMaps) Close() error {
 		m.Lost,
 		m.Ontime,
 		m.Spreadhist,
-		m.Wexited,
-		m.Wfirst,
+		m.Wexits,
 	)
 }
 

@@ -184,7 +184,7 @@ func (r *reporter) json(rep *toolkit.Report, s kernelSummary) {
 }
 
 func (r *reporter) account(a *toolkit.Account, _ runtime.Stats) {
-	var lost [2]uint64
+	var lost [3]uint64
 	copy(lost[:], r.lost)
 	a.Add(r.exits, "thread exits counted", "")
 	if lost[0] > 0 {
@@ -192,6 +192,9 @@ func (r *reporter) account(a *toolkit.Account, _ runtime.Stats) {
 	}
 	if lost[1] > 0 {
 		a.Add(lost[1], "exits not counted", "an SM id beyond the slot table")
+	}
+	if lost[2] > 0 {
+		a.Add(lost[2], "exits not counted per lane", "lanes of a split warp whose other exits were never seen")
 	}
 	if r.events != nil {
 		r.events.mu.Lock()

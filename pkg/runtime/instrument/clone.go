@@ -12,8 +12,9 @@ import (
 // Clone is the module being built: a new ptx.Module holding copies of the
 // selected kernels and the functions and variables they reference.
 type Clone struct {
-	// inline holds the Inline hooks of the probes, by .func name.
-	inline  map[string]func(ctx, uniq, kernel string) string
+	// inline holds the probes pasted in (those with an Inline hook), by
+	// .func name.
+	inline  map[string]*Probe
 	inlined int
 	// site is the kernel the pass now works in ("" inside a .func that
 	// several kernels may call): what a probe's kernel index is there.

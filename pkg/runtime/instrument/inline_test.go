@@ -72,7 +72,7 @@ func TestInlinedEmptyProbeAddsNoCode(t *testing.T) {
 	probe := func(inline bool) *Probe {
 		p := &Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion}
 		if inline {
-			p.Inline = func(ctx, uniq, _ string) string { return f.InlineBody(ctx, "", uniq) }
+			p.Inline = func(s Site) string { return f.InlineBody(s.Ctx, "", s.Uniq) }
 		}
 		return p
 	}
@@ -122,7 +122,7 @@ func TestInlinedCounterProbeAssembles(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := &Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion,
-		Inline: func(ctx, uniq, _ string) string { return f.InlineBody(ctx, "", uniq) }}
+		Inline: func(s Site) string { return f.InlineBody(s.Ctx, "", s.Uniq) }}
 	r, err := Instrument(string(src), Request{Kernels: []string{kernel}, Entry: p, Exit: p})
 	if err != nil {
 		t.Fatal(err)

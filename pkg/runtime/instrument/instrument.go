@@ -20,9 +20,20 @@ type Probe struct {
 	// call costs a CALL and spills even for an empty probe). ctx is a
 	// register or "0"; uniq is a label prefix unique in the module. PTX
 	// must still be placed at module scope for the helpers the body calls.
-	// kernel is the mangled name of the kernel the site is in, "" where a
-	// site inside a device function may run in several kernels.
-	Inline func(ctx, uniq, kernel string) string
+	Inline func(Site) string
+	// SiteTime, with Inline, asks each site to read %globaltimer into
+	// Site.Time before anything else of the probe runs, even its guard
+	// branch: lanes of a diverged warp then each get the time they
+	// reached the site, not the time the warp got round to their path.
+	SiteTime bool
+}
+
+// Site is where an inlined probe body is pasted.
+type Site struct {
+	Ctx    string // register holding the ctx pointer, or "0"
+	Uniq   string // label prefix unique in the module
+	Kernel string // mangled name of the kernel, "" in a .func several kernels may call
+	Time   string // with Probe.SiteTime: the register holding the site's time
 }
 
 // Request says what to instrument and how.
@@ -161,10 +172,10 @@ func InstrumentModule(m *ptx.Module, req Request) (*Result, error) {
 			req.Globals = g
 		}
 	}
-	c.inline = map[string]func(ctx, uniq, kernel string) string{}
+	c.inline = map[string]*Probe{}
 	for _, p := range []*Probe{req.Entry, req.Exit, req.MemAccess} {
 		if p != nil && p.Inline != nil {
-			c.inline[p.Func] = p.Inline
+			c.inline[p.Func] = p
 		}
 	}
 	before := ""

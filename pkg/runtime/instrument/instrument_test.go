@@ -569,3 +569,44 @@ func TestResolveGlobals(t *testing.T) {
 		t.Errorf("a failing lookup gave %v", err)
 	}
 }
+
+// TestSiteTime: a pasted probe that asks for its site's time gets a clock
+// read placed before the guard of a predicated exit, so the lanes that
+// leave early read it where they leave, and the register is declared.
+func TestSiteTime(t *testing.T) {
+	p := probe("px", false)
+	var times []string
+	p.SiteTime = true
+	p.Inline = func(s Site) string {
+		times = append(times, s.Time)
+		return "{\n\t.reg .b64 %t9;\n\tmov.u64 %t9, " + s.Time + ";\n}"
+	}
+	r, err := Instrument(exitsSrc, Request{Exit: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tm := range times {
+		if tm != siteTimeReg {
+			t.Fatalf("site got time register %q, want %s", tm, siteTimeReg)
+		}
+	}
+	m, err := ptx.Parse(r.PTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, s := range m.Funcs()["k"].Body {
+		lines = append(lines, s.String())
+	}
+	body := strings.Join(lines, "\n")
+	for _, want := range []string{
+		".reg .b64 " + siteTimeReg,
+		"mov.u64\t" + siteTimeReg + ", %globaltimer;\n@!%p1 bra\t$gpubpf_L1;\n{",
+		"mov.u64\t" + siteTimeReg + ", %globaltimer;\n@%p2 bra\t$gpubpf_L2;\n{",
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("kernel lacks\n%s\n---- got\n%s", want, body)
+		}
+	}
+	assemble(t, r.PTX, "sm_80")
+}

@@ -17,8 +17,9 @@ const (
 	ctxReg = "%gpubpf_ctx"  // generic address of ctxVar
 	memReg = "%gpubpf_mem"  // generic address of memVar
 
-	memAddrReg = "%gpubpf_maddr" // address of the access being recorded
-	memMetaReg = "%gpubpf_mmeta" // its size | is_store<<32
+	memAddrReg  = "%gpubpf_maddr" // address of the access being recorded
+	memMetaReg  = "%gpubpf_mmeta" // its size | is_store<<32
+	siteTimeReg = "%gpubpf_now"   // %globaltimer read at a site (Probe.SiteTime)
 )
 
 func instr(pred, op string, operands ...string) *ptx.Stmt {
@@ -42,6 +43,18 @@ var (
 // "0"). The probe may be reached divergently, so plain call, not call.uni.
 func (c *Clone) callProbe(probe, ctx string) []*ptx.Stmt {
 	return c.appendCall(make([]*ptx.Stmt, 0, 6), probe, ctx)
+}
+
+// siteTime returns the clock read that goes before a site's guard when
+// probe asks for the time it was reached (Probe.SiteTime), else out as is.
+// Before the guard, every lane of a diverged warp reads it where it
+// arrives: behind the guard's branch, the lanes that branch wait for the
+// other path to run first.
+func (c *Clone) siteTime(out []*ptx.Stmt, probe string) []*ptx.Stmt {
+	if p := c.inline[probe]; p != nil && p.SiteTime {
+		return append(out, c.ins("", "mov.u64", siteTimeReg, "%globaltimer"))
+	}
+	return out
 }
 
 // guard wraps stmts so they run only where pred ("@%p" or "@!%p") holds.
@@ -329,6 +342,7 @@ func (c *Clone) RedirectStubs(p *Probe) {
 					} else if p.UsesCtx {
 						c.Notes = append(c.Notes, fmt.Sprintf("%s calls %s from a .func, where the kernel parameters are out of reach: the probe gets ctx = 0", f.Name, callee))
 					}
+					out = c.siteTime(out, p.Func)
 					out = append(out, c.guard(s.Pred, c.callProbe(p.Func, ctx))...)
 					direct[f.Name] = true
 					c.Sites.Stub++
@@ -465,7 +479,7 @@ func (c *Clone) InsertEntry(p, exit *Probe) {
 				break
 			}
 		}
-		k.Body = append(k.Body[:at], append(c.callProbe(p.Func, ctx), k.Body[at:]...)...)
+		k.Body = append(k.Body[:at], append(c.siteTime(nil, p.Func), append(c.callProbe(p.Func, ctx), k.Body[at:]...)...)...)
 		c.Sites.Entry++
 	}
 }
@@ -495,6 +509,7 @@ func (c *Clone) InsertExit(p *Probe) {
 					}
 				}
 				call := c.callProbe(p.Func, ctx)
+				out = c.siteTime(out, p.Func)
 				if s.Pred == "" {
 					out = append(out, call...)
 					out = append(out, s)
@@ -617,6 +632,7 @@ func (c *Clone) InsertMemAccess(p *Probe) {
 			o := s.Operands[ai]
 			out = c.appendAddr(out, o[1:len(o)-1])
 			out = append(out, s)
+			out = c.siteTime(out, p.Func)
 			skip := ""
 			if s.Pred != "" {
 				skip = c.newLabel()
@@ -699,10 +715,13 @@ func (c *Clone) kernelOf(f *ptx.Func) string {
 
 // appendCall is callProbe appending to out.
 func (c *Clone) appendCall(out []*ptx.Stmt, probe, ctx string) []*ptx.Stmt {
-	if inline := c.inline[probe]; inline != nil {
+	if p := c.inline[probe]; p != nil {
 		c.inlined++
-		uniq := fmt.Sprintf("gpubpf_i%d", c.inlined)
-		return append(out, &ptx.Stmt{Kind: ptx.Raw, Text: inline(ctx, uniq, c.site)})
+		site := Site{Ctx: ctx, Uniq: fmt.Sprintf("gpubpf_i%d", c.inlined), Kernel: c.site}
+		if p.SiteTime {
+			site.Time = siteTimeReg
+		}
+		return append(out, &ptx.Stmt{Kind: ptx.Raw, Text: p.Inline(site)})
 	}
 	call := c.calls[probe]
 	if call == nil {
@@ -790,11 +809,18 @@ func (c *Clone) finish() {
 		if t != nil && t.h > 0 {
 			ds = append(ds, decl(fmt.Sprintf(".reg .b16 %%gpubpf_h<%d>", t.h+1)))
 		}
+		var ctx, now bool
 		for _, s := range f.Body {
-			if s.Kind == ptx.Instr && len(s.Operands) > 0 && s.Operands[0] == ctxReg {
-				ds = append(ds, decl(".reg .b64 "+ctxReg))
-				break
+			if s.Kind == ptx.Instr && len(s.Operands) > 0 {
+				ctx = ctx || s.Operands[0] == ctxReg
+				now = now || s.Operands[0] == siteTimeReg
 			}
+		}
+		if ctx {
+			ds = append(ds, decl(".reg .b64 "+ctxReg))
+		}
+		if now {
+			ds = append(ds, decl(".reg .b64 "+siteTimeReg))
 		}
 		f.Body = append(ds, f.Body...)
 	}

@@ -40,6 +40,7 @@ const (
 	hGridID        = 601
 	hActiveMask    = 602
 	hShfl          = 603
+	hSiteTime      = 604
 	maxPrintkBytes = 256
 )
 
@@ -316,11 +317,17 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 		c.e("mov.u32 %%w1, %%laneid;\n\tcvt.u64.u32 %%r0, %%w1;")
 	case hKernelIndex:
 		// Known only where the body is pasted into a kernel:
-		// InlineBodyFor puts the number in.
+		// InlineAt puts the number in.
 		c.usesKernel = true
 		c.e("mov.u64 %%r0, %s;", kernelIndexToken)
 	case hGridID:
 		c.e("mov.u64 %%r0, %%gridid;")
+	case hSiteTime:
+		// Read at the site before the probe's first branch, where the
+		// body is pasted (InlineAt puts the register in); the called form
+		// reads the clock here.
+		c.usesSiteTime = true
+		c.e("mov.u64 %%r0, %s;", siteTimeToken)
 	case hActiveMask:
 		c.e("activemask.b32 %%w1;\n\tcvt.u64.u32 %%r0, %%w1;")
 	case hShfl:

@@ -52,8 +52,11 @@ type Function struct {
 	PTXVersion [2]int
 
 	// UsesKernelIndex is set when the program calls bpf_gpu_kernel_index:
-	// its inline body must be pasted with InlineBodyFor.
+	// its inline body must be pasted with InlineAt.
 	UsesKernelIndex bool
+	// UsesSiteTime is set when the program calls bpf_gpu_site_time: the
+	// site must read %globaltimer into Site.Time before the pasted body.
+	UsesSiteTime bool
 
 	inline string
 }
@@ -65,8 +68,24 @@ type Function struct {
 const UnknownKernel = 0xFFFFFFFF
 
 // kernelIndexToken stands for the kernel index in the compiled text until
-// InlineBodyFor (or Compile, for the .func form) replaces it.
+// InlineAt (or Compile, for the .func form) replaces it.
 const kernelIndexToken = "GPUBPF_KERNEL_INDEX"
+
+// siteTimeToken stands for the register holding the site's time until
+// InlineAt (or Compile, for the .func form) replaces it.
+const siteTimeToken = "GPUBPF_SITE_TIME"
+
+// Site says where an inlined body is pasted. Ctx is a 64-bit register or
+// immediate holding the ctx pointer, Ret a 64-bit register that receives
+// the return value ("" to drop it), Uniq a label prefix unique in the
+// kernel (letters, digits, _), Kernel what bpf_gpu_kernel_index returns
+// there, and Time a 64-bit register the site set to %globaltimer before the
+// body ("" reads the clock where bpf_gpu_site_time is called).
+type Site struct {
+	Ctx, Ret, Uniq string
+	Kernel         uint32
+	Time           string
+}
 
 // InlineBody returns the probe's main function as a nested PTX block
 // ("{ ... }") to paste straight into a kernel instead of a call: ptxas does
@@ -79,15 +98,21 @@ const kernelIndexToken = "GPUBPF_KERNEL_INDEX"
 // runtime helpers there. Exit of the program becomes a branch to the end of
 // the block; bpf_gpu_exit (507) still ends the thread.
 func (f *Function) InlineBody(ctx, ret, uniq string) string {
-	return f.InlineBodyFor(ctx, ret, uniq, UnknownKernel)
+	return f.InlineAt(Site{Ctx: ctx, Ret: ret, Uniq: uniq, Kernel: UnknownKernel})
 }
 
-// InlineBodyFor is InlineBody for a site in a known kernel: the program's
-// bpf_gpu_kernel_index calls return kernel there.
-func (f *Function) InlineBodyFor(ctx, ret, uniq string, kernel uint32) string {
-	body := f.inlineBody(ctx, ret, uniq)
+// InlineAt is InlineBody for a site described by s.
+func (f *Function) InlineAt(s Site) string {
+	body := f.inlineBody(s.Ctx, s.Ret, s.Uniq)
 	if f.UsesKernelIndex {
-		body = strings.ReplaceAll(body, kernelIndexToken, fmt.Sprintf("%d", kernel))
+		body = strings.ReplaceAll(body, kernelIndexToken, fmt.Sprintf("%d", s.Kernel))
+	}
+	if f.UsesSiteTime {
+		t := s.Time
+		if t == "" {
+			t = "%globaltimer"
+		}
+		body = strings.ReplaceAll(body, siteTimeToken, t)
 	}
 	return body
 }
@@ -137,7 +162,11 @@ func Compile(prog *ebpf.ProgramSpec, opts Options) (f *Function, err error) {
 	if c.usesKernel {
 		text = strings.ReplaceAll(text, kernelIndexToken, fmt.Sprintf("%d", uint32(UnknownKernel)))
 	}
-	return &Function{Name: name, PTX: text, UsesCtx: c.usesCtx, UsesKernelIndex: c.usesKernel, PTXVersion: [2]int{7, 8}, inline: c.inline}, nil
+	if c.usesSiteTime {
+		text = strings.ReplaceAll(text, siteTimeToken, "%globaltimer")
+	}
+	return &Function{Name: name, PTX: text, UsesCtx: c.usesCtx, UsesKernelIndex: c.usesKernel, UsesSiteTime: c.usesSiteTime,
+		PTXVersion: [2]int{7, 8}, inline: c.inline}, nil
 }
 
 // TestModule wraps f into a complete PTX module with a small entry
@@ -242,15 +271,16 @@ type compiler struct {
 	scope   string // "gpu" or "sys": scope of atomics on program memory
 	usesCtx bool
 
-	out        strings.Builder
-	inline     string           // main function's body, for Function.InlineBody
-	usesKernel bool             // bpf_gpu_kernel_index is called
-	b          *strings.Builder // current function body
-	labels     int
-	runtime    map[string]bool // helper .funcs to append
-	cur        int             // instruction being compiled (for errors)
-	fp         [11]int         // r10-relative offset held by each register...
-	fpOK       [11]bool        // ...when known (per basic block)
+	out          strings.Builder
+	inline       string           // main function's body, for Function.InlineBody
+	usesKernel   bool             // bpf_gpu_kernel_index is called
+	usesSiteTime bool             // bpf_gpu_site_time is called
+	b            *strings.Builder // current function body
+	labels       int
+	runtime      map[string]bool // helper .funcs to append
+	cur          int             // instruction being compiled (for errors)
+	fp           [11]int         // r10-relative offset held by each register...
+	fpOK         [11]bool        // ...when known (per basic block)
 }
 
 // errAt wraps err with the program, instruction index and C source line.

@@ -413,7 +413,7 @@ func TestEmittedForms(t *testing.T) {
 	}
 }
 
-// TestKernelIndex: bpf_gpu_kernel_index is the number InlineBodyFor is
+// TestKernelIndex: bpf_gpu_kernel_index is the number InlineAt is
 // given where the body is pasted, and UnknownKernel in the called form.
 func TestKernelIndex(t *testing.T) {
 	f, err := Compile(prog(asm.BuiltinFunc(600).Call(), asm.Return()), Options{FuncName: "kid"})
@@ -426,11 +426,36 @@ func TestKernelIndex(t *testing.T) {
 	if !strings.Contains(f.PTX, "mov.u64 %r0, 4294967295;") || strings.Contains(f.PTX, kernelIndexToken) {
 		t.Fatalf("called form does not return UnknownKernel:\n%s", f.PTX)
 	}
-	body := f.InlineBodyFor("0", "", "p", 7)
+	body := f.InlineAt(Site{Ctx: "0", Uniq: "p", Kernel: 7})
 	if !strings.Contains(body, "mov.u64 %r0, 7;") {
 		t.Fatalf("inline body does not return 7:\n%s", body)
 	}
 	if g, _ := Compile(prog(asm.Mov.Imm(asm.R0, 0), asm.Return()), Options{}); g.UsesKernelIndex {
 		t.Fatal("UsesKernelIndex set for a program that never asks")
+	}
+}
+
+// TestSiteTime: bpf_gpu_site_time is the register the site filled where the
+// body is pasted, and the clock itself in the called form or with no
+// register.
+func TestSiteTime(t *testing.T) {
+	f, err := Compile(prog(asm.BuiltinFunc(604).Call(), asm.Return()), Options{FuncName: "st"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.UsesSiteTime {
+		t.Fatal("UsesSiteTime not set")
+	}
+	if !strings.Contains(f.PTX, "mov.u64 %r0, %globaltimer;") || strings.Contains(f.PTX, siteTimeToken) {
+		t.Fatalf("called form does not read the clock:\n%s", f.PTX)
+	}
+	if body := f.InlineAt(Site{Ctx: "0", Uniq: "p", Time: "%now7"}); !strings.Contains(body, "mov.u64 %r0, %now7;") {
+		t.Fatalf("inline body does not return the site's register:\n%s", body)
+	}
+	if body := f.InlineBody("0", "", "p"); !strings.Contains(body, "mov.u64 %r0, %globaltimer;") {
+		t.Fatalf("inline body without a register does not read the clock:\n%s", body)
+	}
+	if g, _ := Compile(prog(asm.Mov.Imm(asm.R0, 0), asm.Return()), Options{}); g.UsesSiteTime {
+		t.Fatal("UsesSiteTime set for a program that never asks")
 	}
 }
