@@ -10,7 +10,7 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 2u
+#define PROTO_VERSION 3u
 #define PROTO_MAX_FRAME (64u << 20)
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))
@@ -78,6 +78,9 @@ struct drv {
 	CUresult (*cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*cuThreadExchangeStreamCaptureMode)(int *);
 	CUresult (*cuStreamWaitEvent)(CUstream, CUevent, unsigned);
+	CUresult (*cuStreamQuery)(CUstream);
+	CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+				   CUstream, void **, void **);
 };
 extern struct drv D;
 HIDDEN int drv_init(void);         /* 0 when the driver entry points are usable */
@@ -153,8 +156,24 @@ struct activation {
 	uint64_t launches, failures; /* atomics */
 	int last_err;
 	int disabled;
+	/* Launch words (launchlate): the clone takes `hidden` (0 or 2) more
+	 * u64 parameters after the kernel's own `nparams` (at byte `bufoff`
+	 * of a packed `extra` buffer): the CPU time its launching thread's
+	 * uprobe stamped into slot (tid & (nslots - 1)) of `slots`, and the
+	 * stream with the API kind. `slots` lies in the session's registered
+	 * region `region`; it is cleared (g_rw write-held) before that region
+	 * goes away, and read only with g_rw read-held. */
+	uint32_t hidden, nparams, bufoff, nslots;
+	uint64_t region;
+	uint64_t *slots;
 	struct activation *next;
 };
+
+/* Launch words: slot layout and the second word's kind byte. */
+#define LW_SLOT_BYTES 16u
+#define LW_STREAM_MASK ((1ULL << 56) - 1)
+#define LW_KIND_GRAPH 0xFFull /* launched by a graph: no per-launch stamp */
+#define LW_MAX_AGE_NS 1000000ull /* an older stamp is not this launch's */
 
 extern int g_active; /* fast-path flag: any activation present */
 extern pthread_rwlock_t g_rw;
@@ -163,6 +182,10 @@ HIDDEN void probe_rebuild(void);                                  /* g_rw write 
 HIDDEN void probe_after_launch(struct activation *a, CUstream s, CUresult r);
 HIDDEN void probe_pin(struct activation *a);
 HIDDEN void probes_reset(void);
+/* The two launch words of an activation with hidden words (g_rw read held):
+ * s as the application passed it, evs the stream work on it runs in. */
+HIDDEN void probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uint64_t w[2]);
+HIDDEN void probe_tid_reset(void); /* fork child: the cached thread id is the parent's */
 extern struct activation *g_acts;
 
 /* ---- server (server.c) ---- */

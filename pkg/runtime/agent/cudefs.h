@@ -25,8 +25,10 @@ typedef int CUlibraryOption;
 
 #define CUDA_SUCCESS 0
 #define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_OUT_OF_MEMORY 2
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_NOT_FOUND 500
+#define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_NOT_SUPPORTED 801
 
 #define CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR 75
@@ -44,6 +46,13 @@ typedef int CUlibraryOption;
 #define CU_MEMHOSTREGISTER_DEVICEMAP 0x02
 
 #define CU_EVENT_DISABLE_TIMING 0x2
+
+#define CU_STREAM_NON_BLOCKING 0x1
+
+/* Keys of a launch's `extra` array. */
+#define CU_LAUNCH_PARAM_END ((void *)0x00)
+#define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
+#define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 
 #define CU_STREAM_CAPTURE_STATUS_NONE 0
 

@@ -142,6 +142,8 @@ int drv_init(void)
 	G(cuMemcpyDtoHAsync);
 	G(cuThreadExchangeStreamCaptureMode);
 	G(cuStreamWaitEvent);
+	G(cuStreamQuery);
+	G(cuLaunchKernel);
 #undef G
 	int ok = D.cuCtxGetCurrent && D.cuCtxSetCurrent && D.cuModuleLoadDataEx && D.cuModuleUnload &&
 		 D.cuModuleGetFunction && D.cuDeviceGetCount && D.cuDeviceGet && D.cuStreamCreate &&
@@ -465,6 +467,96 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *fn, CUmodule m, const char *name
 #define CU_STREAM_PER_THREAD ((CUstream)0x2)
 static inline CUstream ev_stream(CUstream s, int ptds) { return (!s && ptds) ? CU_STREAM_PER_THREAD : s; }
 
+/* ---------------- launch words ---------------- */
+
+/* Argument lists up to this many parameters (and packed buffers up to this
+ * many bytes) are built on the stack; larger ones are allocated. */
+#define HW_STACK_PARAMS 64
+#define HW_STACK_BUF 512
+
+/* The clone's arguments when it takes two hidden launch words: lives until
+ * the wrapped call returns (the driver copies arguments at the call). */
+struct hidden_args {
+	uint64_t w[2];  /* the words, filled in by the caller */
+	void *heap;     /* allocated list or buffer, freed after the call */
+	size_t size;    /* packed buffer size (extra form) */
+	void *extra[5]; /* extra form */
+	union {
+		void *params[HW_STACK_PARAMS + 2];
+		uint64_t buf[HW_STACK_BUF / 8];
+	} u;
+};
+
+/* Builds the clone's arguments from the application's p (kernelParams) or
+ * e (extra) with h->w appended. Returns 0 with *pp and *pe set, or -1 when
+ * it cannot (the caller then launches the original, untouched). */
+static int hidden_args(const struct activation *a, void **p, void **e, struct hidden_args *h, void ***pp,
+		       void ***pe)
+{
+	h->heap = NULL;
+	if (p && e)
+		return -1; /* the driver refuses both: the original reports it */
+	if (p || !e) {
+		uint32_t n = a->nparams;
+		if (!p && n)
+			return -1; /* a kernel with parameters launched without any */
+		void **q = h->u.params;
+		if (n > HW_STACK_PARAMS) {
+			q = h->heap = malloc(((size_t)n + 2) * sizeof(void *));
+			if (!q)
+				return -1;
+		}
+		if (n)
+			memcpy(q, p, (size_t)n * sizeof(void *));
+		q[n] = &h->w[0];
+		q[n + 1] = &h->w[1];
+		*pp = q;
+		*pe = NULL;
+		return 0;
+	}
+	/* extra: {BUFFER_POINTER, buf, BUFFER_SIZE, &size, END}, in any order */
+	const void *src = NULL;
+	size_t sz = 0;
+	int have_size = 0, end = 0;
+	for (int i = 0; i < 16 && !end; i += 2) {
+		if (e[i] == CU_LAUNCH_PARAM_END) {
+			end = 1;
+		} else if (e[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) {
+			src = e[i + 1];
+		} else if (e[i] == CU_LAUNCH_PARAM_BUFFER_SIZE) {
+			if (!e[i + 1])
+				return -1;
+			sz = *(const size_t *)e[i + 1];
+			have_size = 1;
+		} else {
+			return -1; /* a key we do not know: cannot rewrite safely */
+		}
+	}
+	if (!end || !have_size || (sz && !src) || sz > (64u << 10))
+		return -1;
+	size_t need = (size_t)a->bufoff + 16, nsz = sz > need ? sz : need;
+	uint8_t *b = (uint8_t *)h->u.buf;
+	if (nsz > sizeof(h->u.buf)) {
+		b = h->heap = malloc(nsz);
+		if (!b)
+			return -1;
+	}
+	if (sz)
+		memcpy(b, src, sz);
+	if (nsz > sz)
+		memset(b + sz, 0, nsz - sz);
+	memcpy(b + a->bufoff, h->w, 16);
+	h->size = nsz;
+	h->extra[0] = CU_LAUNCH_PARAM_BUFFER_POINTER;
+	h->extra[1] = b;
+	h->extra[2] = CU_LAUNCH_PARAM_BUFFER_SIZE;
+	h->extra[3] = &h->size;
+	h->extra[4] = CU_LAUNCH_PARAM_END;
+	*pp = NULL;
+	*pe = h->extra;
+	return 0;
+}
+
 static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds, CUfunction f, unsigned gx,
 						      unsigned gy, unsigned gz, unsigned bx, unsigned by,
 						      unsigned bz, unsigned sh, CUstream s, void **p, void **e)
@@ -474,10 +566,21 @@ static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds
 	CUfunction c = probe_lookup(f, &a);
 	CUresult r;
 	if (c) {
-		r = real_fn(c, gx, gy, gz, bx, by, bz, sh, s, p, e);
-		probe_after_launch(a, ev_stream(s, ptds), r);
-		if (r != CUDA_SUCCESS) /* never harm the app: run the original */
+		struct hidden_args h;
+		void **cp = p, **ce = e;
+		h.heap = NULL;
+		if (a->hidden) {
+			probe_launch_words(a, s, ev_stream(s, ptds), h.w);
+			if (hidden_args(a, p, e, &h, &cp, &ce) != 0)
+				c = f; /* cannot pass the words: the original runs */
+		}
+		if (c != f) {
+			r = real_fn(c, gx, gy, gz, bx, by, bz, sh, s, cp, ce);
+			probe_after_launch(a, ev_stream(s, ptds), r);
+		}
+		if (c == f || r != CUDA_SUCCESS) /* never harm the app: run the original */
 			r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+		free(h.heap);
 	} else {
 		r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
 	}
@@ -508,10 +611,21 @@ static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int pt
 	CUfunction c = probe_lookup(f, &a);
 	CUresult r;
 	if (c) {
-		r = real_fn(c, gx, gy, gz, bx, by, bz, sh, s, p);
-		probe_after_launch(a, ev_stream(s, ptds), r);
-		if (r != CUDA_SUCCESS)
+		struct hidden_args h;
+		void **cp = p, **ce = NULL;
+		h.heap = NULL;
+		if (a->hidden) {
+			probe_launch_words(a, s, ev_stream(s, ptds), h.w);
+			if (hidden_args(a, p, NULL, &h, &cp, &ce) != 0)
+				c = f;
+		}
+		if (c != f) {
+			r = real_fn(c, gx, gy, gz, bx, by, bz, sh, s, cp);
+			probe_after_launch(a, ev_stream(s, ptds), r);
+		}
+		if (c == f || r != CUDA_SUCCESS)
 			r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p);
+		free(h.heap);
 	} else {
 		r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p);
 	}
@@ -541,10 +655,22 @@ static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, 
 	CUfunction c = probe_lookup(f, &a);
 	CUresult r;
 	if (c) {
-		r = real_fn(cfg, c, p, e);
-		probe_after_launch(a, ev_stream(cfg ? cfg->hStream : NULL, ptds), r);
-		if (r != CUDA_SUCCESS)
+		CUstream s = cfg ? cfg->hStream : NULL;
+		struct hidden_args h;
+		void **cp = p, **ce = e;
+		h.heap = NULL;
+		if (a->hidden) {
+			probe_launch_words(a, s, ev_stream(s, ptds), h.w);
+			if (hidden_args(a, p, e, &h, &cp, &ce) != 0)
+				c = f;
+		}
+		if (c != f) {
+			r = real_fn(cfg, c, cp, ce);
+			probe_after_launch(a, ev_stream(s, ptds), r);
+		}
+		if (c == f || r != CUDA_SUCCESS)
 			r = real_fn(cfg, f, p, e);
+		free(h.heap);
 	} else {
 		r = real_fn(cfg, f, p, e);
 	}
@@ -567,10 +693,20 @@ EX_WRAPPER(cuLaunchKernelEx_ptsz, 1)
 
 /* ---------------- graph kernel nodes ---------------- */
 
+/* What graph_params hands the driver instead of the application's params:
+ * lives until the wrapped call returns (the driver copies it). */
+struct graph_tmp {
+	CUDA_KERNEL_NODE_PARAMS_v2 p;
+	struct hidden_args h;
+};
+
 /* Copies params and swaps the function when the kernel has an active
- * probe; the clone is pinned (graphs may be relaunched at any time). */
-static const void *graph_params(const void *params, int v2, CUDA_KERNEL_NODE_PARAMS_v2 *tmp)
+ * probe; the clone is pinned (graphs may be relaunched at any time). A
+ * clone with launch words gets "launched by a graph, no stamp": the node
+ * runs at every replay, long after this call. */
+static const void *graph_params(const void *params, int v2, struct graph_tmp *tmp)
 {
+	tmp->h.heap = NULL;
 	if (!params || LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)))
 		return params;
 	const CUDA_KERNEL_NODE_PARAMS_v2 *in = params;
@@ -583,16 +719,25 @@ static const void *graph_params(const void *params, int v2, CUDA_KERNEL_NODE_PAR
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
 	CUfunction c = probe_lookup(h, &a);
+	void **cp = c ? in->kernelParams : NULL, **ce = c ? in->extra : NULL;
+	if (c && a->hidden) {
+		tmp->h.w[0] = 0;
+		tmp->h.w[1] = LW_KIND_GRAPH << 56;
+		if (hidden_args(a, in->kernelParams, in->extra, &tmp->h, &cp, &ce) != 0)
+			c = NULL; /* cannot pass the words: the node keeps the original */
+	}
 	if (c) {
-		memset(tmp, 0, sizeof(*tmp));
-		memcpy(tmp, in, v2 ? sizeof(CUDA_KERNEL_NODE_PARAMS_v2) : sizeof(CUDA_KERNEL_NODE_PARAMS_v1));
-		tmp->func = c;
+		memset(&tmp->p, 0, sizeof(tmp->p));
+		memcpy(&tmp->p, in, v2 ? sizeof(CUDA_KERNEL_NODE_PARAMS_v2) : sizeof(CUDA_KERNEL_NODE_PARAMS_v1));
+		tmp->p.func = c;
+		tmp->p.kernelParams = cp;
+		tmp->p.extra = ce;
 		if (v2) {
-			tmp->kern = NULL;
-			tmp->ctx = NULL;
+			tmp->p.kern = NULL;
+			tmp->p.ctx = NULL;
 		}
 		probe_pin(a);
-		out = tmp;
+		out = &tmp->p;
 	}
 	pthread_rwlock_unlock(&g_rw);
 	return out;
@@ -604,8 +749,10 @@ static const void *graph_params(const void *params, int v2, CUDA_KERNEL_NODE_PAR
 		graphadd_t r = REAL(graphadd_t, NAME);                                                          \
 		if (!r)                                                                                         \
 			return NOFUNC;                                                                          \
-		CUDA_KERNEL_NODE_PARAMS_v2 tmp;                                                                 \
-		return r(n, g, d, nd, graph_params(params, V2, &tmp));                                          \
+		struct graph_tmp tmp;                                                                           \
+		CUresult res = r(n, g, d, nd, graph_params(params, V2, &tmp));                                  \
+		free(tmp.h.heap);                                                                               \
+		return res;                                                                                     \
 	}
 GRAPH_ADD(cuGraphAddKernelNode, 0)
 GRAPH_ADD(cuGraphAddKernelNode_v2, 1)
@@ -616,8 +763,10 @@ GRAPH_ADD(cuGraphAddKernelNode_v2, 1)
 		graphset_t r = REAL(graphset_t, NAME);                                                          \
 		if (!r)                                                                                         \
 			return NOFUNC;                                                                          \
-		CUDA_KERNEL_NODE_PARAMS_v2 tmp;                                                                 \
-		return r(n, graph_params(params, V2, &tmp));                                                    \
+		struct graph_tmp tmp;                                                                           \
+		CUresult res = r(n, graph_params(params, V2, &tmp));                                            \
+		free(tmp.h.heap);                                                                               \
+		return res;                                                                                     \
 	}
 GRAPH_SET(cuGraphKernelNodeSetParams, 0)
 GRAPH_SET(cuGraphKernelNodeSetParams_v2, 1)
@@ -628,8 +777,10 @@ GRAPH_SET(cuGraphKernelNodeSetParams_v2, 1)
 		graphexecset_t r = REAL(graphexecset_t, NAME);                                                  \
 		if (!r)                                                                                         \
 			return NOFUNC;                                                                          \
-		CUDA_KERNEL_NODE_PARAMS_v2 tmp;                                                                 \
-		return r(x, n, graph_params(params, V2, &tmp));                                                 \
+		struct graph_tmp tmp;                                                                           \
+		CUresult res = r(x, n, graph_params(params, V2, &tmp));                                         \
+		free(tmp.h.heap);                                                                               \
+		return res;                                                                                     \
 	}
 GRAPH_EXECSET(cuGraphExecKernelNodeSetParams, 0)
 GRAPH_EXECSET(cuGraphExecKernelNodeSetParams_v2, 1)
@@ -822,6 +973,7 @@ static void atfork_child(void)
 	/* The child cannot use its parent's CUDA contexts: drop everything
 	 * inherited and serve its own socket once it touches the driver. */
 	probes_reset();
+	probe_tid_reset();
 	inv_reset();
 	server_atfork_child();
 }

@@ -4,6 +4,8 @@
 #define _GNU_SOURCE
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -162,6 +164,58 @@ void probe_after_launch(struct activation *a, CUstream s, CUresult r)
 	if (D.cuEventRecord(c->ev[i].e, s) != CUDA_SUCCESS)
 		c->overflow = 1;
 	pthread_mutex_unlock(&c->evmu);
+}
+
+/* ---------------- launch words (launchlate) ---------------- */
+
+/* The Linux thread id: what the uprobe keys its slot by. One syscall per
+ * thread; reset in a fork child, whose thread has another id. */
+static __thread uint32_t t_tid;
+
+void probe_tid_reset(void) { t_tid = 0; }
+
+static inline uint32_t my_tid(void)
+{
+	uint32_t t = t_tid;
+	if (UNLIKELY(!t))
+		t_tid = t = (uint32_t)syscall(SYS_gettid);
+	return t;
+}
+
+void probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uint64_t w[2])
+{
+	int capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+	if (D.cuStreamIsCapturing && D.cuStreamIsCapturing(evs, &capturing) == CUDA_SUCCESS &&
+	    capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+		/* captured into a graph: it runs at replays, whose launches
+		 * this stamp and this stream are not */
+		w[0] = 0;
+		w[1] = LW_KIND_GRAPH << 56;
+		return;
+	}
+	uint64_t stamp = 0, kind = 0;
+	uint64_t *base = a->slots;
+	if (base) {
+		uint32_t tid = my_tid();
+		/* written by this thread's own uprobe before the call reached
+		 * us: no ordering to wait for, and never written back */
+		const uint64_t *sl = base + 2 * (tid & (a->nslots - 1));
+		uint64_t t = __atomic_load_n(&sl[0], __ATOMIC_RELAXED);
+		uint64_t tag = __atomic_load_n(&sl[1], __ATOMIC_RELAXED);
+		if (t && (uint32_t)(tag >> 32) == tid) {
+			struct timespec ts;
+			clock_gettime(CLOCK_MONOTONIC, &ts);
+			uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+			/* a stamp from the future or from an earlier call of this
+			 * thread (its uprobe missed this one) is not this launch's */
+			if (t <= now && now - t <= LW_MAX_AGE_NS) {
+				stamp = t;
+				kind = tag & 0xff;
+			}
+		}
+	}
+	w[0] = stamp;
+	w[1] = ((uint64_t)(uintptr_t)s & LW_STREAM_MASK) | kind << 56;
 }
 
 void probes_reset(void)

@@ -169,7 +169,31 @@ func (c *Conn) RingDrain(t Target, r agentproto.RingDrainRequest) (reserved uint
 // Activate makes launches of kernel (a CUkernel or CUfunction handle from
 // Inventory) in the clone's context run function (from LoadPTX) instead.
 func (c *Conn) Activate(kernel, cloneID, function uint64) error {
-	return c.call(agentproto.OpActivate, &agentproto.ActivateRequest{Kernel: kernel, CloneID: cloneID, Function: function}, nil, nil)
+	return c.ActivateWith(kernel, cloneID, function, agentproto.LaunchWords{})
+}
+
+// ActivateWith is Activate for a function that takes hidden launch words
+// (lw.Hidden = agentproto.LaunchHiddenWords): the agent appends a CPU
+// timestamp and the launch's stream to its arguments at every launch (see
+// agentproto.LaunchWords). The zero LaunchWords is plain Activate.
+func (c *Conn) ActivateWith(kernel, cloneID, function uint64, lw agentproto.LaunchWords) error {
+	return c.call(agentproto.OpActivate, &agentproto.ActivateRequest{Kernel: kernel, CloneID: cloneID, Function: function, LaunchWords: lw}, nil, nil)
+}
+
+// Clock measures the offset of the GPU's %globaltimer from
+// CLOCK_MONOTONIC in t's context with rounds (1 to
+// agentproto.ClockMaxRounds) round trips to a one-thread kernel, keeping
+// the shortest. A GPU too busy to start the kernel within a second gives an
+// error; a later call may succeed.
+func (c *Conn) Clock(t Target, rounds int) (agentproto.ClockReply, error) {
+	if rounds < 1 || rounds > agentproto.ClockMaxRounds {
+		return agentproto.ClockReply{}, fmt.Errorf("agent clock: %d rounds; ask for 1 to %d", rounds, agentproto.ClockMaxRounds)
+	}
+	var r agentproto.ClockReply
+	if err := c.call(agentproto.OpClock, &agentproto.ClockRequest{Target: t, Rounds: uint32(rounds)}, &r, nil); err != nil {
+		return agentproto.ClockReply{}, err
+	}
+	return r, nil
 }
 
 // Deactivate restores kernel's original (0: every kernel of this

@@ -705,19 +705,101 @@ func (m *RingDrainReply) Encode(e *Encoder) { e.U64(m.Reserved) }
 func (m *RingDrainReply) Decode(d *Decoder) { m.Reserved = d.U64() }
 
 // ActivateRequest routes launches of Kernel (a handle from List) in the
-// clone's context to Function (a handle from LoadReply).
+// clone's context to Function (a handle from LoadReply). With
+// LaunchWords.Hidden set, the agent passes Function two more parameters.
 type ActivateRequest struct {
 	Kernel   uint64
 	CloneID  uint64
 	Function uint64
+	LaunchWords
 }
 
-func (m *ActivateRequest) Encode(e *Encoder) { e.U64(m.Kernel); e.U64(m.CloneID); e.U64(m.Function) }
+// LaunchWords asks the agent to pass an instrumented clone two hidden
+// trailing .param .u64 parameters (appended after the kernel's own) at
+// every launch it routes to the clone:
+//
+//   - word 0: the CLOCK_MONOTONIC time (ns) a uprobe stamped into the
+//     launching thread's slot, or 0 when the slot holds no stamp of this
+//     launch (another thread's tag, no time, older than 1 ms or in the
+//     future), for graph launches and when Region is 0;
+//   - word 1: the stream the application passed (CUlaunchConfig.hStream for
+//     the Ex form) masked by LaunchStreamMask, with the low 8 bits of the
+//     slot's tag (the API kind the uprobe saw; 0 without a stamp) in bits
+//     56-63. Kernel nodes of CUDA graphs (and launches captured into one)
+//     get word 0 = 0 and word 1 = LaunchKindGraph << 56.
+//
+// The slots are Slots (a power of two) LaunchSlotSize-byte records at
+// byte Offset of the registered host region Region (RegisterHost, same
+// session): the thread with Linux id tid uses slot tid & (Slots-1), whose
+// u64 word 0 is the time and u64 word 1 the tag tid<<32 | kind. The agent
+// only reads them. Unregistering the region makes word 0 read 0.
+type LaunchWords struct {
+	Hidden    uint32 // hidden u64 parameters appended to the clone: 0 (none) or 2
+	Params    uint32 // the kernel's own parameter count (kernelParams launches)
+	BufOffset uint32 // byte offset of the first hidden word in the packed parameter buffer (extra launches), 8-aligned
+	Region    uint64 // registered host region holding the slots; 0: none (word 0 is always 0)
+	Offset    uint64 // byte offset of slot 0 in Region, 8-aligned
+	Slots     uint32 // number of slots, a power of two
+}
+
+// Launch-word layout.
+const (
+	LaunchHiddenWords = 2         // LaunchWords.Hidden for launch words
+	LaunchSlotSize    = 16        // bytes per slot: u64 time, u64 tag
+	LaunchStreamMask  = 1<<56 - 1 // the stream bits of word 1
+	LaunchKindGraph   = 0xFF      // word 1's kind (bits 56-63) for graph launches
+	LaunchMaxAgeNanos = 1_000_000 // an older stamp is not the launch's (word 0 = 0)
+)
+
+func (m *ActivateRequest) Encode(e *Encoder) {
+	e.U64(m.Kernel)
+	e.U64(m.CloneID)
+	e.U64(m.Function)
+	e.U32(m.Hidden)
+	e.U32(m.Params)
+	e.U32(m.BufOffset)
+	e.U64(m.Region)
+	e.U64(m.Offset)
+	e.U32(m.Slots)
+}
+
 func (m *ActivateRequest) Decode(d *Decoder) {
 	m.Kernel = d.U64()
 	m.CloneID = d.U64()
 	m.Function = d.U64()
+	m.Hidden = d.U32()
+	m.Params = d.U32()
+	m.BufOffset = d.U32()
+	m.Region = d.U64()
+	m.Offset = d.U64()
+	m.Slots = d.U32()
 }
+
+// ClockRequest measures the offset of the GPU's %globaltimer from the
+// agent's CLOCK_MONOTONIC in Target's context (OpClock): Rounds (1 to
+// ClockMaxRounds) round trips through mapped host memory to a one-thread
+// kernel; the shortest one is kept.
+type ClockRequest struct {
+	Target
+	Rounds uint32
+}
+
+// ClockMaxRounds bounds ClockRequest.Rounds.
+const ClockMaxRounds = 64
+
+func (m *ClockRequest) Encode(e *Encoder) { m.Target.encode(e); e.U32(m.Rounds) }
+func (m *ClockRequest) Decode(d *Decoder) { m.Target.decode(d); m.Rounds = d.U32() }
+
+// ClockReply: at CLOCK_MONOTONIC time At, globaltimer read
+// CLOCK_MONOTONIC + Offset, to within ±Bound ns.
+type ClockReply struct {
+	Offset int64  // globaltimer - CLOCK_MONOTONIC, ns
+	Bound  uint64 // error bound, ns: half the best round trip
+	At     uint64 // CLOCK_MONOTONIC ns of the best round's midpoint
+}
+
+func (m *ClockReply) Encode(e *Encoder) { e.U64(uint64(m.Offset)); e.U64(m.Bound); e.U64(m.At) }
+func (m *ClockReply) Decode(d *Decoder) { m.Offset = int64(d.U64()); m.Bound = d.U64(); m.At = d.U64() }
 
 // CountReply carries a count (Deactivate: probes removed).
 type CountReply struct{ Count uint32 }
@@ -795,6 +877,8 @@ func ReplyFor(op Op) Message {
 		return &Stats{}
 	case OpRingDrain:
 		return &RingDrainReply{}
+	case OpClock:
+		return &ClockReply{}
 	}
 	return nil
 }
@@ -838,6 +922,8 @@ func RequestFor(op Op) Message {
 		return &DeviceRequest{}
 	case OpRingDrain:
 		return &RingDrainRequest{}
+	case OpClock:
+		return &ClockRequest{}
 	}
 	return nil
 }

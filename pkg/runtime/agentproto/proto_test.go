@@ -9,7 +9,7 @@ import (
 
 var allOps = []Op{OpHello, OpList, OpFetch, OpGlobals, OpLoad, OpUnload, OpAlloc, OpFree, OpMemset,
 	OpWrite, OpRead, OpRegisterHost, OpUnregisterHost, OpSnapshot, OpActivate, OpDeactivate, OpDetach,
-	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain}
+	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock}
 
 func TestRoundTrip(t *testing.T) {
 	msgs := []Message{
@@ -30,6 +30,12 @@ func TestRoundTrip(t *testing.T) {
 		&RingDrainRequest{Target: Target{Device: 1, Ctx: 9}, Ring: 0x7000, RegionID: 2, DataBytes: 1 << 20,
 			TailBytes: 4096, ZeroFrom: 100, Release: 200, Flags: RingDrainHostData},
 		&RingDrainReply{Reserved: 1 << 40},
+		&ActivateRequest{Kernel: 1, CloneID: 2, Function: 3},
+		&ActivateRequest{Kernel: 1, CloneID: 2, Function: 3, LaunchWords: LaunchWords{Hidden: LaunchHiddenWords,
+			Params: 4, BufOffset: 24, Region: 7, Offset: 4096, Slots: 256}},
+		&ClockRequest{Target: Target{Device: 1, Ctx: 9}, Rounds: 16},
+		&ClockReply{Offset: -139_000, Bound: 750, At: 1 << 50},
+		&ClockReply{Offset: 1<<62 + 5, Bound: 1, At: 2},
 		&Stats{Probes: []ProbeStat{{Kernel: 1, CloneID: 2, Launches: 5, Disabled: true}}},
 		&ProbeFailed{Kernel: 1, CUResult: 701},
 	}
@@ -79,6 +85,10 @@ func FuzzDecode(f *testing.F) {
 	f.Add(AppendFrame(nil, OpFetch, 1, MarshalReply(&FetchReply{Data: []byte("zz")})))
 	f.Add(Marshal(&RingDrainRequest{Ring: 1, RegionID: 2, DataBytes: 4096, Release: 8}))
 	f.Add(MarshalReply(&RingDrainReply{Reserved: 5}))
+	f.Add(Marshal(&ActivateRequest{Kernel: 1, CloneID: 2, Function: 3, LaunchWords: LaunchWords{Hidden: 2, Params: 3,
+		BufOffset: 16, Region: 4, Offset: 64, Slots: 8}}))
+	f.Add(Marshal(&ClockRequest{Target: Target{Device: 0}, Rounds: 8}))
+	f.Add(MarshalReply(&ClockReply{Offset: -5, Bound: 3, At: 9}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, op := range allOps {
@@ -100,4 +110,32 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("payload larger than input")
 		}
 	})
+}
+
+// The agent (server.c op_activate, op_clock) decodes these layouts field by
+// field: keep them byte for byte.
+func TestWireLayout(t *testing.T) {
+	a := Marshal(&ActivateRequest{Kernel: 1, CloneID: 2, Function: 3, LaunchWords: LaunchWords{Hidden: 2, Params: 5,
+		BufOffset: 40, Region: 6, Offset: 7, Slots: 8}})
+	want := []byte{
+		1, 0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, // kernel, clone, function
+		2, 0, 0, 0, 5, 0, 0, 0, 40, 0, 0, 0, // hidden, params, buf offset
+		6, 0, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0, 0, 0, // region, offset
+		8, 0, 0, 0, // slots
+	}
+	if !bytes.Equal(a, want) {
+		t.Fatalf("activate request\n got % x\nwant % x", a, want)
+	}
+	c := Marshal(&ClockRequest{Target: Target{Device: 1, Ctx: 2}, Rounds: 3})
+	if want := []byte{1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0}; !bytes.Equal(c, want) {
+		t.Fatalf("clock request % x", c)
+	}
+	var r ClockReply
+	p := MarshalReply(&ClockReply{Offset: -2, Bound: 3, At: 4})
+	if err := UnmarshalReply(OpClock, p, &r); err != nil || r.Offset != -2 || len(p) != 4+24 {
+		t.Fatalf("clock reply %+v %v (%d bytes)", r, err, len(p))
+	}
+	if OpClock.String() != "clock" {
+		t.Fatalf("OpClock is %q", OpClock)
+	}
 }

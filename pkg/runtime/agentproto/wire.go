@@ -15,7 +15,8 @@ import (
 )
 
 // Version is the protocol version this package speaks (sent in Hello).
-const Version = 2
+// 3: launch words in ActivateRequest, OpClock.
+const Version = 3
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12
@@ -50,6 +51,7 @@ const (
 	OpReleaseUnload  Op = 20
 	OpDeviceReady    Op = 21
 	OpRingDrain      Op = 22
+	OpClock          Op = 23
 
 	// Notifications (request id 0), sent by the agent after Hello.
 	NoteModuleLoaded Op = 0x40
@@ -66,6 +68,7 @@ var opNames = map[Op]string{
 	OpStats: "stats", OpContinue: "continue", NoteModuleLoaded: "module-loaded",
 	NoteProbeFailed: "probe-failed", OpReleaseUnload: "release-unload", NoteUnloading: "unloading",
 	OpDeviceReady: "device-ready", NoteDeviceUsed: "device-used", OpRingDrain: "ring-drain",
+	OpClock: "clock",
 }
 
 func (o Op) String() string {

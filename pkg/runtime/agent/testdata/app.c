@@ -6,7 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef int CUresult;
@@ -47,6 +49,36 @@ static void use_fatbin_file(void)
 	wrapper.data = buf;
 }
 
+/* The stream the kp/xp launches pass: its top byte is not the stream's. */
+#define APP_STREAM ((void *)0xAB007f00dead0010ull)
+
+/* "CMD [ADDR SLOTS TID KIND DT]": with ADDR, stamp this thread's launch-word
+ * slot as launchlate's uprobe would (time now + DT, tag TID or our own
+ * thread id << 32 | KIND) just before the launch. Prints "STAMP <time>". */
+static void stamp(const char *args)
+{
+	unsigned long long addr = 0, slots = 0, tid = 0, kind = 0;
+	long long dt = 0;
+	if (sscanf(args, "%llu %llu %llu %llu %lld", &addr, &slots, &tid, &kind, &dt) < 4 || !addr || !slots)
+		return;
+	uint64_t me = (uint64_t)syscall(SYS_gettid);
+	volatile uint64_t *sl = (volatile uint64_t *)(uintptr_t)addr + 2 * (me & (slots - 1));
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (uint64_t)dt;
+	sl[0] = t;
+	sl[1] = (tid ? tid : me) << 32 | kind;
+	printf("STAMP %llu\n", (unsigned long long)t);
+}
+
+/* CUDA_KERNEL_NODE_PARAMS_v2 */
+struct node_params {
+	void *func;
+	unsigned gx, gy, gz, bx, by, bz, sh;
+	void **kernelParams, **extra;
+	void *kern, *ctx;
+};
+
 static gpa_t gpa;
 static void *get(const char *n, uint64_t flags)
 {
@@ -79,15 +111,41 @@ int main(void)
 	launch_t launch = get("cuLaunchKernel", 0);
 	launch_t launchp = get("cuLaunchKernel", 2);
 	CUresult (*libunload)(void *) = get("cuLibraryUnload", 0);
+	CUresult (*graphadd)(void **, void *, const void *, size_t, const struct node_params *) =
+		get("cuGraphAddKernelNode", 0);
+	/* vecAdd(float *, int)'s arguments, as kernelParams and packed */
+	uint64_t a_ptr = 0x1234;
+	int a_n = 77;
+	void *kparams[2] = {&a_ptr, &a_n};
+	struct {
+		uint64_t ptr;
+		int n;
+	} packed = {0x1234, 77};
+	size_t packed_size = 12;
+	void *extra[5] = {(void *)1, &packed, (void *)2, &packed_size, (void *)0};
 	void *ctx, *lib, *k;
 	if (init(0) || retain(&ctx, 0) || setcur(ctx) || libload(&lib, &wrapper, 0, 0, 0, 0, 0, 0) ||
 	    getk(&k, lib, "_Z6vecAddPfi"))
 		return 3;
 	printf("READY\n");
 	fflush(stdout);
-	char line[64];
+	char line[256];
 	while (fgets(line, sizeof(line), stdin)) {
-		if (!strcmp(line, "launch\n"))
+		if (!strncmp(line, "kp", 2) && (line[2] == '\n' || line[2] == ' ')) {
+			stamp(line + 2);
+			launch(k, 1, 1, 1, 32, 1, 1, 0, APP_STREAM, kparams, NULL);
+		} else if (!strncmp(line, "xp", 2) && (line[2] == '\n' || line[2] == ' ')) {
+			stamp(line + 2);
+			launch(k, 1, 1, 1, 32, 1, 1, 0, APP_STREAM, NULL, extra);
+		} else if (!strcmp(line, "gk\n") || !strcmp(line, "gx\n")) {
+			struct node_params np = {k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL, NULL};
+			if (line[1] == 'k')
+				np.kernelParams = kparams;
+			else
+				np.extra = extra;
+			void *node;
+			graphadd(&node, NULL, NULL, 0, &np);
+		} else if (!strcmp(line, "launch\n"))
 			launch(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
 		else if (!strcmp(line, "launchp\n"))
 			launchp(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);

@@ -1,15 +1,25 @@
 /* A fake libcuda.so.1 for CI machines without a GPU: just enough of the
  * driver API for the agent's tests. Launches print "LAUNCH <name>" on
- * stdout; clone unloads print "UNLOAD <name>". Test double only. */
+ * stdout (graph kernel nodes "GRAPHNODE <name>"), then "ARG <i> <value>"
+ * for each parameter a loaded module's entry declares; clone unloads print
+ * "UNLOAD <name>". The agent's clock kernel runs as a thread that answers
+ * with a "globaltimer" FAKE_GLOBALTIMER_OFFSET ns ahead of CLOCK_MONOTONIC.
+ * Test double only. */
+#include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef struct obj {
 	int magic;
 	char name[64];
+	int np;      /* parameters the PTX declares (loaded modules only) */
+	int psz[8];  /* their sizes in bytes */
 } obj;
 
 static obj ctx0 = {1, "ctx0"};
@@ -141,6 +151,15 @@ CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, int *o, void 
 		int k = 0;
 		while (*p && *p != '(' && *p != ' ' && *p != '\n' && k < 63)
 			f->name[k++] = *p++;
+		/* ".param .u64 a, .param .u32 n, ..." up to the closing ')' */
+		const char *open = strchr(p, '('), *close = open ? strchr(open, ')') : NULL;
+		for (const char *q = open; close && f->np < 8 && (q = strstr(q, ".param")) && q < close;) {
+			q += 6;
+			while (*q == ' ')
+				q++;
+			int bits = (q[0] == '.' && q[1]) ? atoi(q + 2) : 0;
+			f->psz[f->np++] = bits >= 8 ? bits / 8 : 8;
+		}
 	}
 	*m = md;
 	return 0;
@@ -164,21 +183,128 @@ CUresult cuModuleUnload(void *m)
 	free(md);
 	return 0;
 }
-static CUresult launch(void *f)
+/* ---- the agent's clock kernel (op clock), as a thread ---- */
+#define FAKE_GLOBALTIMER_OFFSET 12345
+static pthread_mutex_t clock_mu = PTHREAD_MUTEX_INITIALIZER; /* one stream: one kernel at a time */
+static int clock_busy;       /* kernels queued or running (cuStreamQuery) */
+static int clock_stalled;    /* FAKECUDA_CLOCK_STALL=1: the first one starts after 1.1 s */
+struct clock_job {
+	uint64_t *mb;
+	uint32_t rounds, gen;
+	int stall;
+};
+static uint64_t mono(void)
 {
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static void *clock_kernel(void *arg)
+{
+	struct clock_job *j = arg;
+	pthread_mutex_lock(&clock_mu);
+	if (j->stall)
+		usleep(1100000);
+	uint64_t last = mono();
+	__atomic_store_n(&j->mb[0], (uint64_t)j->gen, __ATOMIC_RELEASE);
+	for (uint32_t i = 1; i <= j->rounds; i++) {
+		uint64_t want = (uint64_t)j->gen << 32 | i;
+		while (__atomic_load_n(&j->mb[1], __ATOMIC_ACQUIRE) != want) {
+			if (mono() - last > 200000000ull)
+				goto out;
+			sched_yield();
+		}
+		last = mono();
+		__atomic_store_n(&j->mb[2], last + FAKE_GLOBALTIMER_OFFSET, __ATOMIC_RELAXED);
+		__atomic_store_n(&j->mb[3], want, __ATOMIC_RELEASE);
+	}
+out:
+	pthread_mutex_unlock(&clock_mu);
+	__atomic_sub_fetch(&clock_busy, 1, __ATOMIC_ACQ_REL);
+	free(j);
+	return NULL;
+}
+static CUresult clock_launch(void **p)
+{
+	struct clock_job *j = calloc(1, sizeof(*j));
+	j->mb = (uint64_t *)(uintptr_t) * (uint64_t *)p[0];
+	j->rounds = *(uint32_t *)p[1];
+	j->gen = *(uint32_t *)p[2];
+	const char *st = getenv("FAKECUDA_CLOCK_STALL");
+	j->stall = st && st[0] == '1' && !__atomic_exchange_n(&clock_stalled, 1, __ATOMIC_ACQ_REL);
+	__atomic_add_fetch(&clock_busy, 1, __ATOMIC_ACQ_REL);
+	pthread_t t;
+	pthread_create(&t, NULL, clock_kernel, j);
+	pthread_detach(t);
+	return 0;
+}
+CUresult cuStreamQuery(void *s) { return __atomic_load_n(&clock_busy, __ATOMIC_ACQUIRE) ? 600 : 0; }
+
+/* Prints the parameters a loaded entry declares, from kernelParams or from
+ * the packed buffer of `extra` (natural alignment). */
+static void print_args(obj *f, void **p, void **x)
+{
+	if (f->magic != 4 || !f->np)
+		return;
+	const unsigned char *buf = NULL;
+	size_t size = 0, off = 0;
+	if (!p && x) {
+		for (int i = 0; x[i]; i += 2) {
+			if (x[i] == (void *)1)
+				buf = x[i + 1];
+			else if (x[i] == (void *)2)
+				size = *(size_t *)x[i + 1];
+		}
+		printf("XSIZE %zu\n", size);
+	}
+	for (int i = 0; i < f->np; i++) {
+		uint64_t v = 0;
+		size_t n = f->psz[i] < 8 ? f->psz[i] : 8;
+		if (p) {
+			memcpy(&v, p[i], n);
+		} else if (buf) {
+			off = (off + n - 1) / n * n;
+			if (off + n <= size)
+				memcpy(&v, buf + off, n);
+			off += n;
+		}
+		printf("ARG %d %llu\n", i, (unsigned long long)v);
+	}
+}
+
+static CUresult launch(void *f, void **p, void **x)
+{
+	if (!strcmp(((obj *)f)->name, "gpubpf_clock"))
+		return clock_launch(p);
 	printf("LAUNCH %s\n", ((obj *)f)->name);
+	print_args(f, p, x);
 	fflush(stdout);
 	return 0;
 }
 CUresult cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
 			unsigned sh, void *s, void **p, void **x)
 {
-	return launch(f);
+	return launch(f, p, x);
 }
 CUresult cuLaunchKernel_ptsz(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
 			     unsigned sh, void *s, void **p, void **x)
 {
-	return launch(f);
+	return launch(f, p, x);
+}
+/* A kernel node (CUDA_KERNEL_NODE_PARAMS, v1 or v2: the same prefix)
+ * "runs" at once. */
+struct node_params {
+	void *func;
+	unsigned gx, gy, gz, bx, by, bz, sh;
+	void **kernelParams, **extra;
+};
+CUresult cuGraphAddKernelNode(void **node, void *g, void *deps, size_t n, const struct node_params *np)
+{
+	printf("GRAPHNODE %s\n", ((obj *)np->func)->name);
+	print_args(np->func, np->kernelParams, np->extra);
+	fflush(stdout);
+	*node = (void *)1;
+	return 0;
 }
 CUresult cuMemAlloc(uint64_t *p, size_t n) { *p = (uint64_t)(uintptr_t)calloc(1, n); return 0; }
 CUresult cuMemFree(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
@@ -217,7 +343,8 @@ static const struct {
 	E(cuMemcpyHtoD), E(cuMemcpyDtoH), E(cuMemHostRegister), E(cuMemHostUnregister), E(cuMemHostGetDevicePointer),
 	E(cuEventCreate), E(cuEventRecord), E(cuEventSynchronize), E(cuEventDestroy), E(cuStreamIsCapturing),
 	E(cuStreamCreate), E(cuStreamDestroy), E(cuStreamSynchronize), E(cuMemsetD8Async), E(cuMemcpyHtoDAsync),
-	E(cuMemcpyDtoHAsync), E(cuThreadExchangeStreamCaptureMode), E(cuStreamWaitEvent),
+	E(cuMemcpyDtoHAsync), E(cuThreadExchangeStreamCaptureMode), E(cuStreamWaitEvent), E(cuStreamQuery),
+	E(cuGraphAddKernelNode),
 };
 
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *st);
