@@ -90,6 +90,16 @@ static u64 (*const bpf_gpu_shfl)(u64 value, u64 src_lane, u64 mask) = (void *)60
  * __noinline subprogram (or with GPUBPF_NO_INLINE) it is the time of the
  * call. */
 static u64 (*const bpf_gpu_site_time)(void) = (void *)604;
+/* The launch words the agent passed with this launch (i = 0 or 1), for
+ * tools that stamp launches on the CPU (runtime Options.LaunchWords): word
+ * 0 is the launching thread's CPU stamp (0: none), word 1 the stream |
+ * kind << 56. 0 in a __noinline subprogram or a device function, where
+ * the kernel's parameters are out of reach. */
+static u64 (*const bpf_gpu_launch_word)(u64 i) = (void *)605;
+/* The thread's global linear id: (block linear index) * (threads per
+ * block) + (thread linear index in its block); 0 for the first thread of
+ * the launch. Computed from special registers, with no stack traffic. */
+static u64 (*const bpf_gpu_thread_id)(void) = (void *)606;
 
 /* ---- probe context ------------------------------------------------------ */
 

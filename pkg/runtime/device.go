@@ -35,6 +35,8 @@ type device struct {
 	maps   map[string]*placedMap
 	printk *placedMap
 	funcs  map[string]*jit.Function
+	// clocked: calibrated once on placement (Options.Clocks).
+	clocked atomic.Bool
 }
 
 // placedMap is one map as it lives in a process.
@@ -88,6 +90,9 @@ func (p *Process) device(t agentproto.Target) (*device, error) {
 		for m := range referencedMaps(g.Spec) {
 			used[m] = true
 		}
+	}
+	if lw := p.s.opts.LaunchWords; lw != "" {
+		used[lw] = true // read by the agent, not by a GPU program
 	}
 	for _, name := range sortedKeys(used) {
 		spec := p.s.spec.Maps[name]
@@ -301,6 +306,16 @@ func (d *device) probe(progs []GPUProgram, site string) (*instrument.Probe, erro
 	return p, err
 }
 
+// launchWords says where the agent finds the launch words for a kernel
+// of a clone laid out as lay.
+func (d *device) launchWords(lay instrument.LaunchLayout) agentproto.LaunchWords {
+	lw := agentproto.LaunchWords{Hidden: 2, Params: uint32(lay.Params), BufOffset: uint32(lay.BufOffset)}
+	if m := d.maps[d.p.s.opts.LaunchWords]; m != nil && m.region != 0 {
+		lw.Region, lw.Slots = m.region, m.spec.MaxEntries
+	}
+	return lw
+}
+
 func (d *device) usesKernelIndex(progs []GPUProgram) bool {
 	for _, g := range progs {
 		if d.funcs[g.Spec.Name].UsesKernelIndex {
@@ -317,9 +332,9 @@ func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, e
 	case 1:
 		f := d.funcs[progs[0].Spec.Name]
 		return &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion,
-			SiteTime: f.UsesSiteTime,
+			SiteTime: f.UsesSiteTime, LaunchWords: f.UsesLaunchWords,
 			Inline: func(s instrument.Site) string {
-				return f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: s.Uniq, Kernel: d.p.s.KernelIndex(s.Kernel), Time: s.Time})
+				return f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: s.Uniq, Kernel: d.p.s.KernelIndex(s.Kernel), Time: s.Time, Launch: s.Launch})
 			}}, nil
 	}
 	name := "gpubpf_" + site + "_all"
@@ -331,6 +346,7 @@ func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, e
 		defs.WriteString("\n")
 		pr.UsesCtx = pr.UsesCtx || f.UsesCtx
 		pr.SiteTime = pr.SiteTime || f.UsesSiteTime
+		pr.LaunchWords = pr.LaunchWords || f.UsesLaunchWords
 		if f.PTXVersion[0] > pr.PTXVersion[0] || f.PTXVersion[0] == pr.PTXVersion[0] && f.PTXVersion[1] > pr.PTXVersion[1] {
 			pr.PTXVersion = f.PTXVersion
 		}
@@ -347,7 +363,7 @@ func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, e
 		var b strings.Builder
 		k := d.p.s.KernelIndex(s.Kernel)
 		for i, f := range fns {
-			b.WriteString(f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: fmt.Sprintf("%s_%d", s.Uniq, i), Kernel: k, Time: s.Time}))
+			b.WriteString(f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: fmt.Sprintf("%s_%d", s.Uniq, i), Kernel: k, Time: s.Time, Launch: s.Launch}))
 		}
 		return b.String()
 	}

@@ -33,7 +33,9 @@ type Process struct {
 
 	mu       sync.Mutex
 	links    []link.Link
-	upErr    error // last failure to attach uprobes (retried at module loads)
+	upErr    error           // last failure to attach uprobes (retried at module loads)
+	upDone   map[string]bool // with OptionalUprobes: the programs attached...
+	upTries  map[string]int  // ...and the attempts at the others
 	devs     map[agentproto.Target]*device
 	modules  map[uint64]bool
 	clones   int
@@ -161,6 +163,9 @@ func dialAgent(pid int, opts agentclient.Options, wait time.Duration) (*agentcli
 func (p *Process) attachUprobes() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.s.opts.OptionalUprobes {
+		return p.attachSomeUprobes()
+	}
 	if p.links != nil {
 		return nil
 	}
@@ -173,6 +178,42 @@ func (p *Process) attachUprobes() error {
 	if links == nil {
 		p.links = []link.Link{}
 	}
+	return nil
+}
+
+const maxUprobeTries = 4
+
+// attachSomeUprobes attaches the CPU programs not attached yet whose
+// function the process defines by now (OptionalUprobes); p.mu is held.
+func (p *Process) attachSomeUprobes() error {
+	if p.upDone == nil {
+		p.upDone, p.upTries = map[string]bool{}, map[string]int{}
+	}
+	var firstErr error
+	for _, c := range p.s.cpu {
+		// Each attempt reads the symbol tables of every mapped object: a
+		// function absent after a few module loads (libcuda and the
+		// application's own modules are in by then) stays absent.
+		if p.upDone[c.Spec.Name] || p.upTries[c.Spec.Name] >= maxUprobeTries {
+			continue
+		}
+		p.upTries[c.Spec.Name]++
+		ls, err := p.s.kern.attachUprobes([]CPUProgram{c}, p.PID)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		p.links = append(p.links, ls...)
+		p.upDone[c.Spec.Name] = true
+		p.s.logf("process %d: uprobe %s attached", p.PID, c.Spec.SectionName)
+	}
+	if len(p.upDone) == 0 {
+		p.upErr = firstErr
+		return firstErr
+	}
+	p.upErr = nil
 	return nil
 }
 
@@ -523,6 +564,11 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 	if err != nil {
 		return err
 	}
+	if p.s.opts.Clocks && dev.clocked.CompareAndSwap(false, true) {
+		if _, err := p.calibrate(dev, clockRounds); err != nil {
+			p.s.logf("%v", err)
+		}
+	}
 	entry, err := dev.probe(set.entry, "entry")
 	if err != nil {
 		return err
@@ -570,7 +616,11 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 		if k.Kind == agentproto.KindFunction && k.Ctx != 0 && k.Ctx != lr.Ctx {
 			continue
 		}
-		if err := p.conn.Activate(k.Handle, lr.CloneID, fn[k.Name]); err != nil {
+		var lw agentproto.LaunchWords
+		if lay, ok := res.Launch[k.Name]; ok {
+			lw = dev.launchWords(lay)
+		}
+		if err := p.conn.ActivateWith(k.Handle, lr.CloneID, fn[k.Name], lw); err != nil {
 			return fmt.Errorf("activating the probe on %s: %w", k.Name, err)
 		}
 		activated++

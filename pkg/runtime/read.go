@@ -343,6 +343,13 @@ func (p *Process) finalCopy(t agentproto.Target, name string) []byte {
 // earlier look took.
 func (p *Process) lastLook() {
 	p.drain(true)
+	if p.s.opts.Clocks {
+		for _, d := range p.placed() {
+			if _, err := p.calibrate(d, clockRounds); err != nil {
+				p.s.logf("%v", err)
+			}
+		}
+	}
 	type copied struct {
 		t    agentproto.Target
 		name string

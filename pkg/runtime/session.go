@@ -33,6 +33,25 @@ type Options struct {
 	RingBytes uint64
 	// Log receives progress lines (-v); nil keeps quiet.
 	Log io.Writer
+	// LaunchWords names a map shared with the kernel (type 1504 or an
+	// array) of 16-byte per-thread slots {CPU time ns, tid<<32 | kind}
+	// that CPU programs fill as a thread calls a launch API: the agent
+	// hands the launching thread's slot to the instrumented launch, where
+	// bpf_gpu_launch_word(0) is that time (0: no fresh stamp from this
+	// thread) and bpf_gpu_launch_word(1) the stream | kind<<56. Slot i
+	// serves threads with tid % max_entries == i; max_entries must be a
+	// power of two.
+	LaunchWords string
+	// OptionalUprobes: a CPU program whose function no object of the
+	// process defines (cudaLaunchKernel in a driver-API program) is left
+	// out instead of failing the attach; it is tried again as libraries
+	// load. Attaching fails only when none of them attaches.
+	OptionalUprobes bool
+	// Clocks: calibrate each context's %globaltimer against the CPU clock
+	// as its maps are placed and again at the process's last look (before
+	// it exits), besides Calibrate; ClockSamples returns them all, so even
+	// a program that lives under a second has its launches bracketed.
+	Clocks bool
 }
 
 // Batch is a run of records from one ring of one process and device, in
@@ -91,6 +110,7 @@ type Session struct {
 	gone      []*Process // detached, kept for their counters
 	closed    bool
 	stats     Stats
+	clocks    []ClockSample
 }
 
 // withVariables folds the values a tool set through spec.Variables (its
@@ -226,6 +246,17 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 	for _, g := range gpu {
 		if _, err := s.compile(g, placeholderPlacements(spec, g), gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7f0000000000, HostResident: true, MaxEntries: 1 << 20}, 0); err != nil {
 			return nil, err
+		}
+	}
+	if name := opts.LaunchWords; name != "" {
+		m := spec.Maps[name]
+		switch {
+		case m == nil:
+			return nil, fmt.Errorf("launch words: the object has no map %s", name)
+		case m.Type != MapTypeKernelShared && m.Type != ebpf.Array:
+			return nil, fmt.Errorf("launch words: map %s is a %v; it must be shared with the kernel (type 1504 or an array)", name, m.Type)
+		case m.ValueSize != 16 || m.MaxEntries == 0 || m.MaxEntries&(m.MaxEntries-1) != 0:
+			return nil, fmt.Errorf("launch words: map %s has %d-byte values and %d entries; want 16-byte slots and a power-of-two count", name, m.ValueSize, m.MaxEntries)
 		}
 	}
 	if s.kern, err = loadKernelSide(spec, gpu, cpu); err != nil {

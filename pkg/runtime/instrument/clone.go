@@ -16,6 +16,13 @@ type Clone struct {
 	// .func name.
 	inline  map[string]*Probe
 	inlined int
+	// launchWords: kernels take the hidden launch parameters; launch says
+	// where, per kernel (AddLaunchWords).
+	launchWords bool
+	launch      map[string]LaunchLayout
+	// inEntry: the pass now works in a kernel, where its parameters (and
+	// so the launch words) can be read.
+	inEntry bool
 	// site is the kernel the pass now works in ("" inside a .func that
 	// several kernels may call): what a probe's kernel index is there.
 	site    string

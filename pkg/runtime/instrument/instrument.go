@@ -26,6 +26,18 @@ type Probe struct {
 	// branch: lanes of a diverged warp then each get the time they
 	// reached the site, not the time the warp got round to their path.
 	SiteTime bool
+	// LaunchWords: the probe reads the launch words (bpf_gpu_launch_word),
+	// so every kernel of the clone takes them as two hidden trailing
+	// .u64 parameters (Result.Launch says where) the agent fills per launch.
+	LaunchWords bool
+}
+
+// LaunchLayout says where a clone's hidden launch parameters are: after
+// the kernel's own Params parameters, at byte BufOffset of the packed
+// parameter buffer.
+type LaunchLayout struct {
+	Params    int
+	BufOffset int
 }
 
 // Site is where an inlined probe body is pasted.
@@ -34,6 +46,9 @@ type Site struct {
 	Uniq   string // label prefix unique in the module
 	Kernel string // mangled name of the kernel, "" in a .func several kernels may call
 	Time   string // with Probe.SiteTime: the register holding the site's time
+	// Launch holds the registers with the launch words (Probe.LaunchWords),
+	// "" in a .func, where the kernel's parameters are out of reach.
+	Launch [2]string
 }
 
 // Request says what to instrument and how.
@@ -78,6 +93,9 @@ type Result struct {
 	Version [2]int            // .version of the clone
 	Sites   Sites
 	Notes   []string
+	// Launch: the hidden launch parameters of each kernel, when a probe
+	// reads the launch words (nil otherwise).
+	Launch map[string]LaunchLayout
 }
 
 // Instrument builds the instrumented clone of src for req.
@@ -177,6 +195,7 @@ func InstrumentModule(m *ptx.Module, req Request) (*Result, error) {
 		if p != nil && p.Inline != nil {
 			c.inline[p.Func] = p
 		}
+		c.launchWords = c.launchWords || p != nil && p.LaunchWords
 	}
 	before := ""
 	if req.Dump != nil {
@@ -206,6 +225,7 @@ func InstrumentModule(m *ptx.Module, req Request) (*Result, error) {
 		{"entry", func() error { c.InsertEntry(req.Entry, req.Exit); return nil }},
 		{"exit", func() error { c.InsertExit(req.Exit); return nil }},
 		{"mem-access", func() error { c.InsertMemAccess(req.MemAccess); return nil }},
+		{"launch-words", func() error { c.AddLaunchWords(); return nil }},
 		{"add-probes", func() error { return c.AddProbes(req.Entry, req.Exit, req.MemAccess) }},
 		{"fix-header", func() error { return c.FixHeader(req.MaxPTX) }},
 		{"declare-temps", func() error { c.finish(); return nil }},
@@ -225,6 +245,7 @@ func InstrumentModule(m *ptx.Module, req Request) (*Result, error) {
 		Version: c.M.Version,
 		Sites:   c.Sites,
 		Notes:   c.Notes,
+		Launch:  c.launch,
 	}
 	for k := range c.stubbed {
 		if req.Entry != nil {

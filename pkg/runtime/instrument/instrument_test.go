@@ -408,7 +408,7 @@ func TestPassDump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(passes) != 8 {
+	if len(passes) != 9 {
 		t.Errorf("passes %v", passes)
 	}
 }
@@ -609,4 +609,60 @@ func TestSiteTime(t *testing.T) {
 		}
 	}
 	assemble(t, r.PTX, "sm_80")
+}
+
+// TestLaunchWords: a probe that reads the launch words gives every kernel
+// two hidden trailing .u64 parameters, loaded first thing; pasted sites in
+// the kernel get their registers, sites in a .func get none.
+func TestLaunchWords(t *testing.T) {
+	p := probe("px", false)
+	p.LaunchWords = true
+	got := map[string][2]string{}
+	p.Inline = func(s Site) string {
+		got[s.Uniq] = s.Launch
+		if s.Launch[0] == "" {
+			return "{\n}"
+		}
+		return "{\n\t.reg .b64 %t9;\n\tadd.u64 %t9, " + s.Launch[0] + ", " + s.Launch[1] + ";\n}"
+	}
+	src := strings.Replace(exitsSrc, ".visible .entry k(.param .u32 n)", ".visible .entry k(.param .u32 n, .param .align 4 .b8 s[12])", 1)
+	r, err := Instrument(src, Request{Exit: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (LaunchLayout{Params: 2, BufOffset: 16}); r.Launch["k"] != want {
+		t.Errorf("layout %+v, want %+v", r.Launch["k"], want)
+	}
+	var inKernel, inFunc int
+	for _, l := range got {
+		if l == launchRegs {
+			inKernel++
+		} else if l == [2]string{} {
+			inFunc++
+		}
+	}
+	if inKernel != 3 || inFunc != 1 {
+		t.Errorf("sites with launch registers %d (want 3, the kernel's exits), without %d (want 1, the .func's)", inKernel, inFunc)
+	}
+	m, err := ptx.Parse(r.PTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := m.Funcs()["k"]
+	if n := len(k.Params); n != 4 || k.Params[2].Name != launchParams[0] || k.Params[3].Name != launchParams[1] {
+		t.Fatalf("kernel params %d, want the 2 own then %v", n, launchParams)
+	}
+	if !strings.Contains(r.PTX, "ld.param.u64\t%gpubpf_lw0, [__gpubpf_lw0];") {
+		t.Errorf("launch words are not loaded:\n%s", r.PTX)
+	}
+	assemble(t, r.PTX, "sm_80")
+
+	// Without a probe that asks, the kernel keeps its signature.
+	r, err = Instrument(exitsSrc, Request{Exit: probe("px", false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Launch != nil || strings.Contains(r.PTX, launchParams[0]) {
+		t.Error("hidden launch parameters added for a probe that does not read them")
+	}
 }

@@ -22,6 +22,12 @@ const (
 	siteTimeReg = "%gpubpf_now"   // %globaltimer read at a site (Probe.SiteTime)
 )
 
+// The hidden launch parameters and the registers they are loaded into.
+var (
+	launchParams = [2]string{"__gpubpf_lw0", "__gpubpf_lw1"}
+	launchRegs   = [2]string{"%gpubpf_lw0", "%gpubpf_lw1"}
+)
+
 func instr(pred, op string, operands ...string) *ptx.Stmt {
 	return &ptx.Stmt{Kind: ptx.Instr, Pred: pred, Op: op, Operands: operands}
 }
@@ -331,7 +337,7 @@ func (c *Clone) RedirectStubs(p *Probe) {
 	}
 	direct := map[string]bool{} // functions that call a stub themselves
 	for _, f := range c.all() {
-		c.site = c.kernelOf(f)
+		c.site, c.inEntry = c.kernelOf(f), f.Entry
 		out := make([]*ptx.Stmt, 0, len(f.Body))
 		for _, s := range f.Body {
 			if s.Kind == ptx.Instr && s.Base() == "call" {
@@ -455,7 +461,7 @@ func (c *Clone) buildCtx(k *ptx.Func) {
 // stub. With p nil it only builds the parameter copy the exit probe needs.
 func (c *Clone) InsertEntry(p, exit *Probe) {
 	for _, k := range c.Kernels {
-		c.site = k.Name
+		c.site, c.inEntry = k.Name, true
 		wantEntry := p != nil && !c.stubbed[k.Name]
 		// The parameter copy is built once at entry and reused by the exit
 		// probe and redirected stubs.
@@ -496,7 +502,7 @@ func (c *Clone) InsertExit(p *Probe) {
 		if f.Entry {
 			c.splitEarlyReturns(f)
 		}
-		c.site = c.kernelOf(f)
+		c.site, c.inEntry = c.kernelOf(f), f.Entry
 		out := make([]*ptx.Stmt, 0, len(f.Body)+8)
 		for _, s := range f.Body {
 			if s.Kind == ptx.Instr && (s.Base() == "exit" || f.Entry && s.Base() == "ret") {
@@ -525,6 +531,36 @@ func (c *Clone) InsertExit(p *Probe) {
 			out = append(out, s)
 		}
 		f.Body = out
+	}
+}
+
+// AddLaunchWords appends the two hidden launch parameters to every kernel
+// and loads them into registers first thing, when a probe reads them. They
+// go last so the kernel's own parameters keep their offsets (the agent
+// passes the application's parameters as they are, plus these two).
+func (c *Clone) AddLaunchWords() {
+	if !c.launchWords {
+		return
+	}
+	c.launch = map[string]LaunchLayout{}
+	for _, k := range c.Kernels {
+		off := 0
+		for _, p := range k.Params {
+			al := p.Alignment()
+			off = (off+al-1)/al*al + p.Size()
+		}
+		c.launch[k.Name] = LaunchLayout{Params: len(k.Params), BufOffset: (off + 7) / 8 * 8}
+		params := append([]*ptx.Param(nil), k.Params...)
+		var decls, loads []*ptx.Stmt
+		for i, name := range launchParams {
+			params = append(params, &ptx.Param{Text: ".param .u64 " + name, Name: name, Type: ".u64", Count: 1})
+			decls = append(decls, decl(".reg .b64 "+launchRegs[i]))
+			loads = append(loads, instr("", "ld.param.u64", launchRegs[i], "["+name+"]"))
+		}
+		k.Params = params
+		k.Body = append(decls, k.Body...)
+		at := bodyStart(k)
+		k.Body = append(k.Body[:at], append(loads, k.Body[at:]...)...)
 	}
 }
 
@@ -614,7 +650,7 @@ func (c *Clone) InsertMemAccess(p *Probe) {
 	}
 	metas := map[uint64]string{}
 	for _, f := range c.all() {
-		c.site = c.kernelOf(f)
+		c.site, c.inEntry = c.kernelOf(f), f.Entry
 		var out []*ptx.Stmt
 		n := 0
 		for i, s := range f.Body {
@@ -720,6 +756,9 @@ func (c *Clone) appendCall(out []*ptx.Stmt, probe, ctx string) []*ptx.Stmt {
 		site := Site{Ctx: ctx, Uniq: fmt.Sprintf("gpubpf_i%d", c.inlined), Kernel: c.site}
 		if p.SiteTime {
 			site.Time = siteTimeReg
+		}
+		if c.launchWords && c.inEntry {
+			site.Launch = launchRegs
 		}
 		return append(out, &ptx.Stmt{Kind: ptx.Raw, Text: p.Inline(site)})
 	}

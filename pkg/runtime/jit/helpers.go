@@ -41,6 +41,8 @@ const (
 	hActiveMask    = 602
 	hShfl          = 603
 	hSiteTime      = 604
+	hLaunchWord    = 605
+	hThreadID      = 606
 	maxPrintkBytes = 256
 )
 
@@ -328,6 +330,16 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 		// reads the clock here.
 		c.usesSiteTime = true
 		c.e("mov.u64 %%r0, %s;", siteTimeToken)
+	case hLaunchWord:
+		// The words the agent passes with each launch of the clone
+		// (hidden kernel parameters, loaded into registers at kernel
+		// start): InlineAt puts the registers in; 0 elsewhere.
+		c.usesLaunch = true
+		c.e("setp.eq.u64 %%p1, %%r1, 0;\n\tselp.b64 %%r0, %s, %s, %%p1;", launchWordTokens[0], launchWordTokens[1])
+	case hThreadID:
+		// Special registers only: the pointer-filling helpers (503/505)
+		// cost every thread stores and loads of its stack.
+		c.tid("%r0")
 	case hActiveMask:
 		c.e("activemask.b32 %%w1;\n\tcvt.u64.u32 %%r0, %%w1;")
 	case hShfl:

@@ -57,6 +57,9 @@ type Function struct {
 	// UsesSiteTime is set when the program calls bpf_gpu_site_time: the
 	// site must read %globaltimer into Site.Time before the pasted body.
 	UsesSiteTime bool
+	// UsesLaunchWords is set when the program calls bpf_gpu_launch_word:
+	// the kernel must take the hidden launch parameters (Site.Launch).
+	UsesLaunchWords bool
 
 	inline string
 }
@@ -75,16 +78,22 @@ const kernelIndexToken = "GPUBPF_KERNEL_INDEX"
 // InlineAt (or Compile, for the .func form) replaces it.
 const siteTimeToken = "GPUBPF_SITE_TIME"
 
+// launchWordTokens stand for the registers holding the launch words.
+var launchWordTokens = [2]string{"GPUBPF_LAUNCH_W0", "GPUBPF_LAUNCH_W1"}
+
 // Site says where an inlined body is pasted. Ctx is a 64-bit register or
 // immediate holding the ctx pointer, Ret a 64-bit register that receives
 // the return value ("" to drop it), Uniq a label prefix unique in the
 // kernel (letters, digits, _), Kernel what bpf_gpu_kernel_index returns
-// there, and Time a 64-bit register the site set to %globaltimer before the
-// body ("" reads the clock where bpf_gpu_site_time is called).
+// there, Time a 64-bit register the site set to %globaltimer before the
+// body ("" reads the clock where bpf_gpu_site_time is called), and Launch
+// the 64-bit registers holding the launch words ("" where the kernel has
+// none: bpf_gpu_launch_word returns 0).
 type Site struct {
 	Ctx, Ret, Uniq string
 	Kernel         uint32
 	Time           string
+	Launch         [2]string
 }
 
 // InlineBody returns the probe's main function as a nested PTX block
@@ -114,7 +123,21 @@ func (f *Function) InlineAt(s Site) string {
 		}
 		body = strings.ReplaceAll(body, siteTimeToken, t)
 	}
+	if f.UsesLaunchWords {
+		body = replaceLaunchWords(body, s.Launch)
+	}
 	return body
+}
+
+func replaceLaunchWords(text string, regs [2]string) string {
+	for i, tok := range launchWordTokens {
+		r := regs[i]
+		if r == "" {
+			r = "0"
+		}
+		text = strings.ReplaceAll(text, tok, r)
+	}
+	return text
 }
 
 func (f *Function) inlineBody(ctx, ret, uniq string) string {
@@ -165,8 +188,11 @@ func Compile(prog *ebpf.ProgramSpec, opts Options) (f *Function, err error) {
 	if c.usesSiteTime {
 		text = strings.ReplaceAll(text, siteTimeToken, "%globaltimer")
 	}
+	if c.usesLaunch {
+		text = replaceLaunchWords(text, [2]string{})
+	}
 	return &Function{Name: name, PTX: text, UsesCtx: c.usesCtx, UsesKernelIndex: c.usesKernel, UsesSiteTime: c.usesSiteTime,
-		PTXVersion: [2]int{7, 8}, inline: c.inline}, nil
+		UsesLaunchWords: c.usesLaunch, PTXVersion: [2]int{7, 8}, inline: c.inline}, nil
 }
 
 // TestModule wraps f into a complete PTX module with a small entry
@@ -275,6 +301,7 @@ type compiler struct {
 	inline       string           // main function's body, for Function.InlineBody
 	usesKernel   bool             // bpf_gpu_kernel_index is called
 	usesSiteTime bool             // bpf_gpu_site_time is called
+	usesLaunch   bool             // bpf_gpu_launch_word is called
 	b            *strings.Builder // current function body
 	labels       int
 	runtime      map[string]bool // helper .funcs to append

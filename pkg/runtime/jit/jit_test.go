@@ -459,3 +459,41 @@ func TestSiteTime(t *testing.T) {
 		t.Fatal("UsesSiteTime set for a program that never asks")
 	}
 }
+
+// TestLaunchWord: bpf_gpu_launch_word(i) selects between the registers the
+// site names, and is 0 in the called form or where the kernel has none.
+func TestLaunchWord(t *testing.T) {
+	f, err := Compile(prog(asm.Mov.Imm(asm.R1, 1), asm.BuiltinFunc(605).Call(), asm.Return()), Options{FuncName: "lw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.UsesLaunchWords {
+		t.Fatal("UsesLaunchWords not set")
+	}
+	if !strings.Contains(f.PTX, "selp.b64 %r0, 0, 0, %p1;") {
+		t.Fatalf("called form does not return 0:\n%s", f.PTX)
+	}
+	body := f.InlineAt(Site{Ctx: "0", Uniq: "p", Launch: [2]string{"%lw0", "%lw1"}})
+	if !strings.Contains(body, "setp.eq.u64 %p1, %r1, 0;") || !strings.Contains(body, "selp.b64 %r0, %lw0, %lw1, %p1;") {
+		t.Fatalf("inline body does not select the site's registers:\n%s", body)
+	}
+	if body := f.InlineBody("0", "", "p"); !strings.Contains(body, "selp.b64 %r0, 0, 0, %p1;") {
+		t.Fatalf("inline body without launch words is not 0:\n%s", body)
+	}
+}
+
+// TestThreadID: bpf_gpu_thread_id reads special registers only.
+func TestThreadID(t *testing.T) {
+	f, err := Compile(prog(asm.BuiltinFunc(606).Call(), asm.Return()), Options{FuncName: "tid"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"%ctaid.z", "%tid.x", "%ntid.z"} {
+		if !strings.Contains(f.PTX, want) {
+			t.Errorf("no %s in:\n%s", want, f.PTX)
+		}
+	}
+	if strings.Contains(f.PTX, "st.local") {
+		t.Errorf("stack traffic in:\n%s", f.PTX)
+	}
+}

@@ -66,7 +66,7 @@ func (f *Func) Header() string {
 		}
 	}
 	b.WriteString(f.Name)
-	if !f.noParens {
+	if !f.noParens || len(f.Params) > 0 {
 		b.WriteString("(")
 		for i, p := range f.Params {
 			if i > 0 {
