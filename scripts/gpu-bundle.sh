@@ -10,7 +10,7 @@ mkdir -p .gpu/bin .gpu/agent .gpu/jit .gpu/ptx
 ver=$(git describe --always --dirty 2>/dev/null || echo dev)
 ld="-s -w -X github.com/gpubpf/gpubpf/pkg/toolkit.Version=$ver"
 export CGO_ENABLED=0
-for t in gpubpf gpuevent_snoop threadhist kernelretsnoop kernel_trace; do
+for t in gpubpf gpuevent_snoop threadhist kernelretsnoop kernel_trace launchlate; do
 	go build -trimpath -ldflags "$ld" -o .gpu/bin/$t ./tools/$t
 done
 go build -trimpath -ldflags "-s -w" -o .gpu/agent/agentcheck ./pkg/runtime/agent/gputest/agentcheck

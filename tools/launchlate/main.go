@@ -1,11 +1,344 @@
-// Command launchlate: CPU launch to GPU start latency of CUDA kernels.
-//
-// Its implementation lands with its own issue (see ROADMAP.md); until then
-// it says so and exits 1 rather than print anything made up.
+// Command launchlate: how long after the CPU called a launch API each CUDA
+// kernel started on the GPU, per kernel (and stream), as bcc log2
+// histograms and percentiles, with the error bound of the clock
+// calibration it rests on.
 package main
 
-import "github.com/gpubpf/gpubpf/pkg/toolkit"
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
+)
+
+const examples = `
+launchlate -- ./app                 # every kernel of ./app until it exits
+launchlate -p 4242 -i 5             # a running process, print every 5 seconds
+launchlate --stream -k gemm -- ./app  # kernels matching gemm, one histogram per stream
+launchlate -j -d 10 -p 4242         # JSON lines for 10 seconds`
+
+// How often the GPU's start table is read and the clocks calibrated. The
+// table holds LL_STARTS launches per context: at 100 ms a context can
+// launch 650k kernels a second before one is overwritten unread.
+const (
+	readEvery  = 100 * time.Millisecond
+	clockEvery = 2 * time.Second
+	clockRound = 8
+	startSlots = 1 << 16 // LL_STARTS
+)
 
 func main() {
-	toolkit.Run(toolkit.NotBuilt("launchlate", "CPU launch to GPU start latency of CUDA kernels"))
+	app := toolkit.NewApp("launchlate", "CPU launch call to GPU kernel start latency of CUDA kernels", examples)
+	app.ArgsUsage = "[-- CMD [ARGS...]]"
+	app.Flags = append(toolkit.CommonFlags(),
+		&cli.BoolFlag{Name: "stream", Usage: "one histogram per kernel and stream"},
+		&cli.BoolFlag{Name: "milliseconds", Aliases: []string{"m"}, Usage: "histogram in milliseconds (default microseconds)"},
+	)
+	app.Description = `A Linux uprobe on the launch APIs (cudaLaunchKernel and its variants in
+libcudart or a statically linked executable, cuLaunchKernel(Ex) in libcuda,
+cudaGraphLaunch/cuGraphLaunch) stamps each launch with the CPU clock in a
+kernel map the GPU shares; the first thread of the launched kernel (thread 0
+of block 0) reads %globaltimer. The GPU clock is calibrated against the CPU's
+every 2 s (a round trip through pinned memory); latencies are shown with that
+error bound, and a latency below it as "< bound". Kernels without PTX are not
+instrumented and are listed as skipped. Kernels inside CUDA graphs are counted
+but not timed yet (their launch stamp does not reach the graph's kernels).
+
+With -j: one {"type":"kernel",...} object per kernel (and stream) and
+interval (fields: time, kernel, mangled, pid, stream, launches, p50_ns,
+p90_ns, p99_ns, max_ns, below_bound, bound_ns, untimed, hist_us: [[low,
+high, count], ...]), then {"type":"summary",...}.`
+	app.Action = run
+	toolkit.Run(app)
+}
+
+func run(c *cli.Context) error {
+	if err := toolkit.RequireRoot(); err != nil {
+		return err
+	}
+	targets := runtime.Targets{PIDs: c.IntSlice(toolkit.FlagPID), Command: c.Args().Slice()}
+	if len(targets.Command) > 0 && len(targets.PIDs) > 0 {
+		return toolkit.Usagef("give either -p PID or -- CMD, not both")
+	}
+	if d := c.Float64(toolkit.FlagDuration); d < 0 {
+		return toolkit.Usagef("--duration %g: want a positive number of seconds", d)
+	}
+	if iv := c.Float64(toolkit.FlagInterval); iv < 0 {
+		return toolkit.Usagef("--interval %g: want a positive number of seconds", iv)
+	}
+	kernels := c.StringSlice(toolkit.FlagKernel)
+	if len(kernels) == 0 {
+		kernels = []string{"*"}
+	}
+	spec, err := loadLaunchlate()
+	if err != nil {
+		return fmt.Errorf("loading the embedded BPF object: %w", err)
+	}
+	var log io.Writer
+	if c.Bool(toolkit.FlagVerbose) {
+		log = os.Stderr
+	}
+	sess, err := runtime.Open(spec, runtime.Options{Kernels: kernels, Client: "launchlate", Log: log,
+		LaunchWords: "launch_stamps", OptionalUprobes: true, Clocks: true})
+	if err != nil {
+		return err
+	}
+	defer sess.Close()
+	jsonOut := c.Bool(toolkit.FlagJSON)
+	if !jsonOut {
+		what := "every kernel with PTX"
+		if len(c.StringSlice(toolkit.FlagKernel)) > 0 {
+			what = strings.Join(c.StringSlice(toolkit.FlagKernel), ", ")
+		}
+		toolkit.StartLine(os.Stderr, fmt.Sprintf("Tracing CUDA launch -> GPU start latency of %s %s", what, targets.Describe()))
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if d := c.Float64(toolkit.FlagDuration); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(d*float64(time.Second)))
+		defer cancel()
+	}
+	l := &launchlate{
+		sess: sess, tr: newTracker(), w: os.Stdout, json: jsonOut, stamp: c.Bool(toolkit.FlagTimestamp),
+		byStream: c.Bool("stream"), ms: c.Bool("milliseconds"), interval: c.Float64(toolkit.FlagInterval) > 0,
+		cur: map[key]*stats{},
+	}
+	pollCtx, stopPoll := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		l.poll(pollCtx, time.Duration(c.Float64(toolkit.FlagInterval)*float64(time.Second)))
+	}()
+	code, traceErr := sess.Trace(ctx, targets)
+	stop()
+	stopPoll()
+	wg.Wait()
+	l.mu.Lock()
+	l.read()
+	l.calibrate(true) // the processes still attached; those gone took one at exit
+	l.tr.resolve(true, l.timed, l.untimed)
+	l.mu.Unlock()
+	closeErr := sess.Close()
+	st := sess.Stats()
+	if traceErr != nil && st.Processes == 0 {
+		return traceErr
+	}
+	l.report(true)
+	a := &toolkit.Account{Tool: "launchlate"}
+	l.account(a)
+	toolkit.KernelAccount(a, st)
+	if !jsonOut {
+		fmt.Fprintln(os.Stderr, a.String())
+		for _, f := range st.ProbeFailures {
+			fmt.Fprintln(os.Stderr, "launchlate: "+f)
+		}
+	} else {
+		l.summaryJSON()
+	}
+	if traceErr != nil {
+		return traceErr
+	}
+	if err := toolkit.NoKernelMatched(sess, st); err != nil {
+		return err
+	}
+	if closeErr != nil {
+		fmt.Fprintf(os.Stderr, "launchlate: detaching: %v\n", closeErr)
+	}
+	if code != 0 {
+		return cli.Exit("", code)
+	}
+	return nil
+}
+
+// launchlate holds the trace's state between readings.
+type launchlate struct {
+	mu       sync.Mutex
+	sess     *runtime.Session
+	tr       *tracker
+	w        io.Writer
+	json     bool
+	stamp    bool
+	byStream bool
+	ms       bool
+	interval bool
+
+	cur       map[key]*stats // since the last report (-i) or the start
+	lastClock time.Time
+	clockErr  string // the last calibration failure, for the account
+	clocks    int
+	maxBound  uint64
+	timedN    uint64
+	untimedN  uint64
+	graphN    uint64
+	produced  uint64 // starts the GPU recorded (nstarts)
+	calls     [8]uint64
+	graphSeen map[source][]uint64 // graph_starts as last read
+}
+
+// graphStarts counts the starts of graph kernels since the last reading.
+func (l *launchlate) graphStarts(src source, vals []byte) {
+	if l.graphSeen == nil {
+		l.graphSeen = map[source][]uint64{}
+	}
+	prev := l.graphSeen[src]
+	if len(prev) != len(vals)/8 {
+		prev = make([]uint64, len(vals)/8)
+		l.graphSeen[src] = prev
+	}
+	for k := range prev {
+		v := binary.LittleEndian.Uint64(vals[k*8:])
+		if v <= prev[k] {
+			continue
+		}
+		n := v - prev[k]
+		prev[k] = v
+		key := key{kernel: uint32(k), graph: true}
+		if l.byStream {
+			key.pid = src.pid
+		}
+		l.get(key).untimed += n
+		l.graphN += n
+	}
+}
+
+// poll reads the start table, calibrates and reports (with -i) until ctx
+// ends.
+func (l *launchlate) poll(ctx context.Context, interval time.Duration) {
+	tk := time.NewTicker(readEvery)
+	defer tk.Stop()
+	var next time.Time
+	if interval > 0 {
+		next = time.Now().Add(interval)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tk.C:
+			l.mu.Lock()
+			l.read()
+			if now.Sub(l.lastClock) >= clockEvery {
+				l.calibrate(false)
+			} else {
+				l.takeClocks()
+			}
+			l.tr.resolve(false, l.timed, l.untimed)
+			l.mu.Unlock()
+			if interval > 0 && !now.Before(next) {
+				l.report(false)
+				next = next.Add(interval)
+			}
+		}
+	}
+}
+
+// calibrate measures the clocks of every process still traced (the
+// runtime also does as a context is first instrumented and as a process
+// exits) and takes the new samples.
+func (l *launchlate) calibrate(final bool) {
+	l.lastClock = time.Now()
+	if _, err := l.sess.Calibrate(clockRound); err != nil && !final {
+		l.clockErr = err.Error()
+	}
+	l.takeClocks()
+}
+
+func (l *launchlate) takeClocks() {
+	cs := l.sess.ClockSamples()
+	for _, c := range cs[min(l.clocks, len(cs)):] {
+		l.tr.addClock(source{c.PID, c.Device}, c)
+	}
+	l.clocks = len(cs)
+}
+
+// read takes the GPU's start tables and counters.
+func (l *launchlate) read() {
+	copies, err := l.sess.ReadMaps("starts", "nstarts", "graph_starts", "calls")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "launchlate: %v\n", err)
+	}
+	var produced uint64
+	for _, mc := range copies {
+		switch {
+		case mc.Name == "starts":
+			l.tr.ingest(source{mc.PID, mc.Device}, mc.Values())
+		case mc.Name == "graph_starts":
+			l.graphStarts(source{mc.PID, mc.Device}, mc.Values())
+		case mc.Name == "nstarts":
+			if v := mc.Values(); len(v) >= 8 {
+				produced += binary.LittleEndian.Uint64(v)
+			}
+		case mc.Name == "calls" && mc.Kernel != nil:
+			for i := range l.calls {
+				var v uint64
+				if mc.Kernel.Lookup(uint32(i), &v) == nil {
+					l.calls[i] = v
+				}
+			}
+		}
+	}
+	// A process that has gone is read no more: keep its last count.
+	l.produced = max(l.produced, produced)
+}
+
+func (l *launchlate) keyOf(src source, s start) key {
+	k := key{kernel: s.kernel, graph: s.kind == kindGraphNode}
+	if l.byStream {
+		k.pid, k.stream = src.pid, s.stream
+	}
+	return k
+}
+
+func (l *launchlate) get(k key) *stats {
+	s := l.cur[k]
+	if s == nil {
+		s = newStats()
+		l.cur[k] = s
+	}
+	return s
+}
+
+func (l *launchlate) timed(src source, lat latency) {
+	l.get(l.keyOf(src, lat.s)).add(lat)
+	l.timedN++
+	l.maxBound = max(l.maxBound, lat.bound)
+}
+
+func (l *launchlate) untimed(src source, s start) {
+	l.get(l.keyOf(src, s)).untimed++
+	l.untimedN++
+}
+
+func (l *launchlate) account(a *toolkit.Account) {
+	a.Add(l.timedN, "kernel starts timed", "")
+	if l.graphN > 0 {
+		a.Add(l.graphN, "starts of CUDA graph kernels", "counted, not timed: the graph launch's stamp does not reach its kernels yet")
+	}
+	if l.untimedN > 0 {
+		a.Add(l.untimedN, "starts without a CPU stamp", "launched by a path no uprobe saw, or stamped more than 1 ms before the driver got the launch")
+	}
+	if lost := int64(l.produced) - int64(l.tr.read); lost > 0 {
+		a.Add(uint64(lost), "starts lost", "overwritten on the GPU before the tool read them")
+	}
+	a.Note(fmt.Sprintf("CPU launch calls: %d runtime, %d driver, %d graph", l.calls[kindRuntime], l.calls[kindDriver], l.calls[kindGraphRT]+l.calls[kindGraphDrv]))
+	if l.clocks > 0 {
+		a.Note(fmt.Sprintf("clock error bound %s (%d calibrations)", toolkit.FormatNs(l.maxBound), l.clocks))
+	}
+	if l.clockErr != "" {
+		a.Note("last clock calibration failed: " + l.clockErr)
+	}
 }

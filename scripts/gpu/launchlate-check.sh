@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# launchlate on the GPU machine: the story of samples/launch_story asserted
+# from -j output, static and shared cudart, -p attach, and the cost
+# (launch rate on launch_heavy, kernel time on vec_add presets) as ratios to
+# the untraced run in the same invocation.
+#   - idleTick (one launch at a time, GPU idle): p50 < 50 us
+#   - queuedTick (behind a 500 us kernel and a copy): p50 > 300 us
+#   - streamMark, --stream: stream i (1..4, from the sample's STREAM lines)
+#     has p50 within [i*100 us, i*100 us + 80 us]: each launch attributed to
+#     its own stream
+#   - every kernel's latencies come with an error bound (bound_ns > 0)
+#   - graphTick: its 200 starts from a CUDA graph counted as such (not timed)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PATH=$PWD/bin:$PATH
+LOGS=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}/launchlate
+rm -rf "$LOGS"; mkdir -p "$LOGS"
+REPS=${REPS:-3}
+pass=0 fail=0
+ok() { echo "ok   $*"; pass=$((pass + 1)); }
+bad() { echo "FAIL $*"; fail=$((fail + 1)); }
+[ -x bin/launchlate ] || { echo "missing bin/launchlate (make gpu-bundle)"; exit 1; }
+
+run() {
+	local name=$1; shift
+	timeout --kill-after=5 120 "$@" >"$LOGS/$name.out" 2>"$LOGS/$name.err"
+	echo $? >"$LOGS/$name.rc"
+}
+result_ok() { grep -aq "RESULT $2[a-z_]* ok" "$LOGS/$1.out"; }
+# p50 KERNEL [STREAM] FILE: the p50_ns of a kernel (and stream) in -j output
+p50() { python3 - "$@" <<'PY'
+import json, sys
+k, f = sys.argv[1], sys.argv[-1]
+stream = sys.argv[2] if len(sys.argv) == 4 else None
+for line in open(f, errors="replace"):
+    try: o = json.loads(line)
+    except Exception: continue
+    if o.get("type") == "kernel" and o.get("kernel") == k and (stream is None or o.get("stream") == stream):
+        print(o["p50_ns"], o["launches"], o["bound_ns"]); break
+PY
+}
+
+for v in "" _shared; do
+	run story$v launchlate -v -j --stream -- samples/bin/launch_story$v 200 500
+	grep -a 'uprobe' "$LOGS/story$v.err" | sed "s/^/  story$v: /"
+	f=$LOGS/story$v.out
+	result_ok story$v launch_story || { bad "launch_story$v: app failed under launchlate ($(tail -1 $f))"; continue; }
+	read -r idle n1 b1 <<<"$(p50 idleTick "$f")"
+	read -r queued n2 b2 <<<"$(p50 queuedTick "$f")"
+	[ -n "${idle:-}" ] && [ "$idle" -lt 50000 ] && [ "${b1:-0}" -gt 0 ] && ok "launch_story$v idle: p50 $idle ns over $n1 launches (bound $b1 ns)" || bad "launch_story$v idle: p50 '${idle:-none}' ns (want < 50 us, bound > 0)"
+	[ -n "${queued:-}" ] && [ "$queued" -gt 300000 ] && ok "launch_story$v queued: p50 $queued ns over $n2 launches" || bad "launch_story$v queued: p50 '${queued:-none}' ns (want > 300 us)"
+	g=$(python3 -c "import json,sys; print(sum(o.get('untimed',0) for o in map(json.loads, (l for l in open(sys.argv[1], errors='replace') if l.startswith('{\"type\":\"kernel\"'))) if o.get('kernel')=='graphTick' and o.get('graph')))" "$f" 2>/dev/null)
+	[ "${g:-0}" = 200 ] && ok "launch_story$v graph: 200 graph kernel starts counted" || bad "launch_story$v graph: '${g:-0}' graph kernel starts counted (want 200)"
+	streams_ok=1 detail=""
+	while read -r _ i h; do
+		read -r p n b <<<"$(p50 streamMark "$(printf '0x%x' "$h")" "$f")"
+		lo=$((i * 100000)) hi=$((i * 100000 + 80000))
+		detail+=" s$i=${p:-none}/${n:-0}"
+		{ [ -n "${p:-}" ] && [ "$p" -ge "$lo" ] && [ "$p" -le "$hi" ]; } || streams_ok=0
+	done < <(grep -a '^STREAM ' "$f" | awk '{print $1, $2, $3}')
+	[ $streams_ok = 1 ] && ok "launch_story$v streams: p50 ns/launches$detail" || bad "launch_story$v streams: p50 ns/launches$detail (want stream i in [i*100, i*100+80] us)"
+done
+
+# Text view, pasted into the README by hand.
+run story-text launchlate -- samples/bin/launch_story 100 500
+result_ok story-text launch_story && grep -q "kernels by p99" "$LOGS/story-text.out" && ok "text view" || bad "text view ($(tail -2 $LOGS/story-text.err))"
+cat "$LOGS/story-text.out" "$LOGS/story-text.err" | grep -v '^STREAM\|^phases' | head -80
+
+# -p: attach to a running program started with the agent.
+AGENT=$PWD/bin/libgpubpf-agent.so
+LD_PRELOAD=$AGENT samples/bin/launch_heavy 400000 4 20000 64 >"$LOGS/p-app.out" 2>&1 &
+app=$!
+sleep 1
+run attach launchlate -j -d 2 -p $app
+wait $app
+n=$(python3 -c "import json,sys; print(sum(json.loads(l).get('launches',0) for l in open(sys.argv[1]) if l.startswith('{\"type\":\"kernel\"')))" "$LOGS/attach.out" 2>/dev/null)
+result_ok p-app launch_heavy && [ "${n:-0}" -gt 0 ] && ok "-p: $n launches timed, app ok" || bad "-p: '${n:-0}' launches timed ($(tail -1 $LOGS/attach.err)); app: $(tail -1 $LOGS/p-app.out)"
+
+# Cost: launch rate on launch_heavy, kernel time on vec_add presets.
+rate() { grep -ao '[0-9.]* launches/s' "$1" | tail -1 | awk '{print $1}'; }
+kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $NF}'; }
+med() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{statistics.median(v):.3f}' if v else 'nan')" "$@"; }
+# Breakdown: threadhist instruments the same kernel with no uprobe (the
+# agent's instrumented-launch path alone).
+B="" T="" H=""
+for rep in $(seq "$REPS"); do
+	samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-base.out" 2>&1; B+=" $(rate $LOGS/lh-base.out)"
+	timeout 120 launchlate -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-ll.out" 2>"$LOGS/lh-ll.err"; T+=" $(rate $LOGS/lh-ll.out)"
+	timeout 120 threadhist -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-th.out" 2>"$LOGS/lh-th.err"; H+=" $(rate $LOGS/lh-th.out)"
+done
+rb=$(med $B) rt=$(med $T) rh=$(med $H)
+lr=$(python3 -c "print(f'{$rt/$rb:.3f}')" 2>/dev/null)
+echo "perf: launch_heavy launches/s untraced $rb, launchlate $rt, ratio $lr (goal >= 0.9); agent instrumented launches alone (threadhist) $rh, ratio $(python3 -c "print(f'{$rh/$rb:.3f}')" 2>/dev/null)"
+tail -1 "$LOGS/lh-ll.err"
+perf="launch rate x$lr"
+for ps in "medium:10000 1000 256 40" "large:100000 1000 512 196" "xlarge:1000000 1000 512 1954"; do
+	name=${ps%%:*} P=${ps#*:}
+	B="" T=""
+	for rep in $(seq "$REPS"); do
+		samples/bin/vec_add $P >"$LOGS/b.out" 2>&1; B+=" $(kus $LOGS/b.out)"
+		timeout 120 launchlate -- samples/bin/vec_add $P >"$LOGS/v.out" 2>"$LOGS/v.err"; T+=" $(kus $LOGS/v.out)"
+	done
+	r=$(python3 -c "print(f'{$(med $T)/$(med $B):.3f}')" 2>/dev/null)
+	echo "perf: vec_add $name base $(med $B)us launchlate x$r (goal <= 1.03)"
+	perf+="; $name x$r"
+done
+echo "SUMMARY: $pass ok, $fail failed | $perf"
+[ $fail = 0 ]

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"encoding/binary"
+	"sort"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
+)
+
+// Launch kinds (bpf/launchlate.h).
+const (
+	kindRuntime   = 1
+	kindDriver    = 2
+	kindGraphRT   = 3
+	kindGraphDrv  = 4
+	kindGraphNode = 0xFF
+	kindPending   = 0x80
+)
+
+const (
+	startSize  = 32 // struct ll_start
+	streamMask = 1<<56 - 1
+	gridMask   = 1<<48 - 1
+)
+
+// start is one kernel start as the GPU probe stored it.
+type start struct {
+	grid   uint64 // grid id, unique per launch in its context
+	kernel uint32 // bpf_gpu_kernel_index
+	gpu    uint64 // %globaltimer as thread 0 of block 0 started
+	cpu    uint64 // the launch call's CLOCK_MONOTONIC time, 0: none
+	stream uint64
+	kind   uint8
+}
+
+// source is one context the starts come from: the clocks and grid ids
+// are per device and process.
+type source struct{ pid, dev int }
+
+// tracker finds the starts that are new since the last reading of the
+// GPU's table (slot = grid id % slots), and holds them until a clock
+// calibration taken after them can convert their GPU time. A slot holds a
+// new start when its GPU time changed: the kernels of a CUDA graph keep
+// their grid id from one graph launch to the next.
+type tracker struct {
+	seen    map[source][]uint64 // GPU time of each slot's start
+	pending map[source][]start
+	clocks  map[source][]runtime.ClockSample
+	read    uint64 // starts taken from the table
+}
+
+func newTracker() *tracker {
+	return &tracker{seen: map[source][]uint64{}, pending: map[source][]start{}, clocks: map[source][]runtime.ClockSample{}}
+}
+
+// ingest takes a reading of one context's start table.
+func (t *tracker) ingest(src source, vals []byte) {
+	n := len(vals) / startSize
+	seen := t.seen[src]
+	if len(seen) != n {
+		seen = make([]uint64, n)
+		t.seen[src] = seen
+	}
+	for i := range n {
+		rec := vals[i*startSize : (i+1)*startSize]
+		w := binary.LittleEndian.Uint64(rec)
+		gpu := binary.LittleEndian.Uint64(rec[8:])
+		if w == 0 || gpu == seen[i] {
+			continue
+		}
+		seen[i] = gpu
+		info := binary.LittleEndian.Uint64(rec[24:])
+		t.pending[src] = append(t.pending[src], start{
+			grid:   w & gridMask,
+			kernel: uint32(w >> 48),
+			gpu:    gpu,
+			cpu:    binary.LittleEndian.Uint64(rec[16:]),
+			stream: info & streamMask,
+			kind:   uint8(info >> 56),
+		})
+		t.read++
+	}
+}
+
+// addClock records a calibration of src's clocks.
+func (t *tracker) addClock(src source, c runtime.ClockSample) {
+	cs := append(t.clocks[src], c)
+	sort.Slice(cs, func(i, j int) bool { return cs[i].At < cs[j].At })
+	t.clocks[src] = cs
+}
+
+// offsetAt is the clock offset at CPU time at, interpolated between the
+// calibrations around it, with its error bound. ok is false when no
+// calibration comes after at and final is false: a later one will place
+// it better (the clocks drift tens of microseconds in seconds).
+func offsetAt(cs []runtime.ClockSample, at uint64, final bool) (off float64, bound uint64, ok bool) {
+	if len(cs) == 0 {
+		return 0, 0, false
+	}
+	i := sort.Search(len(cs), func(i int) bool { return cs[i].At >= at })
+	switch {
+	case i == len(cs):
+		if !final {
+			return 0, 0, false
+		}
+		c := cs[len(cs)-1]
+		return float64(c.Offset), c.Bound, true
+	case i == 0:
+		return float64(cs[0].Offset), cs[0].Bound, true
+	}
+	a, b := cs[i-1], cs[i]
+	f := float64(at-a.At) / float64(b.At-a.At)
+	return float64(a.Offset) + f*float64(b.Offset-a.Offset), max(a.Bound, b.Bound), true
+}
+
+// latency is one timed launch: CPU call to GPU start, and how exactly the
+// clocks are known (the latency is only known to be below bound when it
+// is smaller than that).
+type latency struct {
+	s     start
+	ns    int64
+	bound uint64
+}
+
+// resolve hands every pending start it can place in time to fn; the rest
+// wait for the next calibration (all are placed when final).
+func (t *tracker) resolve(final bool, timed func(source, latency), untimed func(source, start)) {
+	for src, ps := range t.pending {
+		keep := ps[:0]
+		for _, s := range ps {
+			if s.cpu == 0 {
+				untimed(src, s)
+				continue
+			}
+			off, bound, ok := offsetAt(t.clocks[src], s.cpu, final)
+			if !ok {
+				if final {
+					untimed(src, s) // no calibration at all for this context
+					continue
+				}
+				keep = append(keep, s)
+				continue
+			}
+			timed(src, latency{s: s, ns: int64(float64(s.gpu)-off) - int64(s.cpu), bound: bound})
+		}
+		if len(keep) == 0 {
+			delete(t.pending, src)
+		} else {
+			t.pending[src] = keep
+		}
+	}
+}
+
+// key is what one histogram covers: a kernel, and with --stream a stream
+// of one process.
+type key struct {
+	kernel uint32
+	pid    int
+	stream uint64
+	graph  bool
+}
+
+// stats is one key's latencies.
+type stats struct {
+	h       *hdrhistogram.Histogram
+	log2    toolkit.Log2Hist // microseconds
+	n       uint64
+	below   uint64 // below the clock's error bound
+	bound   uint64 // largest error bound of its launches
+	untimed uint64 // starts without a CPU stamp
+}
+
+func newStats() *stats { return &stats{h: hdrhistogram.New(1, 600e9, 3)} }
+
+func (s *stats) add(l latency) {
+	s.n++
+	s.bound = max(s.bound, l.bound)
+	v := l.ns
+	if v < int64(l.bound) {
+		s.below++
+	}
+	if v < 1 {
+		v = 1
+	}
+	s.h.RecordValue(v)
+	s.log2.Add(uint64(v) / 1000)
+}
+
+// quantile returns the latency at q (0-100) and whether it is below the
+// clock's error bound (to be shown as "< bound").
+func (s *stats) quantile(q float64) (uint64, bool) {
+	v := uint64(s.h.ValueAtQuantile(q))
+	return v, v < s.bound
+}
+
+func (s *stats) max() (uint64, bool) {
+	v := uint64(s.h.Max())
+	return v, v < s.bound
+}
+
+// fmtLat renders a latency, or "< bound" when the clocks cannot tell it
+// from zero.
+func fmtLat(v uint64, below bool, bound uint64) string {
+	if below {
+		return "< " + toolkit.FormatNs(bound)
+	}
+	return toolkit.FormatNs(v)
+}

@@ -1,0 +1,103 @@
+package main
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+)
+
+func putStart(tab []byte, slot int, grid uint64, kernel uint32, gpu, cpu, stream uint64, kind uint8) {
+	rec := tab[slot*startSize:]
+	binary.LittleEndian.PutUint64(rec, grid|uint64(kernel)<<48)
+	binary.LittleEndian.PutUint64(rec[8:], gpu)
+	binary.LittleEndian.PutUint64(rec[16:], cpu)
+	binary.LittleEndian.PutUint64(rec[24:], stream|uint64(kind)<<56)
+}
+
+// TestTrackerNewStartsOnly: a start is taken once, when its slot first
+// shows it; a slot reused by a later launch is a new start.
+func TestTrackerNewStartsOnly(t *testing.T) {
+	tr := newTracker()
+	src := source{pid: 7, dev: 0}
+	tab := make([]byte, 4*startSize)
+	putStart(tab, 1, 5, 3, 1000, 900, 0x55, kindRuntime)
+	tr.ingest(src, tab)
+	tr.ingest(src, tab)
+	if tr.read != 1 || len(tr.pending[src]) != 1 {
+		t.Fatalf("read %d, pending %d; want 1, 1", tr.read, len(tr.pending[src]))
+	}
+	got := tr.pending[src][0]
+	if got.grid != 5 || got.kernel != 3 || got.gpu != 1000 || got.cpu != 900 || got.stream != 0x55 || got.kind != kindRuntime {
+		t.Fatalf("decoded %+v", got)
+	}
+	putStart(tab, 1, 9, 3, 2000, 1900, 0x55, kindRuntime)
+	tr.ingest(src, tab)
+	if tr.read != 2 {
+		t.Fatalf("reused slot not taken: read %d", tr.read)
+	}
+}
+
+// TestResolveWaitsForCalibration: a start is converted with the
+// calibrations around its CPU time (interpolated), waits while none comes
+// after it, and a start without a CPU stamp is untimed at once.
+func TestResolveWaitsForCalibration(t *testing.T) {
+	tr := newTracker()
+	src := source{pid: 1}
+	tab := make([]byte, 4*startSize)
+	// GPU clock 1,000,000 ns ahead at CPU 10,000; 1,000,100 at CPU 20,000.
+	putStart(tab, 0, 1, 0, 15000+1000050+4000, 15000, 0, kindRuntime) // 4 us late
+	putStart(tab, 1, 2, 0, 99, 0, 0, kindDriver)                      // no stamp
+	tr.ingest(src, tab)
+	var lats []latency
+	untimed := 0
+	timed := func(_ source, l latency) { lats = append(lats, l) }
+	un := func(source, start) { untimed++ }
+	tr.addClock(src, runtime.ClockSample{Offset: 1000000, Bound: 300, At: 10000})
+	tr.resolve(false, timed, un)
+	if len(lats) != 0 || untimed != 1 {
+		t.Fatalf("before a later calibration: %d timed, %d untimed; want 0, 1", len(lats), untimed)
+	}
+	tr.addClock(src, runtime.ClockSample{Offset: 1000100, Bound: 500, At: 20000})
+	tr.resolve(false, timed, un)
+	if len(lats) != 1 || lats[0].ns != 4000 || lats[0].bound != 500 {
+		t.Fatalf("got %+v, want one latency of 4000 ns, bound 500", lats)
+	}
+}
+
+// TestBelowBound: latencies the clocks cannot tell from zero are shown as
+// "< bound", never as 0 or negative.
+func TestBelowBound(t *testing.T) {
+	s := newStats()
+	s.add(latency{ns: -200, bound: 800})
+	s.add(latency{ns: 300, bound: 800})
+	v, below := s.quantile(50)
+	if !below {
+		t.Fatalf("p50 %d not marked below the bound", v)
+	}
+	if got := fmtLat(v, below, s.bound); got != "< 800 ns" {
+		t.Fatalf("shown as %q", got)
+	}
+	s.add(latency{ns: 250000, bound: 800})
+	if v, below := s.max(); below || fmtLat(v, below, s.bound) != "250.1 us" && fmtLat(v, below, s.bound) != "250.0 us" {
+		t.Fatalf("max %d shown as %q", v, fmtLat(v, below, s.bound))
+	}
+	if s.below != 2 || s.n != 3 {
+		t.Fatalf("below %d of %d, want 2 of 3", s.below, s.n)
+	}
+}
+
+// TestTrackerGraphRelaunch: a graph's kernel keeps its grid id from one
+// graph launch to the next; its new GPU time makes it a new start.
+func TestTrackerGraphRelaunch(t *testing.T) {
+	tr := newTracker()
+	src := source{}
+	tab := make([]byte, 2*startSize)
+	putStart(tab, 0, 42, 1, 5000, 0, 0, kindGraphNode)
+	tr.ingest(src, tab)
+	putStart(tab, 0, 42, 1, 9000, 0, 0, kindGraphNode)
+	tr.ingest(src, tab)
+	if tr.read != 2 {
+		t.Fatalf("graph relaunch: %d starts read, want 2", tr.read)
+	}
+}

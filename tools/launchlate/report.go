@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/olekukonko/tablewriter"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
+)
+
+// row is one key's summary, in report order (p99 first).
+type row struct {
+	k                  key
+	s                  *stats
+	p50, p90, p99, max uint64
+	b50, b90, b99, bmx bool
+}
+
+func (l *launchlate) kernelName(i uint32) (base, mangled string) {
+	mangled = l.sess.KernelName(i)
+	if mangled == "" {
+		return "(unknown kernel)", ""
+	}
+	base, _ = fatbin.Demangle(mangled)
+	if base == "" {
+		base = mangled
+	}
+	return base, mangled
+}
+
+func streamName(s uint64) string {
+	switch s {
+	case 0:
+		return "default"
+	case 2:
+		return "per-thread default"
+	}
+	return "0x" + strconv.FormatUint(s, 16)
+}
+
+func (l *launchlate) label(k key) string {
+	base, _ := l.kernelName(k.kernel)
+	if k.graph {
+		base += " (in a CUDA graph)"
+	}
+	if l.byStream {
+		base += fmt.Sprintf(" [pid %d, stream %s]", k.pid, streamName(k.stream))
+	}
+	return base
+}
+
+// report prints the current histograms (and resets them with -i).
+func (l *launchlate) report(final bool) {
+	l.mu.Lock()
+	cur := l.cur
+	if l.interval {
+		l.cur = map[key]*stats{}
+	}
+	l.mu.Unlock()
+	if l.interval && !final && len(cur) == 0 && !l.json {
+		return
+	}
+	var rows []row
+	for k, s := range cur {
+		r := row{k: k, s: s}
+		if s.n > 0 {
+			r.p50, r.b50 = s.quantile(50)
+			r.p90, r.b90 = s.quantile(90)
+			r.p99, r.b99 = s.quantile(99)
+			r.max, r.bmx = s.max()
+		}
+		rows = append(rows, r)
+	}
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].p99 != rows[j].p99 {
+			return rows[i].p99 > rows[j].p99
+		}
+		return l.label(rows[i].k) < l.label(rows[j].k)
+	})
+	now := time.Now()
+	if l.json {
+		for _, r := range rows {
+			l.rowJSON(now, r)
+		}
+		return
+	}
+	w := l.w
+	prefix := ""
+	if l.stamp {
+		prefix = now.Format("15:04:05") + " "
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(w, "%sno instrumented kernel started\n", prefix)
+		return
+	}
+	unit, div := "usecs", uint64(1)
+	if l.ms {
+		unit, div = "msecs", 1000
+	}
+	for _, r := range rows {
+		fmt.Fprintf(w, "\n%skernel = %s\n", prefix, l.label(r.k))
+		if r.s.n == 0 {
+			fmt.Fprintf(w, "  %d starts, none timed\n", r.s.untimed)
+			continue
+		}
+		h := r.s.log2
+		if div > 1 {
+			h = toolkit.Log2Hist{}
+			for i, c := range r.s.log2 {
+				if c > 0 {
+					v := uint64(1) << i / div
+					h[toolkit.Log2Index(v)] += c
+				}
+			}
+		}
+		h.Print(w, unit)
+		fmt.Fprintf(w, "  launches %d, p50 %s, p90 %s, p99 %s, max %s (clock error bound %s",
+			r.s.n, fmtLat(r.p50, r.b50, r.s.bound), fmtLat(r.p90, r.b90, r.s.bound), fmtLat(r.p99, r.b99, r.s.bound),
+			fmtLat(r.max, r.bmx, r.s.bound), toolkit.FormatNs(r.s.bound))
+		if r.s.below > 0 {
+			fmt.Fprintf(w, "; %d below it", r.s.below)
+		}
+		if r.s.untimed > 0 {
+			fmt.Fprintf(w, "; %d starts not timed", r.s.untimed)
+		}
+		fmt.Fprintln(w, ")")
+	}
+	fmt.Fprintf(w, "\n%skernels by p99 launch -> start latency:\n", prefix)
+	tb := tablewriter.NewTable(w)
+	tb.Header("KERNEL", "LAUNCHES", "P50", "P90", "P99", "MAX")
+	for _, r := range rows {
+		if r.s.n == 0 {
+			tb.Append(trim(l.label(r.k), 48), strconv.FormatUint(r.s.untimed, 10)+" untimed", "-", "-", "-", "-")
+			continue
+		}
+		tb.Append(trim(l.label(r.k), 48), strconv.FormatUint(r.s.n, 10), fmtLat(r.p50, r.b50, r.s.bound),
+			fmtLat(r.p90, r.b90, r.s.bound), fmtLat(r.p99, r.b99, r.s.bound), fmtLat(r.max, r.bmx, r.s.bound))
+	}
+	tb.Render()
+}
+
+func trim(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+func (l *launchlate) rowJSON(now time.Time, r row) {
+	base, mangled := l.kernelName(r.k.kernel)
+	b := []byte(`{"type":"kernel","time":`)
+	b = toolkit.AppendJSONString(b, now.Format("15:04:05"))
+	b = append(b, `,"kernel":`...)
+	b = toolkit.AppendJSONString(b, base)
+	b = append(b, `,"mangled":`...)
+	b = toolkit.AppendJSONString(b, mangled)
+	if l.byStream {
+		b = fmt.Appendf(b, `,"pid":%d,"stream":"%s"`, r.k.pid, streamName(r.k.stream))
+	}
+	b = fmt.Appendf(b, `,"graph":%t,"launches":%d,"p50_ns":%d,"p90_ns":%d,"p99_ns":%d,"max_ns":%d,"below_bound":%d,"bound_ns":%d,"untimed":%d,"hist_us":[`,
+		r.k.graph, r.s.n, r.p50, r.p90, r.p99, r.max, r.s.below, r.s.bound, r.s.untimed)
+	first := true
+	for i, c := range r.s.log2 {
+		if c == 0 {
+			continue
+		}
+		if !first {
+			b = append(b, ',')
+		}
+		first = false
+		low, high := uint64(1)<<i, uint64(1)<<(i+1)-1
+		if i == 0 {
+			low = 0
+		}
+		b = fmt.Appendf(b, "[%d,%d,%d]", low, high, c)
+	}
+	b = append(b, "]}\n"...)
+	l.w.Write(b)
+}
+
+func (l *launchlate) summaryJSON() {
+	lost := int64(l.produced) - int64(l.tr.read)
+	fmt.Fprintf(l.w, `{"type":"summary","timed":%d,"untimed":%d,"graph_kernel_starts":%d,"lost":%d,"calls_runtime":%d,"calls_driver":%d,"calls_graph":%d,"clock_bound_ns":%d,"calibrations":%d}`+"\n",
+		l.timedN, l.untimedN, l.graphN, max(lost, 0), l.calls[kindRuntime], l.calls[kindDriver], l.calls[kindGraphRT]+l.calls[kindGraphDrv], l.maxBound, l.clocks)
+}

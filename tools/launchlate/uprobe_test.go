@@ -1,0 +1,116 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
+)
+
+// The CPU side on a real process: a runtime launch (cudaLaunchKernel,
+// which calls cuLaunchKernel inside, as cudart does) is stamped once with
+// the runtime call's time; a direct driver launch stamps its own; graph
+// launches are counted; the slot is keyed by the calling thread.
+func TestUprobeStamps(t *testing.T) {
+	testenv.Root(t)
+	gcc := testenv.Tool(t, "gcc")
+	dir := t.TempDir()
+	src := filepath.Join(dir, "app.c")
+	os.WriteFile(src, []byte(`
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+__attribute__((noinline)) int cuLaunchKernel(int x) { __asm__ volatile("" ::: "memory"); return x + 1; }
+__attribute__((noinline)) int cudaLaunchKernel(int x) { return cuLaunchKernel(x) + 1; }
+__attribute__((noinline)) int cuGraphLaunch(int x) { __asm__ volatile("" ::: "memory"); return x; }
+__attribute__((noinline)) int cudaGraphLaunch(int x) { return cuGraphLaunch(x); }
+int main(void) {
+	char b[8];
+	if (read(0, b, 1) != 1) return 2;
+	int s = 0;
+	for (int i = 0; i < 10; i++) s += cuLaunchKernel(i);   /* direct driver launches */
+	for (int i = 0; i < 20; i++) s += cudaGraphLaunch(i);
+	for (int i = 0; i < 30; i++) s += cudaLaunchKernel(i); /* runtime, nested driver */
+	printf("%ld %d\n", (long)syscall(SYS_gettid), s);
+	return 0;
+}`), 0o644)
+	bin := filepath.Join(dir, "app")
+	if out, err := exec.Command(gcc, "-O1", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	spec, err := loadLaunchlate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kernel side only, with the shared map as the runtime loads it.
+	ks := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{}, Programs: map[string]*ebpf.ProgramSpec{}}
+	for _, n := range []string{"launch_stamps", "calls"} {
+		m := spec.Maps[n].Copy()
+		m.Type = ebpf.Array
+		ks.Maps[n] = m
+	}
+	syms := map[string]string{"ll_cudaLaunchKernel": "cudaLaunchKernel", "ll_cuLaunchKernel": "cuLaunchKernel",
+		"ll_cudaGraphLaunch": "cudaGraphLaunch", "ll_cuGraphLaunch": "cuGraphLaunch"}
+	for p := range syms {
+		ks.Programs[p] = spec.Programs[p].Copy()
+	}
+	coll, err := ebpf.NewCollection(ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coll.Close()
+	ex, err := link.OpenExecutable(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	stdin, _ := cmd.StdinPipe()
+	var out strings.Builder
+	cmd.Stdout = &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	for p, sym := range syms {
+		l, err := ex.Uprobe(sym, coll.Programs[p], &link.UprobeOptions{PID: cmd.Process.Pid})
+		if err != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			t.Fatal(err)
+		}
+		defer l.Close()
+	}
+	stdin.Write([]byte("g"))
+	if err := cmd.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	var calls [8]uint64
+	for i := range calls {
+		coll.Maps["calls"].Lookup(uint32(i), &calls[i])
+	}
+	// 30 runtime launches (their nested driver calls kept the runtime
+	// stamp), 10 direct driver launches, 20 graph launches (nested too).
+	if calls[kindRuntime] != 30 || calls[kindDriver] != 10 || calls[kindGraphRT] != 20 || calls[kindGraphDrv] != 0 || calls[0] != 50 {
+		t.Fatalf("calls by kind %v: want runtime 30, driver 10, graph 20, nested 50", calls)
+	}
+	tid, err := strconv.Atoi(strings.Fields(out.String())[0])
+	if err != nil {
+		t.Fatalf("app printed %q", out.String())
+	}
+	var st struct{ T, Tag uint64 }
+	if err := coll.Maps["launch_stamps"].Lookup(uint32(tid%4096), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Tag>>32 != uint64(tid) || st.Tag&0xFF != kindRuntime || st.T == 0 {
+		t.Fatalf("thread %d's slot: time %d, tag %#x; want its tid and a runtime stamp (pending cleared by the nested driver call)", tid, st.T, st.Tag)
+	}
+}
