@@ -14,7 +14,7 @@
  * driver call keeps the earlier, user-visible time. */
 #define LL_PENDING 0x80
 
-#define LL_SLOTS 4096	     /* per-thread stamp slots (tid % LL_SLOTS) */
+#define LL_SLOTS 4096	     /* per-thread stamp slots ((tid * 4) % LL_SLOTS) */
 #define LL_STARTS (1 << 16) /* kernel starts kept on the GPU (grid id % LL_STARTS) */
 
 /* The stamp a CPU uprobe leaves for the launching thread; the agent copies

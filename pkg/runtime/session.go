@@ -39,7 +39,7 @@ type Options struct {
 	// hands the launching thread's slot to the instrumented launch, where
 	// bpf_gpu_launch_word(0) is that time (0: no fresh stamp from this
 	// thread) and bpf_gpu_launch_word(1) the stream | kind<<56. Slot i
-	// serves threads with tid % max_entries == i; max_entries must be a
+	// serves threads with tid*4 % max_entries == i; max_entries must be a
 	// power of two.
 	LaunchWords string
 	// OptionalUprobes: a CPU program whose function no object of the

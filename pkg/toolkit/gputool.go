@@ -321,20 +321,60 @@ func KernelAccount(a *Account, st runtime.Stats) {
 		a.Add(st.LaunchFailures, "launches refused by the driver", "the original kernel ran")
 	}
 	if len(st.KernelsSkipped) > 0 {
-		skipped := make([]string, 0, len(st.KernelsSkipped))
-		for k, why := range st.KernelsSkipped {
-			base, _ := fatbin.Demangle(k)
-			if base == "" {
-				base = k
-			}
-			skipped = append(skipped, base+": "+why)
-		}
-		sort.Strings(skipped)
-		a.Note(fmt.Sprintf("%d kernels skipped (%s)", len(skipped), strings.Join(skipped, "; ")))
+		a.Note(SkippedAccount(st.KernelsSkipped))
 	}
 	if st.RecordsProduced > 0 || st.RingPending > 0 {
 		a.Note(RecordAccount(st))
 	}
+}
+
+// SkippedAccount is the kernels-skipped clause: kernels without PTX (most
+// of PyTorch, cuBLAS) counted as one group with a few names, the other
+// reasons each with theirs, so a library of a thousand SASS-only kernels
+// takes one line.
+func SkippedAccount(skipped map[string]string) string {
+	const shown = 3
+	type group struct {
+		names []string
+		seen  map[string]bool
+	}
+	groups := map[string]*group{}
+	for k, why := range skipped {
+		base, _ := fatbin.Demangle(k)
+		if base == "" {
+			base = k
+		}
+		reason := why
+		if strings.Contains(why, "no PTX") {
+			reason = "SASS only, no PTX: rebuild with -gencode arch=compute_XX,code=compute_XX to trace them"
+		}
+		g := groups[reason]
+		if g == nil {
+			g = &group{seen: map[string]bool{}}
+			groups[reason] = g
+		}
+		if !g.seen[base] {
+			g.seen[base] = true
+			g.names = append(g.names, base)
+		}
+	}
+	reasons := make([]string, 0, len(groups))
+	for r := range groups {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	var parts []string
+	for _, r := range reasons {
+		g := groups[r]
+		sort.Strings(g.names)
+		eg := g.names[:min(shown, len(g.names))]
+		more := ""
+		if len(g.names) > shown {
+			more = fmt.Sprintf(", +%d more", len(g.names)-shown)
+		}
+		parts = append(parts, fmt.Sprintf("%s (e.g. %s%s)", r, strings.Join(eg, ", "), more))
+	}
+	return fmt.Sprintf("%d kernels skipped: %s; list them with gpubpf kernels -p PID", len(skipped), strings.Join(parts, "; "))
 }
 
 // RecordAccount is the completeness account of the GPU's records:

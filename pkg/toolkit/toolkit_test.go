@@ -3,6 +3,7 @@ package toolkit
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -80,5 +81,23 @@ func TestHelpEndsWithExamples(t *testing.T) {
 	s := strings.TrimSpace(out.String())
 	if !strings.HasSuffix(s, "t -p 4242   # trace a process") || !strings.Contains(s, "EXAMPLES:") {
 		t.Fatalf("help does not end with EXAMPLES:\n%s", s)
+	}
+}
+
+// A thousand SASS-only kernels make one clause with a few names, not a
+// thousand-name line; other reasons keep their own words.
+func TestSkippedAccount(t *testing.T) {
+	skipped := map[string]string{"_Z3oddv": "the driver's JIT refused it"}
+	for i := range 1000 {
+		skipped[fmt.Sprintf("_Z6kern%02dv", i%100)+strings.Repeat("x", i/100)] = "kernel k has only sm_90 SASS, no PTX: rebuild with -gencode arch=compute_90,code=compute_90 to trace it"
+	}
+	got := SkippedAccount(skipped)
+	if len(got) > 400 {
+		t.Fatalf("clause is %d bytes: %s", len(got), got)
+	}
+	for _, want := range []string{"1001 kernels skipped", "SASS only, no PTX", "more", "the driver's JIT refused it (e.g. odd)"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("missing %q in %s", want, got)
+		}
 	}
 }

@@ -284,8 +284,12 @@ func (l *launchlate) read() {
 			}
 		case mc.Name == "calls" && mc.Kernel != nil:
 			for i := range l.calls {
-				var v uint64
-				if mc.Kernel.Lookup(uint32(i), &v) == nil {
+				var per []uint64
+				if mc.Kernel.Lookup(uint32(i), &per) == nil {
+					var v uint64
+					for _, n := range per {
+						v += n
+					}
 					l.calls[i] = v
 				}
 			}

@@ -159,7 +159,7 @@ struct activation {
 	/* Launch words (launchlate): the clone takes `hidden` (0 or 2) more
 	 * u64 parameters after the kernel's own `nparams` (at byte `bufoff`
 	 * of a packed `extra` buffer): the CPU time its launching thread's
-	 * uprobe stamped into slot (tid & (nslots - 1)) of `slots`, and the
+	 * uprobe stamped into slot ((tid * 4) & (nslots - 1)) of `slots`, and the
 	 * stream with the API kind. `slots` lies in the session's registered
 	 * region `region`; it is cleared (g_rw write-held) before that region
 	 * goes away, and read only with g_rw read-held. */
@@ -179,12 +179,14 @@ extern int g_active; /* fast-path flag: any activation present */
 extern pthread_rwlock_t g_rw;
 HIDDEN CUfunction probe_lookup(void *f, struct activation **out); /* g_rw read held */
 HIDDEN void probe_rebuild(void);                                  /* g_rw write held, g_mu held */
-HIDDEN void probe_after_launch(struct activation *a, CUstream s, CUresult r);
+/* cap: the stream's capture status if the caller knows it, else -1 */
+HIDDEN void probe_after_launch(struct activation *a, CUstream s, CUresult r, int cap);
 HIDDEN void probe_pin(struct activation *a);
 HIDDEN void probes_reset(void);
 /* The two launch words of an activation with hidden words (g_rw read held):
  * s as the application passed it, evs the stream work on it runs in. */
-HIDDEN void probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uint64_t w[2]);
+/* returns the stream's capture status (probe_after_launch takes it) */
+HIDDEN int probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uint64_t w[2]);
 HIDDEN void probe_tid_reset(void); /* fork child: the cached thread id is the parent's */
 extern struct activation *g_acts;
 

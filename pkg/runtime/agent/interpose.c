@@ -568,15 +568,16 @@ static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds
 	if (c) {
 		struct hidden_args h;
 		void **cp = p, **ce = e;
+		int cap = -1;
 		h.heap = NULL;
 		if (a->hidden) {
-			probe_launch_words(a, s, ev_stream(s, ptds), h.w);
+			cap = probe_launch_words(a, s, ev_stream(s, ptds), h.w);
 			if (hidden_args(a, p, e, &h, &cp, &ce) != 0)
 				c = f; /* cannot pass the words: the original runs */
 		}
 		if (c != f) {
 			r = real_fn(c, gx, gy, gz, bx, by, bz, sh, s, cp, ce);
-			probe_after_launch(a, ev_stream(s, ptds), r);
+			probe_after_launch(a, ev_stream(s, ptds), r, cap);
 		}
 		if (c == f || r != CUDA_SUCCESS) /* never harm the app: run the original */
 			r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
@@ -613,15 +614,16 @@ static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int pt
 	if (c) {
 		struct hidden_args h;
 		void **cp = p, **ce = NULL;
+		int cap = -1;
 		h.heap = NULL;
 		if (a->hidden) {
-			probe_launch_words(a, s, ev_stream(s, ptds), h.w);
+			cap = probe_launch_words(a, s, ev_stream(s, ptds), h.w);
 			if (hidden_args(a, p, NULL, &h, &cp, &ce) != 0)
 				c = f;
 		}
 		if (c != f) {
 			r = real_fn(c, gx, gy, gz, bx, by, bz, sh, s, cp);
-			probe_after_launch(a, ev_stream(s, ptds), r);
+			probe_after_launch(a, ev_stream(s, ptds), r, cap);
 		}
 		if (c == f || r != CUDA_SUCCESS)
 			r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p);
@@ -658,15 +660,16 @@ static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, 
 		CUstream s = cfg ? cfg->hStream : NULL;
 		struct hidden_args h;
 		void **cp = p, **ce = e;
+		int cap = -1;
 		h.heap = NULL;
 		if (a->hidden) {
-			probe_launch_words(a, s, ev_stream(s, ptds), h.w);
+			cap = probe_launch_words(a, s, ev_stream(s, ptds), h.w);
 			if (hidden_args(a, p, e, &h, &cp, &ce) != 0)
 				c = f;
 		}
 		if (c != f) {
 			r = real_fn(cfg, c, cp, ce);
-			probe_after_launch(a, ev_stream(s, ptds), r);
+			probe_after_launch(a, ev_stream(s, ptds), r, cap);
 		}
 		if (c == f || r != CUDA_SUCCESS)
 			r = real_fn(cfg, f, p, e);

@@ -119,7 +119,7 @@ void probe_pin(struct activation *a)
 }
 
 /* Called with g_rw read-held after the instrumented launch. */
-void probe_after_launch(struct activation *a, CUstream s, CUresult r)
+void probe_after_launch(struct activation *a, CUstream s, CUresult r, int cap)
 {
 	if (r != CUDA_SUCCESS) {
 		__atomic_add_fetch(&a->failures, 1, __ATOMIC_RELAXED);
@@ -131,9 +131,10 @@ void probe_after_launch(struct activation *a, CUstream s, CUresult r)
 	}
 	__atomic_add_fetch(&a->launches, 1, __ATOMIC_RELAXED);
 	struct clone *c = a->clone;
-	int capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-	if (D.cuStreamIsCapturing && D.cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS &&
-	    capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+	int capturing = cap;
+	if (capturing < 0 && !(D.cuStreamIsCapturing && D.cuStreamIsCapturing(s, &capturing) == CUDA_SUCCESS))
+		capturing = CU_STREAM_CAPTURE_STATUS_NONE;
+	if (capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
 		/* captured into a graph: it may run at any later time */
 		probe_pin(a);
 		return;
@@ -182,16 +183,17 @@ static inline uint32_t my_tid(void)
 	return t;
 }
 
-void probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uint64_t w[2])
+int probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uint64_t w[2])
 {
 	int capturing = CU_STREAM_CAPTURE_STATUS_NONE;
-	if (D.cuStreamIsCapturing && D.cuStreamIsCapturing(evs, &capturing) == CUDA_SUCCESS &&
-	    capturing != CU_STREAM_CAPTURE_STATUS_NONE) {
+	if (!(D.cuStreamIsCapturing && D.cuStreamIsCapturing(evs, &capturing) == CUDA_SUCCESS))
+		capturing = -1; /* unknown: probe_after_launch asks again */
+	if (capturing > 0) {
 		/* captured into a graph: it runs at replays, whose launches
 		 * this stamp and this stream are not */
 		w[0] = 0;
 		w[1] = LW_KIND_GRAPH << 56;
-		return;
+		return capturing;
 	}
 	uint64_t stamp = 0, kind = 0;
 	uint64_t *base = a->slots;
@@ -199,7 +201,9 @@ void probe_launch_words(const struct activation *a, CUstream s, CUstream evs, ui
 		uint32_t tid = my_tid();
 		/* written by this thread's own uprobe before the call reached
 		 * us: no ordering to wait for, and never written back */
-		const uint64_t *sl = base + 2 * (tid & (a->nslots - 1));
+		/* tid * 4: threads launching side by side (consecutive tids)
+		 * do not share a cache line with each other's uprobes */
+		const uint64_t *sl = base + 2 * ((tid * 4) & (a->nslots - 1));
 		uint64_t t = __atomic_load_n(&sl[0], __ATOMIC_RELAXED);
 		uint64_t tag = __atomic_load_n(&sl[1], __ATOMIC_RELAXED);
 		if (t && (uint32_t)(tag >> 32) == tid) {
@@ -216,6 +220,7 @@ void probe_launch_words(const struct activation *a, CUstream s, CUstream evs, ui
 	}
 	w[0] = stamp;
 	w[1] = ((uint64_t)(uintptr_t)s & LW_STREAM_MASK) | kind << 56;
+	return capturing;
 }
 
 void probes_reset(void)

@@ -730,7 +730,8 @@ type ActivateRequest struct {
 //
 // The slots are Slots (a power of two) LaunchSlotSize-byte records at
 // byte Offset of the registered host region Region (RegisterHost, same
-// session): the thread with Linux id tid uses slot tid & (Slots-1), whose
+// session): the thread with Linux id tid uses slot (tid*4) & (Slots-1) (a cache line of its
+// own for 256 consecutive threads), whose
 // u64 word 0 is the time and u64 word 1 the tag tid<<32 | kind. The agent
 // only reads them. Unregistering the region makes word 0 read 0.
 type LaunchWords struct {

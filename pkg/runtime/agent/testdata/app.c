@@ -62,7 +62,7 @@ static void stamp(const char *args)
 	if (sscanf(args, "%llu %llu %llu %llu %lld", &addr, &slots, &tid, &kind, &dt) < 4 || !addr || !slots)
 		return;
 	uint64_t me = (uint64_t)syscall(SYS_gettid);
-	volatile uint64_t *sl = (volatile uint64_t *)(uintptr_t)addr + 2 * (me & (slots - 1));
+	volatile uint64_t *sl = (volatile uint64_t *)(uintptr_t)addr + 2 * ((me * 4) & (slots - 1));
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec + (uint64_t)dt;
