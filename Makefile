@@ -10,7 +10,7 @@ GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 export GPUBPF_CUDA_BIN ?= /opt/cudadeb/root/usr/bin
 
 .PHONY: all tools embed-agent agent samples generate check-generated fmt vet test test-unit \
-        test-gpu bench bench-cpu demo gpu-bundle clean
+        test-gpu bench bench-cpu demo gpu-bundle clean install check-install
 
 all: agent tools samples
 
@@ -32,6 +32,23 @@ else
 endif
 
 FORCE:
+
+# make install [PREFIX=/usr/local] [DESTDIR=...]: the six tools (each with
+# the agent embedded) into PREFIX/bin and the agent into PREFIX/lib/gpubpf,
+# where the tools look first (relative to themselves, so DESTDIR works).
+PREFIX  ?= /usr/local
+install: tools
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/gpubpf
+	install -m 0755 $(addprefix bin/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
+	@if [ -f bin/libgpubpf-agent.so ]; then install -m 0644 bin/libgpubpf-agent.so $(DESTDIR)$(PREFIX)/lib/gpubpf/; fi
+
+# What a fresh machine gets from make install: every tool answers --help
+# and finds its agent from there.
+check-install:
+	@d=$$(mktemp -d) && $(MAKE) --no-print-directory install DESTDIR=$$d >/dev/null && \
+	for t in $(TOOLS); do $$d$(PREFIX)/bin/$$t --help >/dev/null || { echo "check-install: $$t --help failed"; exit 1; }; done && \
+	p=$$($$d$(PREFIX)/bin/gpubpf agent-path) && case "$$p" in $$d$(PREFIX)/*) ;; *) echo "check-install: gpubpf agent-path gave $$p, not the installed agent"; exit 1;; esac && \
+	echo "check-install: $(words $(TOOLS)) tools in $$d$(PREFIX)/bin, agent $$p" && rm -rf $$d
 
 # The in-process agent (C, gcc only). Skipped with a message until its
 # sources exist.

@@ -153,7 +153,7 @@ func dialAgent(pid int, opts agentclient.Options, wait time.Duration) (*agentcli
 		if time.Now().After(deadline) {
 			return nil, err
 		}
-		if _, serr := os.Stat(fmt.Sprintf("/proc/%d", pid)); serr != nil {
+		if processExited(pid) { // gone, or our child that exited (a zombie)
 			return nil, fmt.Errorf("process %d exited before its gpubpf agent answered: %w", pid, err)
 		}
 		time.Sleep(2 * time.Millisecond)

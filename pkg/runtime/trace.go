@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentlib"
 	"github.com/gpubpf/gpubpf/pkg/runtime/launch"
 )
 
@@ -33,6 +34,42 @@ func (t Targets) Describe() string {
 		return fmt.Sprintf("in PIDs %v", t.PIDs)
 	}
 	return "in every process with the gpubpf agent"
+}
+
+// Check finds what cannot be traced before a tool prints its start line:
+// a PID that is not running, a command that cannot be started, the agent
+// library a command needs. Its error is the whole answer (CLI.md).
+func (t Targets) Check() error {
+	for _, pid := range t.PIDs {
+		if !processAlive(pid) {
+			return fmt.Errorf("no process %d is running", pid)
+		}
+	}
+	if len(t.Command) > 0 {
+		if _, err := exec.LookPath(t.Command[0]); err != nil {
+			return fmt.Errorf("cannot run %s: %w", t.Command[0], err)
+		}
+		if _, err := agentlib.Path(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NoCUDAError says that a traced command ended without giving anything to
+// trace: it never loaded a CUDA kernel (or not one the tool's programs
+// target), so every count is zero for a reason the user should hear.
+type NoCUDAError struct {
+	Command string
+	Code    int
+	Before  bool // it exited before the tool could reach its agent
+}
+
+func (e *NoCUDAError) Error() string {
+	if e.Before {
+		return fmt.Sprintf("%s exited (status %d) before it used CUDA: nothing was traced", e.Command, e.Code)
+	}
+	return fmt.Sprintf("%s exited (status %d) without loading any CUDA kernel: nothing was traced", e.Command, e.Code)
 }
 
 // agentWait bounds how long a started command may take to bring its agent up.
@@ -106,7 +143,11 @@ func (s *Session) traceCommand(ctx context.Context, argv []string, start time.Ti
 		// The program runs on untraced rather than being killed: it is the
 		// user's work. Say why and wait for it.
 		s.logf("not tracing %s: %v", argv[0], err)
+		gone := processExited(cmd.PID())
 		code := waitCode(cmd.Wait())
+		if gone {
+			return code, &NoCUDAError{Command: argv[0], Code: code, Before: true}
+		}
 		return code, err
 	}
 	done := make(chan error, 1)

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"cmp"
 	"fmt"
 	"os"
@@ -19,4 +20,18 @@ func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K {
 func processAlive(pid int) bool {
 	_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
 	return err == nil
+}
+
+// processExited reports whether pid is gone or a zombie (our own child
+// that exited and was not waited for yet).
+func processExited(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// "pid (comm) S ...": comm may hold spaces and parentheses.
+	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) {
+		return b[i+2] == 'Z' || b[i+2] == 'X'
+	}
+	return false
 }

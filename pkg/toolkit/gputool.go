@@ -126,6 +126,9 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 	if len(targets.Command) > 0 && len(targets.PIDs) > 0 {
 		return Usagef("give either -p PID or -- CMD, not both")
 	}
+	if err := targets.Check(); err != nil {
+		return err
+	}
 	if d := c.Float64(FlagDuration); d < 0 {
 		return Usagef("--duration %g: want a positive number of seconds", d)
 	}
@@ -222,6 +225,9 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 		return traceErr
 	}
 	if err := NoKernelMatched(sess, st); err != nil {
+		return err
+	}
+	if err := NothingTraced(targets, sess, st, code); err != nil {
 		return err
 	}
 	if closeErr != nil {
@@ -392,6 +398,16 @@ func RecordAccount(st runtime.Stats) string {
 		line += fmt.Sprintf("; %d bytes reserved but never committed (a kernel did not finish)", st.RingPending)
 	}
 	return line
+}
+
+// NothingTraced is the error for a traced command that ended without
+// loading any CUDA kernel: every count is zero, and the user should hear
+// why rather than read a summary of nothing.
+func NothingTraced(t runtime.Targets, s *runtime.Session, st runtime.Stats, code int) error {
+	if len(t.Command) == 0 || len(s.GPUPrograms()) == 0 || len(st.KernelsSeen) > 0 || len(st.KernelsMatched) > 0 || len(st.KernelsSkipped) > 0 {
+		return nil
+	}
+	return &runtime.NoCUDAError{Command: t.Command[0], Code: code}
 }
 
 // NoKernelMatched is the error of CLI.md for GPU programs whose patterns

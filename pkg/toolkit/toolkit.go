@@ -98,7 +98,7 @@ func Run(app *cli.App) {
 
 // RunArgs is Run without the exit, for tests.
 func RunArgs(app *cli.App, args []string, stderr io.Writer) int {
-	err := app.Run(args)
+	err := app.Run(interspersed(app, args))
 	if err == nil {
 		return 0
 	}

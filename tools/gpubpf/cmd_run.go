@@ -98,6 +98,9 @@ func runAction(c *cli.Context) error {
 		}
 	}
 	targets := runtime.Targets{PIDs: c.IntSlice(toolkit.FlagPID), Command: cmdArgs}
+	if err := targets.Check(); err != nil {
+		return err
+	}
 	out := newRunOutput(os.Stdout, spec, c.Bool(toolkit.FlagJSON), c.Bool(toolkit.FlagTimestamp), c.String("record-type"))
 	out.countOnly = c.Bool("summary")
 	if !out.json {
@@ -139,11 +142,17 @@ func runAction(c *cli.Context) error {
 	closeErr := sess.Close() // drains the rings a last time
 	<-printerDone
 	st := sess.Stats()
+	if traceErr != nil && st.Processes == 0 {
+		return traceErr // nothing was traced: the error alone says what happened
+	}
 	out.summary(st)
 	if traceErr != nil {
 		return traceErr
 	}
 	if err := toolkit.NoKernelMatched(sess, st); err != nil {
+		return err
+	}
+	if err := toolkit.NothingTraced(targets, sess, st, code); err != nil {
 		return err
 	}
 	if closeErr != nil {

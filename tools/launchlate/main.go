@@ -77,6 +77,9 @@ func run(c *cli.Context) error {
 	if iv := c.Float64(toolkit.FlagInterval); iv < 0 {
 		return toolkit.Usagef("--interval %g: want a positive number of seconds", iv)
 	}
+	if err := targets.Check(); err != nil {
+		return err
+	}
 	kernels := c.StringSlice(toolkit.FlagKernel)
 	if len(kernels) == 0 {
 		kernels = []string{"*"}
@@ -153,6 +156,9 @@ func run(c *cli.Context) error {
 		return traceErr
 	}
 	if err := toolkit.NoKernelMatched(sess, st); err != nil {
+		return err
+	}
+	if err := toolkit.NothingTraced(targets, sess, st, code); err != nil {
 		return err
 	}
 	if closeErr != nil {

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentlib"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 )
 
@@ -164,7 +165,7 @@ func DialWith(pid int, opts Options) (*Conn, error) {
 			case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM):
 				return nil, fmt.Errorf("cannot connect to the gpubpf agent of process %d at %s: permission denied; run the tool as root or as the process's user: %w", pid, path, err)
 			case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED):
-				return nil, fmt.Errorf("process %d has no gpubpf agent (no %s): start it with `LD_PRELOAD=/path/to/libgpubpf-agent.so CMD` or run the tool as `TOOL -- CMD`", pid, path)
+				return nil, fmt.Errorf("process %d has no gpubpf agent (no %s): start it with `LD_PRELOAD=%s CMD` or run the tool as `TOOL -- CMD`", pid, path, agentPathForAdvice())
 			}
 			return nil, fmt.Errorf("cannot connect to the gpubpf agent of process %d at %s: %w", pid, path, err)
 		}
@@ -434,4 +435,13 @@ func (c *Conn) connErr(op agentproto.Op, err error) error {
 		return fmt.Errorf("agent %s: connection closed: %w", op, err)
 	}
 	return fmt.Errorf("agent %s: the connection to the agent of process %d ended (did the process exit?): %w", op, c.pid, err)
+}
+
+// agentPathForAdvice is the agent library a user should preload: the one
+// this tool would use itself (see `gpubpf agent-path`).
+func agentPathForAdvice() string {
+	if p, err := agentlib.Path(); err == nil {
+		return p
+	}
+	return "/path/to/" + agentlib.Name + " (build it with make agent)"
 }
