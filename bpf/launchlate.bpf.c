@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // launchlate: how long after the CPU called a launch API each kernel
-// started on the GPU. A Linux uprobe on the launch APIs stamps the calling
-// thread's slot of a kernel map shared with the GPU; the agent hands the
+// started on the GPU. A Linux uprobe on the runtime launch APIs stamps the
+// calling thread's slot of a kernel map shared with the GPU (driver-API
+// launches are stamped by the agent itself); the agent hands the
 // slot to the instrumented launch (its hidden launch words), and the entry
 // probe of the kernel's first thread (global thread id 0) stores the pair
-// with %globaltimer, per launch, in device memory. The tool reads the
-// starts, converts globaltimer to the CPU clock with its calibration and
-// keeps the histograms.
+// with %globaltimer, per launch, in device memory. Kernels of CUDA graphs
+// get the address of their graph's stamp word instead (kind LL_GRAPH_WORD):
+// the agent writes the graph launch's stamp there in stream order just
+// before each graph launch. The tool reads the starts, converts globaltimer
+// to the CPU clock with its calibration and keeps the histograms.
 #include "types.h"
 #include <bpf/bpf_helpers.h>
 #include "gpu.h"
@@ -20,16 +23,17 @@ GPUBPF_MAP(launch_stamps, BPF_MAP_TYPE_GPU_KERNEL_SHARED_ARRAY_MAP, u32, struct 
  * by side do not contend for one counter. */
 GPUBPF_MAP(calls, BPF_MAP_TYPE_PERCPU_ARRAY, u32, u64, 8);
 
-GPUBPF_MAP(starts, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, struct ll_start, LL_STARTS);
+GPUBPF_MAP(starts, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, struct ll_start, LL_STARTS + LL_GRAPH_STARTS);
 /* Kernel starts recorded (the tool compares with what it read). */
 GPUBPF_MAP(nstarts, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
-/* Starts of kernels launched by CUDA graphs, per kernel index: a graph's
- * kernel keeps its grid id from one graph launch to the next, so they
- * cannot take a slot of their own; they are counted, not timed. */
+/* Timed starts of graph kernels so far: their turn in the graph part of
+ * starts. */
+GPUBPF_MAP(graph_seq, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
+/* Starts of kernels launched by CUDA graphs without a stamp (a node made
+ * before the trace began, a graph launched by a path the agent did not
+ * stamp), per kernel index: counted, not timed. */
 #define LL_KERNELS 256
 GPUBPF_MAP(graph_starts, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, LL_KERNELS);
-
-#define NESTED_NS 200000ULL /* a driver call this soon after its runtime call is part of it */
 
 static __always_inline void count(u32 i)
 {
@@ -39,6 +43,10 @@ static __always_inline void count(u32 i)
 		*n += 1;
 }
 
+/* Only the runtime API is probed: a driver-API launch reaches the agent's
+ * wrapper before any uprobe in libcuda could fire, so the agent stamps
+ * those itself, and probing libcuda too would cost every runtime launch a
+ * second trap (cudart calls the driver underneath). */
 static __always_inline int stamp(u32 kind)
 {
 	u64 now = bpf_ktime_get_ns();
@@ -48,18 +56,8 @@ static __always_inline int stamp(u32 kind)
 
 	if (!s)
 		return 0;
-	if (kind == LL_DRIVER || kind == LL_GRAPH_DRV) {
-		u64 tag = s->tag;
-
-		/* Inside cudaLaunchKernel: keep the runtime call's time. */
-		if ((tag >> 32) == tid && (tag & LL_PENDING) && now - s->t < NESTED_NS) {
-			s->tag = tag & ~(u64)LL_PENDING;
-			count(0);
-			return 0;
-		}
-	}
 	s->t = now;
-	s->tag = (u64)tid << 32 | kind | (kind == LL_RUNTIME || kind == LL_GRAPH_RT ? LL_PENDING : 0);
+	s->tag = (u64)tid << 32 | kind | LL_PENDING;
 	count(kind);
 	return 0;
 }
@@ -74,18 +72,6 @@ SEC("uprobe/libcudart.so:cudaLaunchCooperativeKernel")
 int ll_cudaLaunchCooperativeKernel(void *ctx) { return stamp(LL_RUNTIME); }
 SEC("uprobe/libcudart.so:cudaGraphLaunch")
 int ll_cudaGraphLaunch(void *ctx) { return stamp(LL_GRAPH_RT); }
-SEC("uprobe/libcuda.so:cuLaunchKernel")
-int ll_cuLaunchKernel(void *ctx) { return stamp(LL_DRIVER); }
-SEC("uprobe/libcuda.so:cuLaunchKernel_ptsz")
-int ll_cuLaunchKernel_ptsz(void *ctx) { return stamp(LL_DRIVER); }
-SEC("uprobe/libcuda.so:cuLaunchKernelEx")
-int ll_cuLaunchKernelEx(void *ctx) { return stamp(LL_DRIVER); }
-SEC("uprobe/libcuda.so:cuLaunchKernelEx_ptsz")
-int ll_cuLaunchKernelEx_ptsz(void *ctx) { return stamp(LL_DRIVER); }
-SEC("uprobe/libcuda.so:cuLaunchCooperativeKernel")
-int ll_cuLaunchCooperativeKernel(void *ctx) { return stamp(LL_DRIVER); }
-SEC("uprobe/libcuda.so:cuGraphLaunch")
-int ll_cuGraphLaunch(void *ctx) { return stamp(LL_GRAPH_DRV); }
 
 SEC("gpu/entry/*")
 int launchlate_entry(void *ctx)
@@ -98,24 +84,40 @@ int launchlate_entry(void *ctx)
 	u64 now = bpf_ktime_get_ns();
 	u64 info = bpf_gpu_launch_word(1);
 	u64 kernel = bpf_gpu_kernel_index();
-	u32 zero = 0;
+	u64 kind = info >> 56;
+	u64 cpu, grid = bpf_gpu_grid_id();
+	u32 zero = 0, slot;
 
-	if ((info >> 56) == LL_GRAPH_NODE) {
-		u32 k = kernel < LL_KERNELS ? kernel : LL_KERNELS - 1;
-		u64 *g = bpf_map_lookup_elem(&graph_starts, &k);
+	if (kind == LL_GRAPH_NODE || kind == LL_GRAPH_WORD) {
+		/* The graph launch's stamp, which the agent wrote to the
+		 * graph's word in stream order before the launch. */
+		cpu = 0;
+		if (kind == LL_GRAPH_WORD && (info & ((1ULL << 56) - 1)))
+			cpu = *(volatile u64 *)(info & ((1ULL << 56) - 1));
+		if (!cpu) {
+			u32 k = kernel < LL_KERNELS ? kernel : LL_KERNELS - 1;
+			u64 *g = bpf_map_lookup_elem(&graph_starts, &k);
 
-		if (g)
-			__sync_fetch_and_add(g, 1);
-		return 0;
+			if (g)
+				__sync_fetch_and_add(g, 1);
+			return 0;
+		}
+		u64 *q = bpf_map_lookup_elem(&graph_seq, &zero);
+
+		if (!q)
+			return 0;
+		slot = LL_STARTS + (__sync_fetch_and_add(q, 1) & (LL_GRAPH_STARTS - 1));
+		info = (u64)LL_GRAPH_WORD << 56; /* the stream is not known */
+	} else {
+		cpu = bpf_gpu_launch_word(0);
+		slot = grid & (LL_STARTS - 1);
 	}
-	u64 grid = bpf_gpu_grid_id();
-	u32 slot = grid & (LL_STARTS - 1);
 	struct ll_start *s = bpf_map_lookup_elem(&starts, &slot);
 
 	if (!s)
 		return 0;
 	s->gpu = now;
-	s->cpu = bpf_gpu_launch_word(0);
+	s->cpu = cpu;
 	s->info = info;
 	s->grid = (grid & ((1ULL << 48) - 1)) | kernel << 48;
 	u64 *n = bpf_map_lookup_elem(&nstarts, &zero);

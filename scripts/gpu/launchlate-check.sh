@@ -9,7 +9,11 @@
 #     has p50 within [i*100 us, i*100 us + 80 us]: each launch attributed to
 #     its own stream
 #   - every kernel's latencies come with an error bound (bound_ns > 0)
-#   - graphTick: its 200 starts from a CUDA graph counted as such (not timed)
+#   - graphTick (captured into a CUDA graph, launched 200 times on an idle
+#     GPU): all 200 starts timed from their cudaGraphLaunch, p50 < 50 us
+#   - graph_launch: its three graph kernels timed at every graph launch, the
+#     app's results unchanged
+# LAUNCHLATE_QUICK=1 skips PyTorch and the cost measurements.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PATH=$PWD/bin:$PATH
@@ -49,8 +53,11 @@ for v in "" _shared; do
 	read -r queued n2 b2 <<<"$(p50 queuedTick "$f")"
 	[ -n "${idle:-}" ] && [ "$idle" -lt 50000 ] && [ "${b1:-0}" -gt 0 ] && ok "launch_story$v idle: p50 $idle ns over $n1 launches (bound $b1 ns)" || bad "launch_story$v idle: p50 '${idle:-none}' ns (want < 50 us, bound > 0)"
 	[ -n "${queued:-}" ] && [ "$queued" -gt 300000 ] && ok "launch_story$v queued: p50 $queued ns over $n2 launches" || bad "launch_story$v queued: p50 '${queued:-none}' ns (want > 300 us)"
-	g=$(python3 -c "import json,sys; print(sum(o.get('untimed',0) for o in map(json.loads, (l for l in open(sys.argv[1], errors='replace') if l.startswith('{\"type\":\"kernel\"'))) if o.get('kernel')=='graphTick' and o.get('graph')))" "$f" 2>/dev/null)
-	[ "${g:-0}" = 200 ] && ok "launch_story$v graph: 200 graph kernel starts counted" || bad "launch_story$v graph: '${g:-0}' graph kernel starts counted (want 200)"
+	read -r graph n3 b3 <<<"$(p50 graphTick graph "$f")"
+	gu=$(python3 -c "import json,sys; print(sum(o.get('untimed',0) for o in map(json.loads, (l for l in open(sys.argv[1], errors='replace') if l.startswith('{\"type\":\"kernel\"'))) if o.get('kernel')=='graphTick' and o.get('graph')))" "$f" 2>/dev/null)
+	{ [ -n "${graph:-}" ] && [ "$graph" -lt 50000 ] && [ "${n3:-0}" = 200 ] && [ "${gu:-1}" = 0 ] && [ "${b3:-0}" -gt 0 ]; } &&
+		ok "launch_story$v graph: p50 $graph ns over $n3 graph launches (bound $b3 ns; idle p50 ${idle:-none} ns)" ||
+		bad "launch_story$v graph: p50 '${graph:-none}' ns over '${n3:-0}' starts timed, ${gu:-?} untimed (want 200 timed, p50 < 50 us)"
 	streams_ok=1 detail=""
 	while read -r _ i h; do
 		read -r p n b <<<"$(p50 streamMark "$(printf '0x%x' "$h")" "$f")"
@@ -60,6 +67,22 @@ for v in "" _shared; do
 	done < <(grep -a '^STREAM ' "$f" | awk '{print $1, $2, $3}')
 	[ $streams_ok = 1 ] && ok "launch_story$v streams: p50 ns/launches$detail" || bad "launch_story$v streams: p50 ns/launches$detail (want stream i in [i*100, i*100+80] us)"
 done
+
+# graph_launch: three kernels captured into one graph, launched 50 times:
+# every start timed from its graph launch, the app's results unchanged.
+run graph launchlate -j -- samples/bin/graph_launch 50
+gk=$(python3 - "$LOGS/graph.out" <<'PY'
+import json, sys
+ks = {}
+for l in open(sys.argv[1], errors="replace"):
+    try: o = json.loads(l)
+    except Exception: continue
+    if o.get("type") == "kernel" and o.get("graph"): ks[o["kernel"]] = (o["launches"], o["untimed"], o["p50_ns"])
+ok = len(ks) == 3 and all(v[0] == 50 and v[1] == 0 for v in ks.values())
+print(" ".join(f"{k}={v[0]}/{v[1]}/{v[2]}" for k, v in sorted(ks.items())) + (" ALL" if ok else ""))
+PY
+)
+result_ok graph graph_launch && [[ "$gk" == *ALL ]] && ok "graph_launch: ${gk% ALL} (kernel=timed/untimed/p50 ns)" || bad "graph_launch: '$gk' (want 3 graph kernels, 50 timed each); app: $(tail -1 $LOGS/graph.out)"
 
 # Text view, pasted into the README by hand.
 run story-text launchlate -- samples/bin/launch_story 100 500
@@ -76,12 +99,17 @@ wait $app
 n=$(python3 -c "import json,sys; print(sum(json.loads(l).get('launches',0) for l in open(sys.argv[1]) if l.startswith('{\"type\":\"kernel\"')))" "$LOGS/attach.out" 2>/dev/null)
 result_ok p-app launch_heavy && [ "${n:-0}" -gt 0 ] && ok "-p: $n launches timed, app ok" || bad "-p: '${n:-0}' launches timed ($(tail -1 $LOGS/attach.err)); app: $(tail -1 $LOGS/p-app.out)"
 
+if [ "${LAUNCHLATE_QUICK:-0}" = 1 ]; then
+	echo "SUMMARY: $pass ok, $fail failed | quick: no PyTorch, no cost measurements"
+	[ $fail = 0 ]; exit
+fi
+
 # PyTorch: SASS-only kernels are listed as skipped; where PTX exists (or
 # none does) the script still runs correctly, and the CPU side counts every
 # launch call.
 if python3 -c 'import torch' 2>/dev/null; then
 	run torch launchlate -- python3 scripts/gpu/torch_alloc.py
-	if [ "$(cat "$LOGS/torch.rc")" = 0 ] && grep -aq "^torch_alloc: torch" "$LOGS/torch.out" && grep -aq "CPU launch calls" "$LOGS/torch.err"; then
+	if [ "$(cat "$LOGS/torch.rc")" = 0 ] && grep -aq "^torch_alloc: torch" "$LOGS/torch.out" && grep -aq "CPU runtime-API calls" "$LOGS/torch.err"; then
 		ok "PyTorch: $(grep -a 'launchlate:' "$LOGS/torch.err" | tail -1 | cut -c1-300)"
 	else
 		bad "PyTorch: rc $(cat "$LOGS/torch.rc"), $(tail -2 "$LOGS/torch.err" | tr '\n' ' ' | cut -c1-300); app: $(tail -1 "$LOGS/torch.out")"
@@ -96,15 +124,25 @@ kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $N
 med() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{statistics.median(v):.3f}' if v else 'nan')" "$@"; }
 # Breakdown: threadhist instruments the same kernel with no uprobe (the
 # agent's instrumented-launch path alone).
-B="" T="" H=""
+B="" T="" H="" U=""
 for rep in $(seq "$REPS"); do
 	samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-base.out" 2>&1; B+=" $(rate $LOGS/lh-base.out)"
 	timeout 120 launchlate -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-ll.out" 2>"$LOGS/lh-ll.err"; T+=" $(rate $LOGS/lh-ll.out)"
 	timeout 120 threadhist -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-th.out" 2>"$LOGS/lh-th.err"; H+=" $(rate $LOGS/lh-th.out)"
+	timeout 120 launchlate -k noSuchKernel -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-up.out" 2>"$LOGS/lh-up.err"; U+=" $(rate $LOGS/lh-up.out)"
 done
-rb=$(med $B) rt=$(med $T) rh=$(med $H)
-lr=$(python3 -c "print(f'{$rt/$rb:.3f}')" 2>/dev/null)
-echo "perf: launch_heavy launches/s untraced $rb, launchlate $rt, ratio $lr (goal >= 0.9); agent instrumented launches alone (threadhist) $rh, ratio $(python3 -c "print(f'{$rh/$rb:.3f}')" 2>/dev/null)"
+rb=$(med $B) rt=$(med $T) rh=$(med $H) ru=$(med $U)
+r3() { python3 -c "print(f'{$1/$2:.3f}')" 2>/dev/null; }
+lr=$(r3 $rt $rb)
+echo "perf: launch_heavy launches/s untraced $rb, launchlate $rt, ratio $lr (goal >= 0.9); breakdown: uprobes alone (-k noSuchKernel) $(r3 $ru $rb), agent instrumented launches alone (threadhist) $(r3 $rh $rb)"
+# Graph launches: the stamp words cost two stream writes per graph launch.
+G="" L=""
+gus() { grep -ao '[0-9.]* us per graph launch' "$1" | awk '{print $1}'; }
+for rep in $(seq "$REPS"); do
+	samples/bin/graph_launch 5000 >"$LOGS/g-base.out" 2>&1; G+=" $(gus $LOGS/g-base.out)"
+	timeout 120 launchlate -- samples/bin/graph_launch 5000 >"$LOGS/g-ll.out" 2>"$LOGS/g-ll.err"; L+=" $(gus $LOGS/g-ll.out)"
+done
+echo "perf: graph_launch 5000 back-to-back graphs: untraced $(med $G) us per graph, launchlate $(med $L) us (x$(r3 $(med $L) $(med $G)))"
 tail -1 "$LOGS/lh-ll.err"
 perf="launch rate x$lr"
 for ps in "medium:10000 1000 256 40" "large:100000 1000 512 196" "xlarge:1000000 1000 512 1954"; do

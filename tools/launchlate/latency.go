@@ -16,7 +16,8 @@ const (
 	kindDriver    = 2
 	kindGraphRT   = 3
 	kindGraphDrv  = 4
-	kindGraphNode = 0xFF
+	kindGraphWord = 0xFE // a graph's kernel, timed from its graph launch (stream unknown)
+	kindGraphNode = 0xFF // a graph's kernel without a stamp (counted in graph_starts only)
 	kindPending   = 0x80
 )
 
@@ -41,10 +42,10 @@ type start struct {
 type source struct{ pid, dev int }
 
 // tracker finds the starts that are new since the last reading of the
-// GPU's table (slot = grid id % slots), and holds them until a clock
-// calibration taken after them can convert their GPU time. A slot holds a
-// new start when its GPU time changed: the kernels of a CUDA graph keep
-// their grid id from one graph launch to the next.
+// GPU's table (slot = grid id % LL_STARTS; graph kernels, which keep their
+// grid id from one graph launch to the next, in turn after those), and
+// holds them until a clock calibration taken after them can convert their
+// GPU time. A slot holds a new start when its GPU time changed.
 type tracker struct {
 	seen    map[source][]uint64 // GPU time of each slot's start
 	pending map[source][]start
@@ -160,8 +161,11 @@ type key struct {
 	kernel uint32
 	pid    int
 	stream uint64
-	graph  bool
+	graph  bool // launched by a CUDA graph (timed from the graph launch)
 }
+
+// isGraph says whether a start is a graph kernel's.
+func (s start) isGraph() bool { return s.kind == kindGraphWord || s.kind == kindGraphNode }
 
 // stats is one key's latencies.
 type stats struct {

@@ -101,3 +101,42 @@ func TestTrackerGraphRelaunch(t *testing.T) {
 		t.Fatalf("graph relaunch: %d starts read, want 2", tr.read)
 	}
 }
+
+// TestTrackerGraphTimed: a graph kernel's timed starts (kind 0xFE, taking
+// the graph part of the table in turn: the same grid id at every replay)
+// are each read once, resolve against the graph launch's CPU stamp, and
+// go to the kernel's graph key (with --stream: per process, stream not
+// known); the untimed kind 0xFF is a graph key too.
+func TestTrackerGraphTimed(t *testing.T) {
+	tr := newTracker()
+	src := source{pid: 9}
+	tab := make([]byte, (startSlots+graphSlots)*startSize)
+	// replay 1: two kernels of the graph; replay 2: the first again
+	putStart(tab, startSlots+0, 42, 1, 1_000_000+10_000+3_000, 10_000, 0, kindGraphWord)
+	putStart(tab, startSlots+1, 43, 2, 1_000_000+10_000+8_000, 10_000, 0, kindGraphWord)
+	tr.ingest(src, tab)
+	tr.ingest(src, tab)
+	putStart(tab, startSlots+2, 42, 1, 1_000_000+50_000+4_000, 50_000, 0, kindGraphWord)
+	tr.ingest(src, tab)
+	if tr.read != 3 {
+		t.Fatalf("%d starts read, want 3", tr.read)
+	}
+	tr.addClock(src, runtime.ClockSample{Offset: 1_000_000, Bound: 100, At: 5_000})
+	tr.addClock(src, runtime.ClockSample{Offset: 1_000_000, Bound: 100, At: 90_000})
+	l := &launchlate{byStream: true, cur: map[key]*stats{}}
+	tr.resolve(false, l.timed, l.untimed)
+	want := key{kernel: 1, pid: 9, graph: true}
+	s := l.cur[want]
+	if s == nil || s.n != 2 || l.timedN != 3 || l.graphT != 3 || l.untimedN != 0 {
+		t.Fatalf("keys %v, timed %d (graph %d), untimed %d; want 2 latencies under %+v", l.cur, l.timedN, l.graphT, l.untimedN, want)
+	}
+	if v, below := s.quantile(100); below || v < 3_900 || v > 4_100 {
+		t.Errorf("kernel 1's largest latency %d ns, want 4000", v)
+	}
+	if !(start{kind: kindGraphNode}).isGraph() || (start{kind: kindRuntime | kindPending}).isGraph() {
+		t.Error("isGraph")
+	}
+	if k := l.keyOf(src, start{kernel: 5, stream: 0x77, kind: kindRuntime}); k.graph || k.stream != 0x77 {
+		t.Errorf("a stream launch keyed %+v", k)
+	}
+}

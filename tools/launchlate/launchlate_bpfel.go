@@ -32,17 +32,12 @@ type launchlateLlStart struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	launchlateMapCalls                          = "calls"
+	launchlateMapGraphSeq                       = "graph_seq"
 	launchlateMapGraphStarts                    = "graph_starts"
 	launchlateMapLaunchStamps                   = "launch_stamps"
 	launchlateMapNstarts                        = "nstarts"
 	launchlateMapStarts                         = "starts"
 	launchlateProgLaunchlateEntry               = "launchlate_entry"
-	launchlateProgLlCuGraphLaunch               = "ll_cuGraphLaunch"
-	launchlateProgLlCuLaunchCooperativeKernel   = "ll_cuLaunchCooperativeKernel"
-	launchlateProgLlCuLaunchKernel              = "ll_cuLaunchKernel"
-	launchlateProgLlCuLaunchKernelEx            = "ll_cuLaunchKernelEx"
-	launchlateProgLlCuLaunchKernelExPtsz        = "ll_cuLaunchKernelEx_ptsz"
-	launchlateProgLlCuLaunchKernelPtsz          = "ll_cuLaunchKernel_ptsz"
 	launchlateProgLlCudaGraphLaunch             = "ll_cudaGraphLaunch"
 	launchlateProgLlCudaLaunchCooperativeKernel = "ll_cudaLaunchCooperativeKernel"
 	launchlateProgLlCudaLaunchKernel            = "ll_cudaLaunchKernel"
@@ -93,12 +88,6 @@ type launchlateSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type launchlateProgramSpecs struct {
 	LaunchlateEntry               *ebpf.ProgramSpec `ebpf:"launchlate_entry"`
-	LlCuGraphLaunch               *ebpf.ProgramSpec `ebpf:"ll_cuGraphLaunch"`
-	LlCuLaunchCooperativeKernel   *ebpf.ProgramSpec `ebpf:"ll_cuLaunchCooperativeKernel"`
-	LlCuLaunchKernel              *ebpf.ProgramSpec `ebpf:"ll_cuLaunchKernel"`
-	LlCuLaunchKernelEx            *ebpf.ProgramSpec `ebpf:"ll_cuLaunchKernelEx"`
-	LlCuLaunchKernelExPtsz        *ebpf.ProgramSpec `ebpf:"ll_cuLaunchKernelEx_ptsz"`
-	LlCuLaunchKernelPtsz          *ebpf.ProgramSpec `ebpf:"ll_cuLaunchKernel_ptsz"`
 	LlCudaGraphLaunch             *ebpf.ProgramSpec `ebpf:"ll_cudaGraphLaunch"`
 	LlCudaLaunchCooperativeKernel *ebpf.ProgramSpec `ebpf:"ll_cudaLaunchCooperativeKernel"`
 	LlCudaLaunchKernel            *ebpf.ProgramSpec `ebpf:"ll_cudaLaunchKernel"`
@@ -111,6 +100,7 @@ type launchlateProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type launchlateMapSpecs struct {
 	Calls        *ebpf.MapSpec `ebpf:"calls"`
+	GraphSeq     *ebpf.MapSpec `ebpf:"graph_seq"`
 	GraphStarts  *ebpf.MapSpec `ebpf:"graph_starts"`
 	LaunchStamps *ebpf.MapSpec `ebpf:"launch_stamps"`
 	Nstarts      *ebpf.MapSpec `ebpf:"nstarts"`
@@ -144,6 +134,7 @@ func (o *launchlateObjects) Close() error {
 // It can be passed to loadLaunchlateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type launchlateMaps struct {
 	Calls        *ebpf.Map `ebpf:"calls"`
+	GraphSeq     *ebpf.Map `ebpf:"graph_seq"`
 	GraphStarts  *ebpf.Map `ebpf:"graph_starts"`
 	LaunchStamps *ebpf.Map `ebpf:"launch_stamps"`
 	Nstarts      *ebpf.Map `ebpf:"nstarts"`
@@ -153,6 +144,7 @@ type launchlateMaps struct {
 func (m *launchlateMaps) Close() error {
 	return _LaunchlateClose(
 		m.Calls,
+		m.GraphSeq,
 		m.GraphStarts,
 		m.LaunchStamps,
 		m.Nstarts,
@@ -171,12 +163,6 @@ type launchlateVariables struct {
 // It can be passed to loadLaunchlateObjects or ebpf.CollectionSpec.LoadAndAssign.
 type launchlatePrograms struct {
 	LaunchlateEntry               *ebpf.Program `ebpf:"launchlate_entry"`
-	LlCuGraphLaunch               *ebpf.Program `ebpf:"ll_cuGraphLaunch"`
-	LlCuLaunchCooperativeKernel   *ebpf.Program `ebpf:"ll_cuLaunchCooperativeKernel"`
-	LlCuLaunchKernel              *ebpf.Program `ebpf:"ll_cuLaunchKernel"`
-	LlCuLaunchKernelEx            *ebpf.Program `ebpf:"ll_cuLaunchKernelEx"`
-	LlCuLaunchKernelExPtsz        *ebpf.Program `ebpf:"ll_cuLaunchKernelEx_ptsz"`
-	LlCuLaunchKernelPtsz          *ebpf.Program `ebpf:"ll_cuLaunchKernel_ptsz"`
 	LlCudaGraphLaunch             *ebpf.Program `ebpf:"ll_cudaGraphLaunch"`
 	LlCudaLaunchCooperativeKernel *ebpf.Program `ebpf:"ll_cudaLaunchCooperativeKernel"`
 	LlCudaLaunchKernel            *ebpf.Program `ebpf:"ll_cudaLaunchKernel"`
@@ -187,12 +173,6 @@ type launchlatePrograms struct {
 func (p *launchlatePrograms) Close() error {
 	return _LaunchlateClose(
 		p.LaunchlateEntry,
-		p.LlCuGraphLaunch,
-		p.LlCuLaunchCooperativeKernel,
-		p.LlCuLaunchKernel,
-		p.LlCuLaunchKernelEx,
-		p.LlCuLaunchKernelExPtsz,
-		p.LlCuLaunchKernelPtsz,
 		p.LlCudaGraphLaunch,
 		p.LlCudaLaunchCooperativeKernel,
 		p.LlCudaLaunchKernel,

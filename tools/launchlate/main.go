@@ -29,13 +29,16 @@ launchlate --stream -k gemm -- ./app  # kernels matching gemm, one histogram per
 launchlate -j -d 10 -p 4242         # JSON lines for 10 seconds`
 
 // How often the GPU's start table is read and the clocks calibrated. The
-// table holds LL_STARTS launches per context: at 100 ms a context can
-// launch 650k kernels a second before one is overwritten unread.
+// table holds LL_STARTS launches per context, and LL_GRAPH_STARTS kernel
+// starts of CUDA graphs after those: at 100 ms a context can launch 650k
+// kernels (and graphs can start 160k kernels) a second before one is
+// overwritten unread.
 const (
 	readEvery  = 100 * time.Millisecond
 	clockEvery = 2 * time.Second
 	clockRound = 8
 	startSlots = 1 << 16 // LL_STARTS
+	graphSlots = 1 << 14 // LL_GRAPH_STARTS
 )
 
 func main() {
@@ -45,20 +48,29 @@ func main() {
 		&cli.BoolFlag{Name: "stream", Usage: "one histogram per kernel and stream"},
 		&cli.BoolFlag{Name: "milliseconds", Aliases: []string{"m"}, Usage: "histogram in milliseconds (default microseconds)"},
 	)
-	app.Description = `A Linux uprobe on the launch APIs (cudaLaunchKernel and its variants in
-libcudart or a statically linked executable, cuLaunchKernel(Ex) in libcuda,
-cudaGraphLaunch/cuGraphLaunch) stamps each launch with the CPU clock in a
-kernel map the GPU shares; the first thread of the launched kernel (thread 0
-of block 0) reads %globaltimer. The GPU clock is calibrated against the CPU's
+	app.Description = `A Linux uprobe on the runtime launch APIs (cudaLaunchKernel and its variants,
+cudaGraphLaunch, in libcudart or a statically linked executable) stamps each
+launch with the CPU clock in a kernel map the GPU shares; driver-API launches
+(cuLaunchKernel(Ex), cuGraphLaunch) are stamped by the agent at the call. The
+first thread of the launched kernel (global thread id 0) reads %globaltimer. The GPU clock is calibrated against the CPU's
 every 2 s (a round trip through pinned memory); latencies are shown with that
 error bound, and a latency below it as "< bound". Kernels without PTX are not
-instrumented and are listed as skipped. Kernels inside CUDA graphs are counted
-but not timed yet (their launch stamp does not reach the graph's kernels).
+instrumented and are listed as skipped.
+
+Kernels of CUDA graphs (kernel nodes and launches captured into a graph while
+launchlate runs) are timed from the cudaGraphLaunch/cuGraphLaunch call of the
+replay that ran them, and shown as "KERNEL (in a CUDA graph)": the agent gives
+each such graph a stamp word in device memory and writes the launch's stamp
+there on the launch's stream just before the graph. Their stream is not known
+(--stream shows them per process). Graph kernels made before launchlate
+attached, and replays it could not stamp (a graph launched inside another
+graph or into a capture), are counted, not timed.
 
 With -j: one {"type":"kernel",...} object per kernel (and stream) and
-interval (fields: time, kernel, mangled, pid, stream, launches, p50_ns,
-p90_ns, p99_ns, max_ns, below_bound, bound_ns, untimed, hist_us: [[low,
-high, count], ...]), then {"type":"summary",...}.`
+interval (fields: time, kernel, mangled, pid, stream ("graph" for graph
+kernels), graph, launches, p50_ns, p90_ns, p99_ns, max_ns, below_bound,
+bound_ns, untimed, hist_us: [[low, high, count], ...]), then
+{"type":"summary",...}.`
 	app.Action = run
 	toolkit.Run(app)
 }
@@ -189,13 +201,15 @@ type launchlate struct {
 	maxBound  uint64
 	timedN    uint64
 	untimedN  uint64
-	graphN    uint64
+	graphN    uint64 // graph kernel starts without a stamp
+	graphT    uint64 // graph kernel starts timed (in timedN too)
 	produced  uint64 // starts the GPU recorded (nstarts)
 	calls     [8]uint64
 	graphSeen map[source][]uint64 // graph_starts as last read
 }
 
-// graphStarts counts the starts of graph kernels since the last reading.
+// graphStarts counts the untimed starts of graph kernels since the last
+// reading.
 func (l *launchlate) graphStarts(src source, vals []byte) {
 	if l.graphSeen == nil {
 		l.graphSeen = map[source][]uint64{}
@@ -306,9 +320,12 @@ func (l *launchlate) read() {
 }
 
 func (l *launchlate) keyOf(src source, s start) key {
-	k := key{kernel: s.kernel, graph: s.kind == kindGraphNode}
+	k := key{kernel: s.kernel, graph: s.isGraph()}
 	if l.byStream {
 		k.pid, k.stream = src.pid, s.stream
+		if k.graph {
+			k.stream = 0 // not known; graphStarts' key
+		}
 	}
 	return k
 }
@@ -325,6 +342,9 @@ func (l *launchlate) get(k key) *stats {
 func (l *launchlate) timed(src source, lat latency) {
 	l.get(l.keyOf(src, lat.s)).add(lat)
 	l.timedN++
+	if lat.s.isGraph() {
+		l.graphT++
+	}
 	l.maxBound = max(l.maxBound, lat.bound)
 }
 
@@ -334,9 +354,13 @@ func (l *launchlate) untimed(src source, s start) {
 }
 
 func (l *launchlate) account(a *toolkit.Account) {
-	a.Add(l.timedN, "kernel starts timed", "")
+	timed := ""
+	if l.graphT > 0 {
+		timed = fmt.Sprintf("%d of them in CUDA graphs, from their graph launch", l.graphT)
+	}
+	a.Add(l.timedN, "kernel starts timed", timed)
 	if l.graphN > 0 {
-		a.Add(l.graphN, "starts of CUDA graph kernels", "counted, not timed: the graph launch's stamp does not reach its kernels yet")
+		a.Add(l.graphN, "starts of CUDA graph kernels not timed", "counted: a node made before the trace began, or a replay with no stamp (a graph inside another, or launched into a capture)")
 	}
 	if l.untimedN > 0 {
 		a.Add(l.untimedN, "starts without a CPU stamp", "launched by a path no uprobe saw, or stamped more than 1 ms before the driver got the launch")
@@ -344,7 +368,7 @@ func (l *launchlate) account(a *toolkit.Account) {
 	if lost := int64(l.produced) - int64(l.tr.read); lost > 0 {
 		a.Add(uint64(lost), "starts lost", "overwritten on the GPU before the tool read them")
 	}
-	a.Note(fmt.Sprintf("CPU launch calls: %d runtime, %d driver, %d graph", l.calls[kindRuntime], l.calls[kindDriver], l.calls[kindGraphRT]+l.calls[kindGraphDrv]))
+	a.Note(fmt.Sprintf("CPU runtime-API calls: %d kernel launches, %d graph launches", l.calls[kindRuntime], l.calls[kindGraphRT]))
 	if l.clocks > 0 {
 		a.Note(fmt.Sprintf("clock error bound %s (%d calibrations)", toolkit.FormatNs(l.maxBound), l.clocks))
 	}

@@ -47,7 +47,10 @@ func (l *launchlate) label(k key) string {
 	if k.graph {
 		base += " (in a CUDA graph)"
 	}
-	if l.byStream {
+	switch {
+	case l.byStream && k.graph:
+		base += fmt.Sprintf(" [pid %d]", k.pid)
+	case l.byStream:
 		base += fmt.Sprintf(" [pid %d, stream %s]", k.pid, streamName(k.stream))
 	}
 	return base
@@ -159,7 +162,11 @@ func (l *launchlate) rowJSON(now time.Time, r row) {
 	b = append(b, `,"mangled":`...)
 	b = toolkit.AppendJSONString(b, mangled)
 	if l.byStream {
-		b = fmt.Appendf(b, `,"pid":%d,"stream":"%s"`, r.k.pid, streamName(r.k.stream))
+		stream := streamName(r.k.stream)
+		if r.k.graph {
+			stream = "graph" // the graph launch's stream is not known
+		}
+		b = fmt.Appendf(b, `,"pid":%d,"stream":"%s"`, r.k.pid, stream)
 	}
 	b = fmt.Appendf(b, `,"graph":%t,"launches":%d,"p50_ns":%d,"p90_ns":%d,"p99_ns":%d,"max_ns":%d,"below_bound":%d,"bound_ns":%d,"untimed":%d,"hist_us":[`,
 		r.k.graph, r.s.n, r.p50, r.p90, r.p99, r.max, r.s.below, r.s.bound, r.s.untimed)
@@ -184,6 +191,6 @@ func (l *launchlate) rowJSON(now time.Time, r row) {
 
 func (l *launchlate) summaryJSON() {
 	lost := int64(l.produced) - int64(l.tr.read)
-	fmt.Fprintf(l.w, `{"type":"summary","timed":%d,"untimed":%d,"graph_kernel_starts":%d,"lost":%d,"calls_runtime":%d,"calls_driver":%d,"calls_graph":%d,"clock_bound_ns":%d,"calibrations":%d}`+"\n",
-		l.timedN, l.untimedN, l.graphN, max(lost, 0), l.calls[kindRuntime], l.calls[kindDriver], l.calls[kindGraphRT]+l.calls[kindGraphDrv], l.maxBound, l.clocks)
+	fmt.Fprintf(l.w, `{"type":"summary","timed":%d,"untimed":%d,"graph_kernel_starts":%d,"graph_timed":%d,"graph_untimed":%d,"lost":%d,"calls_runtime":%d,"calls_graph":%d,"clock_bound_ns":%d,"calibrations":%d}`+"\n",
+		l.timedN, l.untimedN, l.graphT+l.graphN, l.graphT, l.graphN, max(lost, 0), l.calls[kindRuntime], l.calls[kindGraphRT], l.maxBound, l.clocks)
 }

@@ -81,6 +81,12 @@ struct drv {
 	CUresult (*cuStreamQuery)(CUstream);
 	CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
 				   CUstream, void **, void **);
+	/* graph stamp words (graphs.c); all optional */
+	CUresult (*cuStreamGetCaptureInfo)(CUstream, int *, uint64_t *, CUgraph *, const CUgraphNode **,
+					   size_t *); /* the v2 ABI (CUDA 11.3 - 12.x) */
+	CUresult (*cuStreamWriteValue64)(CUstream, CUdeviceptr, uint64_t, unsigned);
+	CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
+	CUresult (*cuGraphNodeGetContainingGraph)(CUgraphNode, CUgraph *); /* CUDA 13.1 */
 };
 extern struct drv D;
 HIDDEN int drv_init(void);         /* 0 when the driver entry points are usable */
@@ -172,7 +178,12 @@ struct activation {
 /* Launch words: slot layout and the second word's kind byte. */
 #define LW_SLOT_BYTES 16u
 #define LW_STREAM_MASK ((1ULL << 56) - 1)
+#define LW_KIND_DRIVER 2ull /* a driver-API launch, stamped by the agent itself */
 #define LW_KIND_GRAPH 0xFFull /* launched by a graph: no per-launch stamp */
+#define LW_KIND_GRAPH_WORD 0xFEull /* a graph's kernel node: the low 56 bits are
+				    * the device address of its graph's stamp word */
+#define LW_KIND_PENDING 0x80ull /* in a slot's tag: a runtime-API stamp whose
+				 * driver call has not been reached yet */
 #define LW_MAX_AGE_NS 1000000ull /* an older stamp is not this launch's */
 
 extern int g_active; /* fast-path flag: any activation present */
@@ -188,7 +199,28 @@ HIDDEN void probes_reset(void);
 /* returns the stream's capture status (probe_after_launch takes it) */
 HIDDEN int probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uint64_t w[2]);
 HIDDEN void probe_tid_reset(void); /* fork child: the cached thread id is the parent's */
+/* Graph launches (g_rw held): whether an active probe has launch-word
+ * slots, and the stamp of the calling thread's graph launch: its slot's
+ * time when that is a fresh pending runtime-API stamp of this thread (the
+ * cudaGraphLaunch this driver call is part of), else the time now. */
+HIDDEN void probe_lw_refresh(void); /* g_rw write held */
+HIDDEN int probe_lw_on(void);
+HIDDEN uint64_t probe_graph_stamp(void);
 extern struct activation *g_acts;
+
+/* ---- graph stamp words (graphs.c) ---- */
+/* Each CUDA graph with instrumented kernel nodes has an 8-byte word in
+ * device memory (in the nodes' context); its nodes get its address as
+ * launch word 1 (kind LW_KIND_GRAPH_WORD), and each graph launch writes the
+ * launch's stamp there in stream order before the graph and 0 after it.
+ * Words are never freed: a graph may run at any time. 0: no word. */
+HIDDEN CUdeviceptr gw_graph(CUgraph g, CUcontext ctx);   /* made on first use */
+HIDDEN CUdeviceptr gw_exec(CUgraphExec x, CUcontext ctx); /* made on first use */
+HIDDEN CUdeviceptr gw_node(CUgraphNode n, CUcontext ctx); /* its graph's, when the driver says which */
+HIDDEN CUdeviceptr gw_exec_word(CUgraphExec x);          /* the launch path: never made */
+HIDDEN void gw_instantiated(CUgraphExec x, CUgraph g);    /* x runs g's nodes (instantiate, update) */
+HIDDEN int gw_any(void);                                  /* some graph has a word */
+HIDDEN void gw_reset(void);                               /* fork child */
 
 /* ---- server (server.c) ---- */
 struct session;

@@ -80,6 +80,19 @@ static void *drv_get(const char *name)
 	return g ? NULL : cuda_sym(name);
 }
 
+/* An entry point added after 12.9, asked for at the version that has it. */
+static void *drv_get_at(const char *name, int ver)
+{
+	gpa2_t g = LOADP(real_gpa2);
+	if (!g)
+		g = (gpa2_t)cuda_sym("cuGetProcAddress_v2");
+	void *p = NULL;
+	int st = 0;
+	if (g && g(name, &p, ver, 0, &st) == CUDA_SUCCESS && p)
+		return p;
+	return NULL;
+}
+
 int drv_init(void)
 {
 	static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
@@ -144,6 +157,13 @@ int drv_init(void)
 	G(cuStreamWaitEvent);
 	G(cuStreamQuery);
 	G(cuLaunchKernel);
+	G(cuStreamWriteValue64);
+	G(cuPointerGetAttribute);
+	/* at 12.0 the driver hands out the v2 ABI; without cuGetProcAddress
+	 * (a driver older than 11.3) there is none */
+	D.cuStreamGetCaptureInfo =
+		LOADP(real_gpa2) || cuda_sym("cuGetProcAddress_v2") ? drv_get("cuStreamGetCaptureInfo") : NULL;
+	D.cuGraphNodeGetContainingGraph = drv_get_at("cuGraphNodeGetContainingGraph", 13010);
 #undef G
 	int ok = D.cuCtxGetCurrent && D.cuCtxSetCurrent && D.cuModuleLoadDataEx && D.cuModuleUnload &&
 		 D.cuModuleGetFunction && D.cuDeviceGetCount && D.cuDeviceGet && D.cuStreamCreate &&
@@ -182,6 +202,12 @@ typedef CUresult (*modgetfn_t)(CUfunction *, CUmodule, const char *);
 typedef CUresult (*graphadd_t)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const void *);
 typedef CUresult (*graphset_t)(CUgraphNode, const void *);
 typedef CUresult (*graphexecset_t)(CUgraphExec, CUgraphNode, const void *);
+typedef CUresult (*graphinst5_t)(CUgraphExec *, CUgraph, CUgraphNode *, char *, size_t);
+typedef CUresult (*graphinstf_t)(CUgraphExec *, CUgraph, unsigned long long);
+typedef CUresult (*graphinstp_t)(CUgraphExec *, CUgraph, void *);
+typedef CUresult (*graphupd1_t)(CUgraphExec, CUgraph, CUgraphNode *, int *);
+typedef CUresult (*graphupd2_t)(CUgraphExec, CUgraph, void *);
+typedef CUresult (*graphlaunch_t)(CUgraphExec, CUstream);
 
 enum {
 	R_cuGetProcAddress,
@@ -209,6 +235,15 @@ enum {
 	R_cuGraphKernelNodeSetParams_v2,
 	R_cuGraphExecKernelNodeSetParams,
 	R_cuGraphExecKernelNodeSetParams_v2,
+	R_cuGraphInstantiate,
+	R_cuGraphInstantiate_v2,
+	R_cuGraphInstantiateWithFlags,
+	R_cuGraphInstantiateWithParams,
+	R_cuGraphInstantiateWithParams_ptsz,
+	R_cuGraphExecUpdate,
+	R_cuGraphExecUpdate_v2,
+	R_cuGraphLaunch,
+	R_cuGraphLaunch_ptsz,
 	R_cuDevicePrimaryCtxRetain,
 	R_cuCtxCreate_v2,
 	R_cuCtxCreate_v3,
@@ -244,6 +279,15 @@ static const char *const real_names[R_COUNT] = {
 	N(cuGraphKernelNodeSetParams_v2),
 	N(cuGraphExecKernelNodeSetParams),
 	N(cuGraphExecKernelNodeSetParams_v2),
+	N(cuGraphInstantiate),
+	N(cuGraphInstantiate_v2),
+	N(cuGraphInstantiateWithFlags),
+	N(cuGraphInstantiateWithParams),
+	N(cuGraphInstantiateWithParams_ptsz),
+	N(cuGraphExecUpdate),
+	N(cuGraphExecUpdate_v2),
+	N(cuGraphLaunch),
+	N(cuGraphLaunch_ptsz),
 	N(cuDevicePrimaryCtxRetain),
 	N(cuCtxCreate_v2),
 	N(cuCtxCreate_v3),
@@ -705,9 +749,14 @@ struct graph_tmp {
 
 /* Copies params and swaps the function when the kernel has an active
  * probe; the clone is pinned (graphs may be relaunched at any time). A
- * clone with launch words gets "launched by a graph, no stamp": the node
- * runs at every replay, long after this call. */
-static const void *graph_params(const void *params, int v2, struct graph_tmp *tmp)
+ * clone with launch words gets its graph's stamp word (kind
+ * LW_KIND_GRAPH_WORD): the node runs at every replay, long after this call,
+ * and reads the stamp each graph launch writes there. The graph is g (a node
+ * added), or x's (an exec's node set), or n's (a node set: known to CUDA
+ * 13.1 drivers); without one the node gets "launched by a graph, no
+ * stamp". */
+static const void *graph_params(const void *params, int v2, struct graph_tmp *tmp, CUgraph g, CUgraphNode n,
+				CUgraphExec x)
 {
 	tmp->h.heap = NULL;
 	if (!params || LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)))
@@ -724,8 +773,9 @@ static const void *graph_params(const void *params, int v2, struct graph_tmp *tm
 	CUfunction c = probe_lookup(h, &a);
 	void **cp = c ? in->kernelParams : NULL, **ce = c ? in->extra : NULL;
 	if (c && a->hidden) {
+		CUdeviceptr gw = g ? gw_graph(g, a->ctx) : x ? gw_exec(x, a->ctx) : gw_node(n, a->ctx);
 		tmp->h.w[0] = 0;
-		tmp->h.w[1] = LW_KIND_GRAPH << 56;
+		tmp->h.w[1] = gw ? LW_KIND_GRAPH_WORD << 56 | (gw & LW_STREAM_MASK) : LW_KIND_GRAPH << 56;
 		if (hidden_args(a, in->kernelParams, in->extra, &tmp->h, &cp, &ce) != 0)
 			c = NULL; /* cannot pass the words: the node keeps the original */
 	}
@@ -753,7 +803,7 @@ static const void *graph_params(const void *params, int v2, struct graph_tmp *tm
 		if (!r)                                                                                         \
 			return NOFUNC;                                                                          \
 		struct graph_tmp tmp;                                                                           \
-		CUresult res = r(n, g, d, nd, graph_params(params, V2, &tmp));                                  \
+		CUresult res = r(n, g, d, nd, graph_params(params, V2, &tmp, g, NULL, NULL));                   \
 		free(tmp.h.heap);                                                                               \
 		return res;                                                                                     \
 	}
@@ -767,7 +817,7 @@ GRAPH_ADD(cuGraphAddKernelNode_v2, 1)
 		if (!r)                                                                                         \
 			return NOFUNC;                                                                          \
 		struct graph_tmp tmp;                                                                           \
-		CUresult res = r(n, graph_params(params, V2, &tmp));                                            \
+		CUresult res = r(n, graph_params(params, V2, &tmp, NULL, n, NULL));                             \
 		free(tmp.h.heap);                                                                               \
 		return res;                                                                                     \
 	}
@@ -781,12 +831,119 @@ GRAPH_SET(cuGraphKernelNodeSetParams_v2, 1)
 		if (!r)                                                                                         \
 			return NOFUNC;                                                                          \
 		struct graph_tmp tmp;                                                                           \
-		CUresult res = r(x, n, graph_params(params, V2, &tmp));                                         \
+		CUresult res = r(x, n, graph_params(params, V2, &tmp, NULL, n, x));                             \
 		free(tmp.h.heap);                                                                               \
 		return res;                                                                                     \
 	}
 GRAPH_EXECSET(cuGraphExecKernelNodeSetParams, 0)
 GRAPH_EXECSET(cuGraphExecKernelNodeSetParams_v2, 1)
+
+/* ---------------- graph instantiation and launch ---------------- */
+
+/* An exec runs its graph's nodes: it takes the graph's stamp word (only
+ * once some graph has one; an exec handle used again is updated). */
+static inline void instantiated(CUresult r, CUgraphExec *x, CUgraph g)
+{
+	if (r == CUDA_SUCCESS && x && UNLIKELY(gw_any()))
+		gw_instantiated(*x, g);
+}
+
+#define GRAPH_INST5(NAME)                                                                                      \
+	EXPORT CUresult NAME(CUgraphExec *x, CUgraph g, CUgraphNode *en, char *log, size_t n)                  \
+	{                                                                                                       \
+		graphinst5_t r = REAL(graphinst5_t, NAME);                                                      \
+		if (!r)                                                                                         \
+			return NOFUNC;                                                                          \
+		CUresult res = r(x, g, en, log, n);                                                             \
+		instantiated(res, x, g);                                                                        \
+		return res;                                                                                     \
+	}
+GRAPH_INST5(cuGraphInstantiate)
+GRAPH_INST5(cuGraphInstantiate_v2)
+
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *x, CUgraph g, unsigned long long flags)
+{
+	graphinstf_t r = REAL(graphinstf_t, cuGraphInstantiateWithFlags);
+	if (!r)
+		return NOFUNC;
+	CUresult res = r(x, g, flags);
+	instantiated(res, x, g);
+	return res;
+}
+
+#define GRAPH_INSTP(NAME)                                                                                      \
+	EXPORT CUresult NAME(CUgraphExec *x, CUgraph g, void *params)                                           \
+	{                                                                                                       \
+		graphinstp_t r = REAL(graphinstp_t, NAME);                                                      \
+		if (!r)                                                                                         \
+			return NOFUNC;                                                                          \
+		CUresult res = r(x, g, params);                                                                 \
+		instantiated(res, x, g);                                                                        \
+		return res;                                                                                     \
+	}
+GRAPH_INSTP(cuGraphInstantiateWithParams)
+GRAPH_INSTP(cuGraphInstantiateWithParams_ptsz)
+
+/* An updated exec runs the new graph's nodes (a failed update leaves the
+ * old ones, or an exec that cannot be launched). */
+EXPORT CUresult cuGraphExecUpdate(CUgraphExec x, CUgraph g, CUgraphNode *en, int *res_out)
+{
+	graphupd1_t r = REAL(graphupd1_t, cuGraphExecUpdate);
+	if (!r)
+		return NOFUNC;
+	CUresult res = r(x, g, en, res_out);
+	instantiated(res, &x, g);
+	return res;
+}
+
+EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec x, CUgraph g, void *info)
+{
+	graphupd2_t r = REAL(graphupd2_t, cuGraphExecUpdate_v2);
+	if (!r)
+		return NOFUNC;
+	CUresult res = r(x, g, info);
+	instantiated(res, &x, g);
+	return res;
+}
+
+#define CU_STREAM_WRITE_VALUE_DEFAULT 0
+
+/* A launch of an exec with a stamp word, while a probe with launch-word
+ * slots is active: the stamp goes to the word in stream order right before
+ * the graph. One stream write per graph launch (each is a stream operation
+ * of its own: a second one to clear the word after the graph cost as much
+ * again on back-to-back graphs), so a copy of the nodes launched another
+ * way (a child graph, a clone) reads the graph's last stamp. Not into a
+ * stream being captured (the write would be replayed with a stale stamp).
+ * Never in the way: when the write fails the graph launches as asked. */
+static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_fn, int ptds, CUgraphExec x,
+							    CUstream s)
+{
+	CUstream evs = ev_stream(s, ptds);
+	CUdeviceptr w = 0;
+	pthread_rwlock_rdlock(&g_rw);
+	if (probe_lw_on() && D.cuStreamWriteValue64 && D.cuStreamIsCapturing && (w = gw_exec_word(x)) != 0) {
+		int cap = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+		if (D.cuStreamIsCapturing(evs, &cap) != CUDA_SUCCESS || cap != CU_STREAM_CAPTURE_STATUS_NONE ||
+		    D.cuStreamWriteValue64(evs, w, probe_graph_stamp(), CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
+			w = 0;
+	}
+	pthread_rwlock_unlock(&g_rw);
+	return real_fn(x, s);
+}
+
+#define GRAPH_LAUNCH(NAME, PTDS)                                                                               \
+	EXPORT CUresult NAME(CUgraphExec x, CUstream s)                                                         \
+	{                                                                                                       \
+		graphlaunch_t r = (graphlaunch_t)LOADP(reals[R_##NAME]);                                        \
+		if (UNLIKELY(!r) && !(r = REAL(graphlaunch_t, NAME)))                                           \
+			return NOFUNC;                                                                          \
+		if (LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)) || LIKELY(!gw_any()))                 \
+			return r(x, s);                                                                         \
+		return graph_launch_slow(r, PTDS, x, s);                                                        \
+	}
+GRAPH_LAUNCH(cuGraphLaunch, 0)
+GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
 
 /* ---------------- cuGetProcAddress ---------------- */
 
@@ -825,6 +982,16 @@ static int gpa_index(const char *sym, int ver, uint64_t flags)
 		return ver >= 12000 ? R_cuGraphKernelNodeSetParams_v2 : i;
 	case R_cuGraphExecKernelNodeSetParams:
 		return ver >= 12000 ? R_cuGraphExecKernelNodeSetParams_v2 : i;
+	case R_cuGraphInstantiate:
+		/* 12.0 gave the name cuGraphInstantiateWithFlags' ABI; 11.0
+		 * introduced _v2 (the same five arguments as the first) */
+		return ver >= 12000 ? R_cuGraphInstantiateWithFlags : ver >= 11000 ? R_cuGraphInstantiate_v2 : i;
+	case R_cuGraphInstantiateWithParams:
+		return ptds ? R_cuGraphInstantiateWithParams_ptsz : i;
+	case R_cuGraphExecUpdate:
+		return ver >= 12000 ? R_cuGraphExecUpdate_v2 : i;
+	case R_cuGraphLaunch:
+		return ptds ? R_cuGraphLaunch_ptsz : i;
 	default:
 		return i;
 	}
@@ -953,6 +1120,15 @@ static void fill_wrappers(void)
 	W(cuGraphKernelNodeSetParams_v2);
 	W(cuGraphExecKernelNodeSetParams);
 	W(cuGraphExecKernelNodeSetParams_v2);
+	W(cuGraphInstantiate);
+	W(cuGraphInstantiate_v2);
+	W(cuGraphInstantiateWithFlags);
+	W(cuGraphInstantiateWithParams);
+	W(cuGraphInstantiateWithParams_ptsz);
+	W(cuGraphExecUpdate);
+	W(cuGraphExecUpdate_v2);
+	W(cuGraphLaunch);
+	W(cuGraphLaunch_ptsz);
 	W(cuDevicePrimaryCtxRetain);
 	W(cuCtxCreate_v2);
 	W(cuCtxCreate_v3);
@@ -977,6 +1153,7 @@ static void atfork_child(void)
 	 * inherited and serve its own socket once it touches the driver. */
 	probes_reset();
 	probe_tid_reset();
+	gw_reset();
 	inv_reset();
 	server_atfork_child();
 }

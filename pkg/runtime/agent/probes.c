@@ -45,6 +45,7 @@ void probe_rebuild(void)
 	for (struct activation *a = g_acts; a; a = a->next)
 		if (!a->disabled)
 			n++;
+	probe_lw_refresh();
 	if (n == 0) {
 		__atomic_store_n(&g_active, 0, __ATOMIC_RELEASE);
 		free(g_tab);
@@ -183,6 +184,52 @@ static inline uint32_t my_tid(void)
 	return t;
 }
 
+/* The stamp slots of the first active probe that has them (any will do:
+ * every launch-word session's uprobes stamp the same CPU clock). */
+static const uint64_t *g_lw_slots;
+static uint32_t g_lw_nslots;
+
+void probe_lw_refresh(void)
+{
+	g_lw_slots = NULL;
+	g_lw_nslots = 0;
+	for (struct activation *a = g_acts; a; a = a->next)
+		if (!a->disabled && a->hidden && a->slots && a->nslots) {
+			g_lw_slots = a->slots;
+			g_lw_nslots = a->nslots;
+			return;
+		}
+}
+
+int probe_lw_on(void) { return g_lw_slots != NULL; }
+
+static inline uint64_t mono_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t probe_graph_stamp(void)
+{
+	uint64_t now = mono_now();
+	const uint64_t *base = g_lw_slots;
+	if (!base)
+		return now;
+	uint32_t tid = my_tid();
+	const uint64_t *sl = base + 2 * ((tid * 4) & (g_lw_nslots - 1));
+	uint64_t t = __atomic_load_n(&sl[0], __ATOMIC_RELAXED);
+	uint64_t tag = __atomic_load_n(&sl[1], __ATOMIC_RELAXED);
+	/* A driver-API graph launch reaches this wrapper before its uprobe
+	 * (in libcuda) fires: a slot without the pending mark holds an
+	 * earlier call's stamp, and this call's time is now. */
+	if (t && (uint32_t)(tag >> 32) == tid && (tag & LW_KIND_PENDING) && t <= now && now - t <= LW_MAX_AGE_NS) {
+		__atomic_store_n((uint64_t *)&sl[1], tag & ~(uint64_t)LW_KIND_PENDING, __ATOMIC_RELAXED);
+		return t;
+	}
+	return now;
+}
+
 int probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uint64_t w[2])
 {
 	int capturing = CU_STREAM_CAPTURE_STATUS_NONE;
@@ -190,32 +237,44 @@ int probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uin
 		capturing = -1; /* unknown: probe_after_launch asks again */
 	if (capturing > 0) {
 		/* captured into a graph: it runs at replays, whose launches
-		 * this stamp and this stream are not */
+		 * this stamp and this stream are not; it reads the stamp the
+		 * graph's launches write to the graph's word */
+		CUgraph g = NULL;
+		CUdeviceptr gw = 0;
+		int st = 0;
+		uint64_t id = 0;
+		if (capturing == CU_STREAM_CAPTURE_STATUS_ACTIVE && D.cuStreamGetCaptureInfo &&
+		    D.cuStreamGetCaptureInfo(evs, &st, &id, &g, NULL, NULL) == CUDA_SUCCESS &&
+		    st == CU_STREAM_CAPTURE_STATUS_ACTIVE)
+			gw = gw_graph(g, a->ctx);
 		w[0] = 0;
-		w[1] = LW_KIND_GRAPH << 56;
+		w[1] = gw ? LW_KIND_GRAPH_WORD << 56 | (gw & LW_STREAM_MASK) : LW_KIND_GRAPH << 56;
 		return capturing;
 	}
 	uint64_t stamp = 0, kind = 0;
 	uint64_t *base = a->slots;
 	if (base) {
 		uint32_t tid = my_tid();
-		/* written by this thread's own uprobe before the call reached
-		 * us: no ordering to wait for, and never written back */
 		/* tid * 4: threads launching side by side (consecutive tids)
 		 * do not share a cache line with each other's uprobes */
-		const uint64_t *sl = base + 2 * ((tid * 4) & (a->nslots - 1));
+		uint64_t *sl = base + 2 * ((tid * 4) & (a->nslots - 1));
 		uint64_t t = __atomic_load_n(&sl[0], __ATOMIC_RELAXED);
 		uint64_t tag = __atomic_load_n(&sl[1], __ATOMIC_RELAXED);
-		if (t && (uint32_t)(tag >> 32) == tid) {
-			struct timespec ts;
-			clock_gettime(CLOCK_MONOTONIC, &ts);
-			uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-			/* a stamp from the future or from an earlier call of this
-			 * thread (its uprobe missed this one) is not this launch's */
-			if (t <= now && now - t <= LW_MAX_AGE_NS) {
-				stamp = t;
-				kind = tag & 0xff;
-			}
+		uint64_t now = mono_now();
+		if (t && (uint32_t)(tag >> 32) == tid && (tag & LW_KIND_PENDING) && t <= now && now - t <= LW_MAX_AGE_NS) {
+			/* the runtime call this driver launch is part of, stamped
+			 * by its uprobe: its time is the user's launch time. The
+			 * mark is taken so that a later direct driver launch of
+			 * this thread does not reuse it. */
+			stamp = t;
+			kind = tag & 0x7f;
+			__atomic_store_n(&sl[1], tag & ~(uint64_t)LW_KIND_PENDING, __ATOMIC_RELAXED);
+		} else {
+			/* a driver-API launch reaches this wrapper before its
+			 * uprobe (in libcuda) fires: the slot holds an earlier
+			 * call's stamp, and this call's time is now */
+			stamp = now;
+			kind = LW_KIND_DRIVER;
 		}
 	}
 	w[0] = stamp;
@@ -229,4 +288,5 @@ void probes_reset(void)
 	g_tab = NULL;
 	g_tabcap = 0;
 	g_active = 0;
+	probe_lw_refresh();
 }

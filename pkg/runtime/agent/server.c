@@ -1508,6 +1508,7 @@ static int op_unregister(struct session *s, uint32_t req, struct rbuf *r, struct
 			a->slots = NULL;
 			a->region = 0;
 		}
+	probe_lw_refresh();
 	pthread_rwlock_unlock(&g_rw);
 	for (struct clone *cl = s->clones; cl; cl = cl->next) {
 		pthread_mutex_lock(&cl->evmu);

@@ -726,7 +726,14 @@ type ActivateRequest struct {
 //     the Ex form) masked by LaunchStreamMask, with the low 8 bits of the
 //     slot's tag (the API kind the uprobe saw; 0 without a stamp) in bits
 //     56-63. Kernel nodes of CUDA graphs (and launches captured into one)
-//     get word 0 = 0 and word 1 = LaunchKindGraph << 56.
+//     get word 0 = 0 and word 1 = LaunchKindGraphWord << 56 | the device
+//     address of their graph's stamp word: an 8-byte word the agent
+//     allocates per graph (in the node's context) and, while a probe with
+//     slots is active, sets on the launch's stream right before each launch
+//     of the graph (the launching thread's fresh stamp when its tag has
+//     LaunchKindPending set, else the agent's own CLOCK_MONOTONIC time at
+//     the driver call) and back to 0 right after it. A node whose graph is
+//     not known (or no word can be had) gets word 1 = LaunchKindGraph << 56.
 //
 // The slots are Slots (a power of two) LaunchSlotSize-byte records at
 // byte Offset of the registered host region Region (RegisterHost, same
@@ -745,11 +752,13 @@ type LaunchWords struct {
 
 // Launch-word layout.
 const (
-	LaunchHiddenWords = 2         // LaunchWords.Hidden for launch words
-	LaunchSlotSize    = 16        // bytes per slot: u64 time, u64 tag
-	LaunchStreamMask  = 1<<56 - 1 // the stream bits of word 1
-	LaunchKindGraph   = 0xFF      // word 1's kind (bits 56-63) for graph launches
-	LaunchMaxAgeNanos = 1_000_000 // an older stamp is not the launch's (word 0 = 0)
+	LaunchHiddenWords   = 2         // LaunchWords.Hidden for launch words
+	LaunchSlotSize      = 16        // bytes per slot: u64 time, u64 tag
+	LaunchStreamMask    = 1<<56 - 1 // the stream bits of word 1
+	LaunchKindGraph     = 0xFF      // word 1's kind (bits 56-63) for graph kernel nodes without a stamp word
+	LaunchKindGraphWord = 0xFE      // word 1's kind for graph kernel nodes: low 56 bits = their graph's stamp word
+	LaunchKindPending   = 0x80      // in a slot tag's kind: a runtime-API stamp whose driver call is still to come
+	LaunchMaxAgeNanos   = 1_000_000 // an older stamp is not the launch's (word 0 = 0)
 )
 
 func (m *ActivateRequest) Encode(e *Encoder) {

@@ -51,6 +51,8 @@ static void use_fatbin_file(void)
 
 /* The stream the kp/xp launches pass: its top byte is not the stream's. */
 #define APP_STREAM ((void *)0xAB007f00dead0010ull)
+/* The fake driver's stream that is capturing a graph. */
+#define CAPTURE_STREAM ((void *)0xCA970000ull)
 
 /* "CMD [ADDR SLOTS TID KIND DT]": with ADDR, stamp this thread's launch-word
  * slot as launchlate's uprobe would (time now + DT, tag TID or our own
@@ -113,6 +115,9 @@ int main(void)
 	CUresult (*libunload)(void *) = get("cuLibraryUnload", 0);
 	CUresult (*graphadd)(void **, void *, const void *, size_t, const struct node_params *) =
 		get("cuGraphAddKernelNode", 0);
+	CUresult (*instantiate)(void **, void *, unsigned long long) = get("cuGraphInstantiate", 0);
+	CUresult (*glaunch)(void *, void *) = get("cuGraphLaunch", 0);
+	CUresult (*glaunchp)(void *, void *) = get("cuGraphLaunch", 2);
 	/* vecAdd(float *, int)'s arguments, as kernelParams and packed */
 	uint64_t a_ptr = 0x1234;
 	int a_n = 77;
@@ -145,6 +150,35 @@ int main(void)
 				np.extra = extra;
 			void *node;
 			graphadd(&node, NULL, NULL, 0, &np);
+		} else if (!strncmp(line, "gn ", 3)) {
+			/* "gn GRAPH": a kernel node (kernelParams) added to GRAPH */
+			struct node_params np = {k, 1, 1, 1, 32, 1, 1, 0, kparams, NULL, NULL, NULL};
+			void *node;
+			graphadd(&node, (void *)(uintptr_t)strtoull(line + 3, NULL, 0), NULL, 0, &np);
+		} else if (!strcmp(line, "cap\n")) {
+			/* a launch into the graph being captured */
+			launch(k, 1, 1, 1, 32, 1, 1, 0, CAPTURE_STREAM, kparams, NULL);
+		} else if (!strcmp(line, "capgraph\n")) {
+			CUresult (*info)(void *, int *, uint64_t *, void **, const void **, size_t *) =
+				get("cuStreamGetCaptureInfo", 0);
+			int st = 0;
+			uint64_t id = 0;
+			void *g = NULL;
+			info(CAPTURE_STREAM, &st, &id, &g, NULL, NULL);
+			printf("CAPGRAPH %p\n", g);
+		} else if (!strncmp(line, "inst ", 5)) {
+			void *x = NULL;
+			CUresult r = instantiate(&x, (void *)(uintptr_t)strtoull(line + 5, NULL, 0), 0);
+			printf("EXEC %d %p\n", r, x);
+		} else if (!strncmp(line, "gl", 2) && (line[2] == ' ' || line[3] == ' ')) {
+			/* "gl EXEC [stamp]": on APP_STREAM; "glp EXEC": _ptsz on
+			 * stream 0; "glc EXEC": into the capturing stream */
+			char *rest;
+			int m = line[2] == ' ' ? 0 : line[2];
+			void *x = (void *)(uintptr_t)strtoull(line + (m ? 4 : 3), &rest, 0);
+			stamp(rest);
+			CUresult r = m == 'p' ? glaunchp(x, NULL) : glaunch(x, m == 'c' ? CAPTURE_STREAM : APP_STREAM);
+			printf("GRAPHLAUNCHED %d\n", r);
 		} else if (!strcmp(line, "launch\n"))
 			launch(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
 		else if (!strcmp(line, "launchp\n"))

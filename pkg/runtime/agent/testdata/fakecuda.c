@@ -318,7 +318,57 @@ CUresult cuEventCreate(void **e, unsigned f) { *e = malloc(1); return 0; }
 CUresult cuEventRecord(void *e, void *s) { return 0; }
 CUresult cuEventSynchronize(void *e) { return 0; }
 CUresult cuEventDestroy(void *e) { free(e); return 0; }
-CUresult cuStreamIsCapturing(void *s, int *st) { *st = 0; return 0; }
+/* Stream FAKE_CAPTURE_STREAM is being captured into graph capgraph. */
+#define FAKE_CAPTURE_STREAM ((void *)0xCA970000ull)
+static obj capgraph = {6, "capgraph"};
+CUresult cuStreamIsCapturing(void *s, int *st) { *st = s == FAKE_CAPTURE_STREAM; return 0; }
+CUresult cuStreamGetCaptureInfo_v2(void *s, int *st, uint64_t *id, void **g, const void **deps, size_t *n)
+{
+	*st = s == FAKE_CAPTURE_STREAM;
+	if (id)
+		*id = 1;
+	if (g)
+		*g = *st ? &capgraph : NULL;
+	if (deps)
+		*deps = NULL;
+	if (n)
+		*n = 0;
+	return 0;
+}
+/* Stream memory writes happen at once: "WRITE <stream> <addr> <value>". */
+CUresult cuStreamWriteValue64(void *s, uint64_t addr, uint64_t v, unsigned f)
+{
+	printf("WRITE %p 0x%llx %llu\n", s, (unsigned long long)addr, (unsigned long long)v);
+	fflush(stdout);
+	*(volatile uint64_t *)(uintptr_t)addr = v;
+	return 0;
+}
+CUresult cuPointerGetAttribute(void *data, int attr, uint64_t p)
+{
+	if (attr != 1) /* CU_POINTER_ATTRIBUTE_CONTEXT */
+		return 1;
+	*(void **)data = &ctx0;
+	return 0;
+}
+/* Graph execs: "INSTANTIATE <graph> <exec>", launches "GRAPHLAUNCH <exec>
+ * <stream>" (the exec's nodes do not run). */
+CUresult cuGraphInstantiateWithFlags(void **x, void *g, unsigned long long flags)
+{
+	obj *e = calloc(1, sizeof(*e));
+	e->magic = 7;
+	*x = e;
+	printf("INSTANTIATE %p %p\n", g, (void *)e);
+	fflush(stdout);
+	return 0;
+}
+CUresult cuGraphInstantiate_v2(void **x, void *g, void **en, char *log, size_t n) { return cuGraphInstantiateWithFlags(x, g, 0); }
+CUresult cuGraphLaunch(void *x, void *s)
+{
+	printf("GRAPHLAUNCH %p %p\n", x, s);
+	fflush(stdout);
+	return 0;
+}
+CUresult cuGraphLaunch_ptsz(void *x, void *s) { return cuGraphLaunch(x, s ? s : (void *)2); }
 CUresult cuStreamCreate(void **s, unsigned f) { *s = malloc(1); return 0; }
 CUresult cuStreamDestroy(void *s) { free(s); return 0; }
 CUresult cuStreamSynchronize(void *s) { return 0; }
@@ -344,7 +394,8 @@ static const struct {
 	E(cuEventCreate), E(cuEventRecord), E(cuEventSynchronize), E(cuEventDestroy), E(cuStreamIsCapturing),
 	E(cuStreamCreate), E(cuStreamDestroy), E(cuStreamSynchronize), E(cuMemsetD8Async), E(cuMemcpyHtoDAsync),
 	E(cuMemcpyDtoHAsync), E(cuThreadExchangeStreamCaptureMode), E(cuStreamWaitEvent), E(cuStreamQuery),
-	E(cuGraphAddKernelNode),
+	E(cuGraphAddKernelNode), E(cuStreamWriteValue64), E(cuPointerGetAttribute), E(cuGraphInstantiateWithFlags),
+	E(cuGraphInstantiate_v2), E(cuGraphLaunch), E(cuGraphLaunch_ptsz),
 };
 
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *st);
@@ -362,6 +413,18 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
 	}
 	if (!strcmp(sym, "cuCtxCreate")) {
 		*pfn = ver >= 12050 ? (void *)cuCtxCreate_v4 : (void *)cuCtxCreate_v2;
+		return 0;
+	}
+	if (!strcmp(sym, "cuGraphInstantiate")) {
+		*pfn = ver >= 12000 ? (void *)cuGraphInstantiateWithFlags : (void *)cuGraphInstantiate_v2;
+		return 0;
+	}
+	if (!strcmp(sym, "cuStreamGetCaptureInfo") && ver >= 11030) {
+		*pfn = (void *)cuStreamGetCaptureInfo_v2;
+		return 0;
+	}
+	if (!strcmp(sym, "cuGraphLaunch") && (flags & 2)) {
+		*pfn = (void *)cuGraphLaunch_ptsz;
 		return 0;
 	}
 	if (!strcmp(sym, "cuLaunchKernel") && (flags & 2)) {
