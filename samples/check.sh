@@ -41,6 +41,7 @@ multi_kernel   | 4096 2             | reduce_sum
 graph_launch   | 5 4096             | checksum
 empty_kernel   | 10000 async        | us_per_launch
 empty_kernel   | 1000 sync          | us_per_launch
+launch_story   | 40 200             | launches
 '
 
 want() { # is sample $1 selected?

@@ -52,9 +52,10 @@ func main() {
 cudaGraphLaunch, in libcudart or a statically linked executable) stamps each
 launch with the CPU clock in a kernel map the GPU shares; driver-API launches
 (cuLaunchKernel(Ex), cuGraphLaunch) are stamped by the agent at the call. The
-first thread of the launched kernel (global thread id 0) reads %globaltimer. The GPU clock is calibrated against the CPU's
-every 2 s (a round trip through pinned memory); latencies are shown with that
-error bound, and a latency below it as "< bound". Kernels without PTX are not
+first thread of the launched kernel (global thread id 0) reads %globaltimer.
+The GPU clock is calibrated against the CPU's every 2 s (a round trip through
+pinned memory); latencies are shown with that error bound, and a latency
+below it as "< bound". Kernels without PTX are not
 instrumented and are listed as skipped.
 
 Kernels of CUDA graphs (kernel nodes and launches captured into a graph while
