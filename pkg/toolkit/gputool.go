@@ -1,17 +1,14 @@
 package toolkit
 
 import (
-	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -122,48 +119,21 @@ func FormatNs(ns uint64) string {
 // RunGPU runs t as CLI.md describes: `TOOL [flags] -- CMD`, `-p PID`, or
 // every agent process; until the command exits, -d passes or Ctrl-C.
 func RunGPU(c *cli.Context, t GPUTool) error {
-	targets := runtime.Targets{PIDs: c.IntSlice(FlagPID), Command: c.Args().Slice()}
-	if len(targets.Command) > 0 && len(targets.PIDs) > 0 {
-		return Usagef("give either -p PID or -- CMD, not both")
-	}
-	if err := targets.Check(); err != nil {
+	targets, err := TargetsOf(c, c.Args().Slice())
+	if err != nil {
 		return err
 	}
-	if d := c.Float64(FlagDuration); d < 0 {
-		return Usagef("--duration %g: want a positive number of seconds", d)
-	}
-	if iv := c.Float64(FlagInterval); iv < 0 {
-		return Usagef("--interval %g: want a positive number of seconds", iv)
-	}
-	kernels := c.StringSlice(FlagKernel)
-	if len(kernels) == 0 {
-		kernels = []string{"*"}
-	}
-	var log io.Writer
-	if c.Bool(FlagVerbose) {
-		log = os.Stderr
-	}
-	sess, err := runtime.Open(t.Spec, runtime.Options{Programs: t.Programs, Kernels: kernels, Client: t.Name, Log: log})
+	sess, err := runtime.Open(t.Spec, runtime.Options{Programs: t.Programs, Kernels: KernelPatterns(c), Client: t.Name, Log: LogOf(c)})
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
 	jsonOut := c.Bool(FlagJSON)
 	if !jsonOut {
-		what := "every kernel with PTX"
-		if len(c.StringSlice(FlagKernel)) > 0 {
-			what = strings.Join(c.StringSlice(FlagKernel), ", ")
-		}
-		StartLine(os.Stderr, fmt.Sprintf("%s of %s %s", t.What, what, targets.Describe()))
+		StartLine(os.Stderr, fmt.Sprintf("%s of %s %s", t.What, KernelsWhat(c), targets.Describe()))
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := TraceContext(c)
 	defer stop()
-	if d := c.Float64(FlagDuration); d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(d*float64(time.Second)))
-		defer cancel()
-	}
 	out := &reporter{t: t, sess: sess, w: os.Stdout, stamp: c.Bool(FlagTimestamp), json: jsonOut, interval: c.Float64(FlagInterval) > 0}
 	batchesDone := make(chan struct{})
 	if t.Batch != nil {
@@ -221,22 +191,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 			fmt.Fprintln(os.Stderr, t.Name+": "+f)
 		}
 	}
-	if traceErr != nil {
-		return traceErr
-	}
-	if err := NoKernelMatched(sess, st); err != nil {
-		return err
-	}
-	if err := NothingTraced(targets, sess, st, code); err != nil {
-		return err
-	}
-	if closeErr != nil {
-		fmt.Fprintf(os.Stderr, "%s: detaching: %v\n", t.Name, closeErr)
-	}
-	if code != 0 {
-		return cli.Exit("", code)
-	}
-	return nil
+	return Finish(t.Name, targets, sess, st, code, traceErr, closeErr)
 }
 
 // reporter reads the tool's maps and hands them to Report, as deltas with -i.

@@ -2,19 +2,16 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -76,17 +73,13 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s is not a BPF object gpubpf can read: %w", obj, err)
 	}
-	var log io.Writer
-	if c.Bool(toolkit.FlagVerbose) {
-		log = os.Stderr
-	}
 	sess, err := runtime.Open(spec, runtime.Options{
 		Programs:  c.StringSlice("program"),
 		Kernels:   c.StringSlice(toolkit.FlagKernel),
 		Client:    "gpubpf run",
 		Threads:   uint32(c.Uint("threads")),
 		RingBytes: ringMB << 20,
-		Log:       log,
+		Log:       toolkit.LogOf(c),
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", obj, err)
@@ -107,13 +100,8 @@ func runAction(c *cli.Context) error {
 		fmt.Fprintf(os.Stderr, "Running %s (%s) %s... Hit Ctrl-C to end.\n", obj, describePrograms(sess, c.StringSlice(toolkit.FlagKernel)), targets.Describe())
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := toolkit.TraceContext(c)
 	defer stop()
-	if d := c.Float64(toolkit.FlagDuration); d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(d*float64(time.Second)))
-		defer cancel()
-	}
 	printerDone := make(chan struct{})
 	batches := sess.Batches()
 	go func() {
@@ -146,22 +134,7 @@ func runAction(c *cli.Context) error {
 		return traceErr // nothing was traced: the error alone says what happened
 	}
 	out.summary(st)
-	if traceErr != nil {
-		return traceErr
-	}
-	if err := toolkit.NoKernelMatched(sess, st); err != nil {
-		return err
-	}
-	if err := toolkit.NothingTraced(targets, sess, st, code); err != nil {
-		return err
-	}
-	if closeErr != nil {
-		fmt.Fprintf(os.Stderr, "gpubpf: detaching: %v\n", closeErr)
-	}
-	if code != 0 {
-		return cli.Exit("", code)
-	}
-	return nil
+	return toolkit.Finish("gpubpf", targets, sess, st, code, traceErr, closeErr)
 }
 
 func describePrograms(s *runtime.Session, retarget []string) string {

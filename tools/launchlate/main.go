@@ -10,10 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -80,32 +77,15 @@ func run(c *cli.Context) error {
 	if err := toolkit.RequireRoot(); err != nil {
 		return err
 	}
-	targets := runtime.Targets{PIDs: c.IntSlice(toolkit.FlagPID), Command: c.Args().Slice()}
-	if len(targets.Command) > 0 && len(targets.PIDs) > 0 {
-		return toolkit.Usagef("give either -p PID or -- CMD, not both")
-	}
-	if d := c.Float64(toolkit.FlagDuration); d < 0 {
-		return toolkit.Usagef("--duration %g: want a positive number of seconds", d)
-	}
-	if iv := c.Float64(toolkit.FlagInterval); iv < 0 {
-		return toolkit.Usagef("--interval %g: want a positive number of seconds", iv)
-	}
-	if err := targets.Check(); err != nil {
+	targets, err := toolkit.TargetsOf(c, c.Args().Slice())
+	if err != nil {
 		return err
-	}
-	kernels := c.StringSlice(toolkit.FlagKernel)
-	if len(kernels) == 0 {
-		kernels = []string{"*"}
 	}
 	spec, err := loadLaunchlate()
 	if err != nil {
 		return fmt.Errorf("loading the embedded BPF object: %w", err)
 	}
-	var log io.Writer
-	if c.Bool(toolkit.FlagVerbose) {
-		log = os.Stderr
-	}
-	sess, err := runtime.Open(spec, runtime.Options{Kernels: kernels, Client: "launchlate", Log: log,
+	sess, err := runtime.Open(spec, runtime.Options{Kernels: toolkit.KernelPatterns(c), Client: "launchlate", Log: toolkit.LogOf(c),
 		LaunchWords: "launch_stamps", OptionalUprobes: true, Clocks: true})
 	if err != nil {
 		return err
@@ -113,20 +93,10 @@ func run(c *cli.Context) error {
 	defer sess.Close()
 	jsonOut := c.Bool(toolkit.FlagJSON)
 	if !jsonOut {
-		what := "every kernel with PTX"
-		if len(c.StringSlice(toolkit.FlagKernel)) > 0 {
-			what = strings.Join(c.StringSlice(toolkit.FlagKernel), ", ")
-		}
-		toolkit.StartLine(os.Stderr, fmt.Sprintf("Tracing CUDA launch -> GPU start latency of %s %s", what, targets.Describe()))
+		toolkit.StartLine(os.Stderr, fmt.Sprintf("Tracing CUDA launch -> GPU start latency of %s %s", toolkit.KernelsWhat(c), targets.Describe()))
 	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := toolkit.TraceContext(c)
 	defer stop()
-	if d := c.Float64(toolkit.FlagDuration); d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(d*float64(time.Second)))
-		defer cancel()
-	}
 	l := &launchlate{
 		sess: sess, tr: newTracker(), w: os.Stdout, json: jsonOut, stamp: c.Bool(toolkit.FlagTimestamp),
 		byStream: c.Bool("stream"), ms: c.Bool("milliseconds"), interval: c.Float64(toolkit.FlagInterval) > 0,
@@ -165,22 +135,7 @@ func run(c *cli.Context) error {
 	} else {
 		l.summaryJSON()
 	}
-	if traceErr != nil {
-		return traceErr
-	}
-	if err := toolkit.NoKernelMatched(sess, st); err != nil {
-		return err
-	}
-	if err := toolkit.NothingTraced(targets, sess, st, code); err != nil {
-		return err
-	}
-	if closeErr != nil {
-		fmt.Fprintf(os.Stderr, "launchlate: detaching: %v\n", closeErr)
-	}
-	if code != 0 {
-		return cli.Exit("", code)
-	}
-	return nil
+	return toolkit.Finish("launchlate", targets, sess, st, code, traceErr, closeErr)
 }
 
 // launchlate holds the trace's state between readings.

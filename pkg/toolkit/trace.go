@@ -1,0 +1,94 @@
+package toolkit
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+)
+
+// The steps every tracing tool takes around runtime.Session.Trace, as
+// CLI.md describes them: RunGPU, launchlate and gpubpf run share them.
+
+// TargetsOf reads what to trace from -p and command (what follows --),
+// refusing contradictory or negative flags, and checks that the targets can
+// be traced before any banner is printed (runtime.Targets.Check).
+func TargetsOf(c *cli.Context, command []string) (runtime.Targets, error) {
+	t := runtime.Targets{PIDs: c.IntSlice(FlagPID), Command: command}
+	if len(t.Command) > 0 && len(t.PIDs) > 0 {
+		return t, Usagef("give either -p PID or -- CMD, not both")
+	}
+	if d := c.Float64(FlagDuration); d < 0 {
+		return t, Usagef("--duration %g: want a positive number of seconds", d)
+	}
+	if iv := c.Float64(FlagInterval); iv < 0 {
+		return t, Usagef("--interval %g: want a positive number of seconds", iv)
+	}
+	return t, t.Check()
+}
+
+// KernelPatterns is -k, or every kernel when it is not given.
+func KernelPatterns(c *cli.Context) []string {
+	if k := c.StringSlice(FlagKernel); len(k) > 0 {
+		return k
+	}
+	return []string{"*"}
+}
+
+// KernelsWhat names the kernels traced, for the start line.
+func KernelsWhat(c *cli.Context) string {
+	if k := c.StringSlice(FlagKernel); len(k) > 0 {
+		return strings.Join(k, ", ")
+	}
+	return "every kernel with PTX"
+}
+
+// LogOf is where progress lines go: stderr with -v, nowhere without.
+func LogOf(c *cli.Context) io.Writer {
+	if c.Bool(FlagVerbose) {
+		return os.Stderr
+	}
+	return nil
+}
+
+// TraceContext ends at Ctrl-C, SIGTERM or after -d; its cancel also stops
+// catching the signals.
+func TraceContext(c *cli.Context) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	if d := c.Float64(FlagDuration); d > 0 {
+		tctx, cancel := context.WithTimeout(ctx, time.Duration(d*float64(time.Second)))
+		return tctx, func() { cancel(); stop() }
+	}
+	return ctx, stop
+}
+
+// Finish is the end of a trace once the tool has printed its report and
+// account: the trace's own error, then no kernel matched, then nothing to
+// trace at all, a detach problem said but not failed on, and the traced
+// command's exit status passed on.
+func Finish(tool string, t runtime.Targets, s *runtime.Session, st runtime.Stats, code int, traceErr, closeErr error) error {
+	if traceErr != nil {
+		return traceErr
+	}
+	if err := NoKernelMatched(s, st); err != nil {
+		return err
+	}
+	if err := NothingTraced(t, s, st, code); err != nil {
+		return err
+	}
+	if closeErr != nil {
+		fmt.Fprintf(os.Stderr, "%s: detaching: %v\n", tool, closeErr)
+	}
+	if code != 0 {
+		return cli.Exit("", code)
+	}
+	return nil
+}
