@@ -601,6 +601,23 @@ static int hidden_args(const struct activation *a, void **p, void **e, struct hi
 	return 0;
 }
 
+/* The clone's arguments for an instrumented launch on stream s: the
+ * application's p/e, with the launch words appended when the probe reads
+ * them (*cap: the stream's capture status, -1 when not asked). Returns -1
+ * when the words cannot be passed: the original kernel runs instead. */
+static int clone_args(struct activation *a, CUstream s, int ptds, void **p, void **e, struct hidden_args *h,
+		      void ***cp, void ***ce, int *cap)
+{
+	h->heap = NULL;
+	*cp = p;
+	*ce = e;
+	*cap = -1;
+	if (!a->hidden)
+		return 0;
+	*cap = probe_launch_words(a, s, ev_stream(s, ptds), h->w);
+	return hidden_args(a, p, e, h, cp, ce);
+}
+
 static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds, CUfunction f, unsigned gx,
 						      unsigned gy, unsigned gz, unsigned bx, unsigned by,
 						      unsigned bz, unsigned sh, CUstream s, void **p, void **e)
@@ -611,14 +628,10 @@ static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds
 	CUresult r;
 	if (c) {
 		struct hidden_args h;
-		void **cp = p, **ce = e;
-		int cap = -1;
-		h.heap = NULL;
-		if (a->hidden) {
-			cap = probe_launch_words(a, s, ev_stream(s, ptds), h.w);
-			if (hidden_args(a, p, e, &h, &cp, &ce) != 0)
-				c = f; /* cannot pass the words: the original runs */
-		}
+		void **cp, **ce;
+		int cap;
+		if (clone_args(a, s, ptds, p, e, &h, &cp, &ce, &cap) != 0)
+			c = f; /* cannot pass the words: the original runs */
 		if (c != f) {
 			r = real_fn(c, gx, gy, gz, bx, by, bz, sh, s, cp, ce);
 			probe_after_launch(a, ev_stream(s, ptds), r, cap);
@@ -657,14 +670,10 @@ static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int pt
 	CUresult r;
 	if (c) {
 		struct hidden_args h;
-		void **cp = p, **ce = NULL;
-		int cap = -1;
-		h.heap = NULL;
-		if (a->hidden) {
-			cap = probe_launch_words(a, s, ev_stream(s, ptds), h.w);
-			if (hidden_args(a, p, NULL, &h, &cp, &ce) != 0)
-				c = f;
-		}
+		void **cp, **ce;
+		int cap;
+		if (clone_args(a, s, ptds, p, NULL, &h, &cp, &ce, &cap) != 0)
+			c = f; /* cannot pass the words: the original runs */
 		if (c != f) {
 			r = real_fn(c, gx, gy, gz, bx, by, bz, sh, s, cp);
 			probe_after_launch(a, ev_stream(s, ptds), r, cap);
@@ -703,14 +712,10 @@ static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, 
 	if (c) {
 		CUstream s = cfg ? cfg->hStream : NULL;
 		struct hidden_args h;
-		void **cp = p, **ce = e;
-		int cap = -1;
-		h.heap = NULL;
-		if (a->hidden) {
-			cap = probe_launch_words(a, s, ev_stream(s, ptds), h.w);
-			if (hidden_args(a, p, e, &h, &cp, &ce) != 0)
-				c = f;
-		}
+		void **cp, **ce;
+		int cap;
+		if (clone_args(a, s, ptds, p, e, &h, &cp, &ce, &cap) != 0)
+			c = f; /* cannot pass the words: the original runs */
 		if (c != f) {
 			r = real_fn(cfg, c, cp, ce);
 			probe_after_launch(a, ev_stream(s, ptds), r, cap);
