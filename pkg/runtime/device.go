@@ -3,8 +3,10 @@ package runtime
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -26,6 +28,19 @@ const printkRingBytes = 1 << 20
 // directly, instead of device memory drained by the agent: the other event
 // path design, kept to measure against (GPUBPF_RING=host; docs/event-path.md).
 var hostDataRings = os.Getenv("GPUBPF_RING") == "host"
+
+// ringShards overrides the shard count of event rings (GPUBPF_RING_SHARDS,
+// a power of two; 0: gpumap.DefaultShards), to measure designs against
+// each other (docs/event-path.md).
+var ringShards = envShards()
+
+func envShards() uint32 {
+	n, err := strconv.ParseUint(os.Getenv("GPUBPF_RING_SHARDS"), 10, 16)
+	if err != nil || n == 0 || n&(n-1) != 0 {
+		return 0
+	}
+	return uint32(n)
+}
 
 // device is what a session placed in one CUDA context of one process: the
 // GPU maps, the trace_printk ring and the programs compiled against them.
@@ -58,15 +73,14 @@ type placedMap struct {
 
 // ringState is the host side of one ring in one context.
 type ringState struct {
-	reader *gpumap.Reader
-	// published: the released position the last drain sent; the agent
-	// writes the next one to the control block only when it is larger.
-	published uint64
+	readers []*gpumap.Reader // one per shard
 	// The GPU's counters as of the last drain and the records the program
 	// discarded, read by Stats while drains run (and after the mirror is
 	// unmapped).
 	produced, dropped, discarded, pending atomic.Uint64
-	failed                                bool // a drain failed; logged once
+	// Drains so far, data bytes they copied, and time spent in them.
+	drains, copied, drainNs atomic.Uint64
+	failed                  bool // a drain failed; logged once
 }
 
 // device returns (placing maps and compiling programs on first use) the
@@ -204,6 +218,9 @@ func (rs *ringState) addStats(st *Stats) {
 	st.RingDrops += rs.dropped.Load()
 	st.RecordsDiscard += rs.discarded.Load()
 	st.RingPending += rs.pending.Load()
+	st.Drains += rs.drains.Load()
+	st.DrainBytes += rs.copied.Load()
+	st.DrainTime += time.Duration(rs.drainNs.Load())
 }
 
 // ring places a ring buffer: its control block (and, unless hostDataRings,
@@ -212,6 +229,10 @@ func (rs *ringState) addStats(st *Stats) {
 func (d *device) ring(name string, pl gpumap.Placement) (pm *placedMap, err error) {
 	pl.Kind = gpumap.RingBuf
 	pl.HostData = hostDataRings
+	pl.Shards = gpumap.DefaultShards(gpumap.RingSize(pl))
+	if ringShards != 0 && gpumap.RingSize(pl)/uint64(ringShards) >= 4096 {
+		pl.Shards = ringShards
+	}
 	conn := d.p.conn
 	size := pageRound(gpumap.MirrorSize(pl))
 	fd, err := unix.MemfdCreate("gpubpf-"+name, unix.MFD_CLOEXEC)
@@ -231,7 +252,8 @@ func (d *device) ring(name string, pl gpumap.Placement) (pm *placedMap, err erro
 	if pm.mem, err = unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
 		return nil, fmt.Errorf("mapping the ring buffer's host memory: %w", err)
 	}
-	copy(pm.mem, gpumap.InitHeader(pl))
+	headers := gpumap.RingHeaders(pl)
+	copy(pm.mem, headers)
 	r, err := conn.RegisterMemfd(d.target, f, size, 0)
 	if err != nil {
 		return nil, err
@@ -241,22 +263,22 @@ func (d *device) ring(name string, pl gpumap.Placement) (pm *placedMap, err erro
 	if err != nil {
 		return nil, err
 	}
-	if err := conn.Write(d.target, addr, gpumap.InitHeader(pl)); err != nil {
+	if err := conn.Write(d.target, addr, headers); err != nil {
 		conn.Free(d.target, addr)
 		return nil, err
 	}
 	pl.Addr, pm.devAddr = addr, addr
 	mode := gpumap.Mirror
 	if pl.HostData {
-		pl.Data = r.DevAddr + gpumap.HeaderSize
+		pl.Data = r.DevAddr + gpumap.RingShards(pl)*gpumap.HeaderSize
 		mode = gpumap.Live
 	}
-	reader, err := gpumap.NewReader(pm.mem, mode)
+	readers, err := gpumap.NewReaders(pm.mem, mode)
 	if err != nil {
 		return nil, err
 	}
 	pm.place = pl
-	pm.ring = &ringState{reader: reader}
+	pm.ring = &ringState{readers: readers}
 	return pm, nil
 }
 

@@ -75,16 +75,22 @@ const maxFinalDrains = 64
 func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) {
 	rs := m.ring
 	req := agentproto.RingDrainRequest{Target: d.target, Ring: m.place.Addr, RegionID: m.region,
-		DataBytes: rs.reader.Size(), TailBytes: gpumap.RingTail}
-	req.Flags = agentproto.RingDrainNoZero // records carry position tags
+		DataBytes: gpumap.ShardSize(m.place), TailBytes: gpumap.RingTail, Release: make([]uint64, len(rs.readers))}
 	if m.place.HostData {
 		req.Flags |= agentproto.RingDrainHostData
 	}
 	dev := int(d.target.Device)
+	printk := m == d.printk
 	stalled := 0
 	for i := 0; i < maxFinalDrains; i++ {
-		req.ZeroFrom, req.Release = rs.published, rs.reader.Released()
-		reserved, err := p.conn.RingDrain(d.target, req)
+		for j, r := range rs.readers {
+			req.Release[j] = r.Released()
+		}
+		t0 := time.Now()
+		copied, err := p.conn.RingDrain(d.target, req)
+		rs.drains.Add(1)
+		rs.copied.Add(copied)
+		rs.drainNs.Add(uint64(time.Since(t0)))
 		if err != nil {
 			if !rs.failed {
 				rs.failed = true
@@ -93,35 +99,42 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 			return false
 		}
 		rs.failed = false
-		rs.published = req.Release
-		b := newBatch(p.PID, dev, m.name, reserved-min(reserved, req.Release))
-		printk := m == d.printk
-		if printk {
-			b.Map = ""
-		}
-		delivered, discarded := rs.reader.Scan(reserved, func(rec []byte) {
+		var delivered, discarded, pending, produced, dropped uint64
+		filling = false
+		for _, r := range rs.readers {
+			reserved := r.Reserved()
+			b := newBatch(p.PID, dev, m.name, reserved-min(reserved, r.Released()))
 			if printk {
-				pr, err := gpumap.DecodePrintk(rec)
-				text := pr.String()
-				if err != nil {
-					text = fmt.Sprintf("<bad trace_printk record: %v>", err)
+				b.Map = ""
+			}
+			n, x := r.Scan(reserved, func(rec []byte) {
+				if printk {
+					pr, err := gpumap.DecodePrintk(rec)
+					text := pr.String()
+					if err != nil {
+						text = fmt.Sprintf("<bad trace_printk record: %v>", err)
+					}
+					b.Lines = append(b.Lines, text)
+					return
 				}
-				b.Lines = append(b.Lines, text)
-				return
-			}
-			b.add(rec)
-			if len(b.data) >= batchBytes {
-				p.s.deliver(b)
-				b = newBatch(p.PID, dev, m.name, batchBytes)
-			}
-		})
-		p.s.deliver(b)
+				b.add(rec)
+				if len(b.data) >= batchBytes {
+					p.s.deliver(b)
+					b = newBatch(p.PID, dev, m.name, batchBytes)
+				}
+			})
+			p.s.deliver(b)
+			delivered, discarded = delivered+n, discarded+x
+			pend := r.Pending(reserved)
+			pending += pend
+			produced += r.Produced()
+			dropped += r.Dropped()
+			filling = filling || pend > r.Size()/8
+		}
 		rs.discarded.Add(discarded)
-		pending := rs.reader.Pending(reserved)
-		rs.produced.Store(rs.reader.Produced())
-		rs.dropped.Store(rs.reader.Dropped())
+		rs.produced.Store(produced)
+		rs.dropped.Store(dropped)
 		rs.pending.Store(pending)
-		filling = pending > rs.reader.Size()/8
 		if !final || pending == 0 {
 			return filling
 		}

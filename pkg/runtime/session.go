@@ -190,6 +190,9 @@ type Stats struct {
 	RingDrops       uint64            // records GPU producers dropped (ring full; GPU count)
 	RecordsDiscard  uint64            // records the program reserved and discarded
 	RingPending     uint64            // bytes reserved on the GPU not consumed yet (in flight)
+	Drains          uint64            // ring drains (agent round trips)
+	DrainBytes      uint64            // record bytes the drains copied from the GPU
+	DrainTime       time.Duration     // time spent in drain round trips
 	PrintkLines     uint64            // trace_printk/bpf_puts lines delivered
 	MapErrors       map[string]uint64 // map -> out-of-range/full errors counted on the GPU
 	Launches        uint64            // instrumented launches (agent count)

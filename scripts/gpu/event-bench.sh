@@ -5,7 +5,10 @@
 #   gpubpf run -j trace_bpfel.o -- samples/bin/vec_add PRESET
 # Per preset, interleaved REPS times (median shown, min-max in brackets):
 #   base     untraced vec_add
-#   dev      device ring drained by the agent (the default design, 32 MiB ring)
+#   dev      device ring drained by the agent (the default design, 32 MiB ring
+#            in 32 shards, a warp writing to shard %smid mod 32)
+#   one      the same ring as one shard (GPUBPF_RING_SHARDS=1: every warp of
+#            the GPU on one control block, the design before sharding)
 #   dev256   the same with --ring-mb 256 (a ring that holds a burst)
 #   host     ring data in pinned host memory written by the GPU (GPUBPF_RING=host)
 #   print    the default design with every record printed as JSON (-j) into a pipe
@@ -21,7 +24,7 @@ export PATH=$PWD/bin:$PATH
 OBJ=bpf/examples/trace_bpfel.o
 REPS=${REPS:-3}
 LIMIT=${LIMIT:-120}
-MODES=${MODES:-"dev dev256 host print"}
+MODES=${MODES:-"dev one dev256 print"}
 PRESETS=${PRESETS:-"tiny:32 10000 32 1;small:1000 10000 256 4;medium:10000 1000 256 40;large:100000 1000 512 196;xlarge:1000000 1000 512 1954"}
 T=$(mktemp -d)
 LOGS=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}
@@ -37,7 +40,7 @@ print(f"{statistics.median(v):.2f} [{v[0]:.2f}-{v[-1]:.2f}]" if v else "n/a")
 EOF
 }
 ratio() { python3 -c "import statistics as s; b=s.median([$1]); print(' '.join(f'{x/b:.2f}' for x in [$2]))"; }
-declare -A K D C
+declare -A K D C DR
 printf '%-7s %-7s %-22s %-26s %-18s %s\n' preset mode kernel_us ratio delivered exact
 IFS=';' read -ra PS <<<"$PRESETS"
 for ps in "${PS[@]}"; do
@@ -49,6 +52,7 @@ for ps in "${PS[@]}"; do
 			out=$T/$mode
 			case $mode in
 			dev) timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
+			one) GPUBPF_RING_SHARDS=1 timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			dev256) timeout "$LIMIT" gpubpf run -j --summary --ring-mb 256 "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			host) GPUBPF_RING=host timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			print) timeout "$LIMIT" gpubpf run -j "$OBJ" -- samples/bin/vec_add $P 2>"$out.err" |
@@ -68,6 +72,8 @@ for ps in "${PS[@]}"; do
 			K[$name.$mode]+="$(kus "$out"),"
 			D[$name.$mode]+="$(python3 -c "print(f'{100*${del:-0}/max(1,${prod:-0}):.2f}')"),"
 			C[$name.$mode]+="$exact,"
+			db=$(jf "$out" ring_drain_bytes)
+			DR[$name.$mode]="$(jf "$out" ring_drains) drains copied $((${db:-0} / 1000000)) MB in $(jf "$out" ring_drain_ms) ms"
 		done
 	done
 	b=${K[$name.base]%,}
@@ -75,7 +81,7 @@ for ps in "${PS[@]}"; do
 	for mode in $MODES; do
 		k=${K[$name.$mode]%,}
 		rs=$(ratio "$b" "$k")
-		printf '%-7s %-7s %-22s %-26s %-18s %s\n' "$name" "$mode" "$(stats ${k//,/ })" "$(stats $rs)" "$(stats ${D[$name.$mode]//,/ })%" "${C[$name.$mode]%,}"
+		printf '%-7s %-7s %-22s %-26s %-18s %s  (last run: %s)\n' "$name" "$mode" "$(stats ${k//,/ })" "$(stats $rs)" "$(stats ${D[$name.$mode]//,/ })%" "${C[$name.$mode]%,}" "${DR[$name.$mode]}"
 		echo "$name $mode $(stats $rs | cut -d' ' -f1) $(stats ${D[$name.$mode]//,/ } | cut -d' ' -f1)" >>"$T/summary"
 	done
 done

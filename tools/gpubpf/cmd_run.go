@@ -390,6 +390,7 @@ func (o *runOutput) summary(st runtime.Stats) {
 			"kernels_skipped": st.KernelsSkipped, "instrumented_launches": st.Launches, "launch_failures": st.LaunchFailures,
 			"records_produced": st.RecordsProduced, "records": st.Records, "printk_lines": st.PrintkLines, "records_dropped_gpu": st.RingDrops,
 			"records_discarded": st.RecordsDiscard, "records_lost_tool": st.RecordsLost, "records_in_flight_bytes": st.RingPending,
+			"ring_drains": st.Drains, "ring_drain_bytes": st.DrainBytes, "ring_drain_ms": float64(st.DrainTime.Microseconds()) / 1000,
 			"jit_ms": float64(st.JIT.Microseconds()) / 1000, "first_attach_ms": float64(st.FirstAttach.Microseconds()) / 1000})
 		return
 	}

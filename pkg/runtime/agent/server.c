@@ -222,7 +222,6 @@ struct session {
 	} streams[16]; /* our own non-blocking stream per context */
 	int nfail;
 	struct failure fails[32];
-	uint64_t ring_rel; /* ring-drain: source of its async copy of the released position */
 	struct clk clocks[16];
 	struct session *next;
 };
@@ -1135,119 +1134,138 @@ static int op_unload(struct session *s, uint32_t req, struct rbuf *r, struct wbu
 }
 
 /* ring-drain (op 22): one round trip per drain of a GPU event ring in device
- * memory. The ring at RING is [256-byte control block][S data][T tail]; the
- * tool's mirror, region G, has the same layout. In stream order: zero the
- * device data of released positions, publish the released position at
- * RING+128, copy the control block to the mirror, then copy the data of
- * positions [release, R). No wait for the application's launches: this is a
- * live copy of a buffer kernels write into, and the tool validates records. */
+ * memory. The ring at RING is N shards: [N 256-byte control blocks][shard 0:
+ * S data, T tail]...[shard N-1: S data, T tail]; the tool's mirror, region
+ * G, has the same layout. In stream order: publish each shard's new
+ * released position at its control block + 128 (from the mirror's copy of
+ * that block, so the async copy reads pinned memory), copy the control
+ * blocks to the mirror, then each shard's data of positions [release, R).
+ * No wait for the application's launches: this is a live copy of a buffer
+ * kernels write into, and the tool validates records. */
 #define RING_CTRL 256u
 #define RING_OFF_RESERVED 64u
 #define RING_OFF_RELEASED 128u
 #define RING_HOST_DATA 1u /* flag: the data area is the region itself */
-#define RING_NO_ZERO 2u /* flag: records carry position tags: never zero device data */
+#define RING_MAX_SHARDS 65536u
+
+static uint64_t ld64(const uint8_t *p)
+{
+	uint64_t v;
+	memcpy(&v, p, 8);
+	return v;
+}
 
 static int ring_drain(struct session *s, uint32_t req, CUstream st, struct rbuf *r, struct wbuf *w)
 {
 	uint64_t ring = rb_u64(r), rid = rb_u64(r), S = rb_u64(r), T = rb_u64(r);
-	uint64_t zero_from = rb_u64(r), release = rb_u64(r);
-	uint32_t flags = rb_u32(r);
+	uint32_t flags = rb_u32(r), n = rb_u32(r);
 	if (r->err)
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "malformed ring-drain request");
-	if (flags & ~(RING_HOST_DATA | RING_NO_ZERO))
+	if (flags & ~RING_HOST_DATA)
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "ring-drain: unknown flags 0x%x",
-				  flags & ~(RING_HOST_DATA | RING_NO_ZERO));
-	if (S < 4096 || (S & (S - 1)))
+				  flags & ~RING_HOST_DATA);
+	if (S < 4096 || S > (1ull << 40) || (S & (S - 1)))
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
 				  "ring-drain: data size %llu is not a power of two of at least 4096",
 				  (unsigned long long)S);
-	if (T & 7)
+	if ((T & 7) || T > (1ull << 30))
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
 				  "ring-drain: tail size %llu is not a multiple of 8", (unsigned long long)T);
+	if (n == 0 || n > RING_MAX_SHARDS || (n & (n - 1)))
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
+				  "ring-drain: %u shards: want a power of two up to %u", n, RING_MAX_SHARDS);
+	uint64_t total = (uint64_t)n * (RING_CTRL + S + T);
 	struct region *g = s->regions;
 	while (g && g->id != rid)
 		g = g->next;
 	if (!g)
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
 				  "ring-drain: no region %llu in this session", (unsigned long long)rid);
-	if (g->size < RING_CTRL || S > g->size - RING_CTRL || T > g->size - RING_CTRL - S)
+	if (g->size < total)
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
-				  "ring-drain: region %llu has %zu bytes, the ring needs 256 + %llu + %llu",
-				  (unsigned long long)rid, g->size, (unsigned long long)S, (unsigned long long)T);
-	if (!ring || (ring & 7) || ring > UINT64_MAX - (RING_CTRL + S + T))
+				  "ring-drain: region %llu has %zu bytes, the ring needs %u x (256 + %llu + %llu)",
+				  (unsigned long long)rid, g->size, n, (unsigned long long)S, (unsigned long long)T);
+	if (!ring || (ring & 7) || ring > UINT64_MAX - total)
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "ring-drain: bad ring address 0x%llx",
 				  (unsigned long long)ring);
-	if (release < zero_from || release - zero_from > S)
-		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
-				  "ring-drain: release %llu must be in [zero_from %llu, zero_from + %llu]",
-				  (unsigned long long)release, (unsigned long long)zero_from, (unsigned long long)S);
-
 	uint8_t *mirror = g->host;
-	CUdeviceptr data = ring + RING_CTRL;
+	/* Check every release before queueing anything: a released position
+	 * only moves forward, and never past what the last drain saw reserved. */
+	uint64_t *rel = malloc((size_t)n * sizeof *rel);
+	if (!rel)
+		return send_error(s, OP_RING_DRAIN, req, ST_INTERNAL, 0, "ring-drain: out of memory");
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t *c = mirror + (uint64_t)i * RING_CTRL;
+		uint64_t old = ld64(c + RING_OFF_RELEASED), seen = ld64(c + RING_OFF_RESERVED);
+		rel[i] = rb_u64(r);
+		if (!r->err && (rel[i] < old || rel[i] > seen)) {
+			free(rel);
+			return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
+					  "ring-drain: shard %u: release %llu must be in [released %llu, reserved %llu]", i,
+					  (unsigned long long)rel[i], (unsigned long long)old, (unsigned long long)seen);
+		}
+	}
+	if (r->err) {
+		free(rel);
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "malformed ring-drain request (releases)");
+	}
+
 	const char *what = NULL;
 	CUresult cr = CUDA_SUCCESS;
 	int queued = 0; /* work on st that must finish before we return */
-	if (release > zero_from) {
-		if (!(flags & (RING_HOST_DATA | RING_NO_ZERO))) {
-			/* released positions read as zero when the GPU reuses them */
-			what = "cuMemsetD8Async of the released ring data";
-			if (release - zero_from >= S) {
-				cr = D.cuMemsetD8Async(data, 0, S, st);
-			} else {
-				uint64_t a = zero_from & (S - 1), b = release & (S - 1);
-				if (a < b) {
-					cr = D.cuMemsetD8Async(data + a, 0, b - a, st);
-				} else {
-					cr = D.cuMemsetD8Async(data + a, 0, S - a, st);
-					if (cr == CUDA_SUCCESS && b)
-						cr = D.cuMemsetD8Async(data, 0, b, st);
-				}
-			}
-			queued = 1;
-		}
-		if (cr == CUDA_SUCCESS) {
-			/* ordered after the zeroing: the GPU reuses the space only then */
-			what = "cuMemcpyHtoDAsync of the released position";
-			s->ring_rel = release;
-			cr = D.cuMemcpyHtoDAsync(ring + RING_OFF_RELEASED, &s->ring_rel, 8, st);
-			queued = 1;
-		}
-	}
-	if (cr == CUDA_SUCCESS) {
-		what = "cuMemcpyDtoHAsync of the ring's control block";
-		cr = D.cuMemcpyDtoHAsync(mirror, ring, RING_CTRL, st);
+	for (uint32_t i = 0; i < n && cr == CUDA_SUCCESS; i++) {
+		uint8_t *c = mirror + (uint64_t)i * RING_CTRL;
+		if (rel[i] == ld64(c + RING_OFF_RELEASED))
+			continue;
+		/* the source must stay put until the copy ran: the mirror is
+		 * pinned, and the control-block copy below overwrites it only
+		 * after this one in stream order */
+		memcpy(c + RING_OFF_RELEASED, &rel[i], 8);
+		what = "cuMemcpyHtoDAsync of a released position";
+		cr = D.cuMemcpyHtoDAsync(ring + (uint64_t)i * RING_CTRL + RING_OFF_RELEASED, c + RING_OFF_RELEASED, 8, st);
 		queued = 1;
 	}
 	if (cr == CUDA_SUCCESS) {
-		what = "cuStreamSynchronize after reading the ring's control block";
+		what = "cuMemcpyDtoHAsync of the ring's control blocks";
+		cr = D.cuMemcpyDtoHAsync(mirror, ring, (size_t)n * RING_CTRL, st);
+		queued = 1;
+	}
+	if (cr == CUDA_SUCCESS) {
+		what = "cuStreamSynchronize after reading the ring's control blocks";
 		cr = D.cuStreamSynchronize(st);
 		queued = 0;
 	}
-	uint64_t R = 0;
-	if (cr == CUDA_SUCCESS) {
-		memcpy(&R, mirror + RING_OFF_RESERVED, 8);
-		if (!(flags & RING_HOST_DATA) && R > release) {
-			uint64_t n = R - release < S ? R - release : S;
-			uint64_t a = release & (S - 1);
-			what = "cuMemcpyDtoHAsync of the ring's data";
-			if (a + n <= S) {
-				cr = D.cuMemcpyDtoHAsync(mirror + RING_CTRL + a, data + a, n, st);
-			} else {
-				/* through the end of the tail (records that ran on into
-				 * it), then the wrapped part from the start */
-				uint64_t b = (release + n) & (S - 1);
-				cr = D.cuMemcpyDtoHAsync(mirror + RING_CTRL + a, data + a, S + T - a, st);
-				if (cr == CUDA_SUCCESS && b)
-					cr = D.cuMemcpyDtoHAsync(mirror + RING_CTRL, data, b, st);
-			}
-			queued = 1;
-			if (cr == CUDA_SUCCESS) {
-				what = "cuStreamSynchronize after copying the ring's data";
-				cr = D.cuStreamSynchronize(st);
-				queued = 0;
-			}
+	uint64_t copied = 0;
+	for (uint32_t i = 0; i < n && cr == CUDA_SUCCESS && !(flags & RING_HOST_DATA); i++) {
+		uint64_t R = ld64(mirror + (uint64_t)i * RING_CTRL + RING_OFF_RESERVED);
+		if (R <= rel[i])
+			continue;
+		uint64_t off = (uint64_t)n * RING_CTRL + (uint64_t)i * (S + T);
+		CUdeviceptr data = ring + off;
+		uint8_t *md = mirror + off;
+		uint64_t len = R - rel[i] < S ? R - rel[i] : S;
+		uint64_t a = rel[i] & (S - 1);
+		what = "cuMemcpyDtoHAsync of the ring's data";
+		if (a + len <= S) {
+			cr = D.cuMemcpyDtoHAsync(md + a, data + a, len, st);
+			copied += len;
+		} else {
+			/* through the end of the tail (records that ran on into it),
+			 * then the wrapped part from the start */
+			uint64_t b = (rel[i] + len) & (S - 1);
+			cr = D.cuMemcpyDtoHAsync(md + a, data + a, S + T - a, st);
+			if (cr == CUDA_SUCCESS && b)
+				cr = D.cuMemcpyDtoHAsync(md, data, b, st);
+			copied += S + T - a + b;
 		}
+		queued = 1;
 	}
+	if (cr == CUDA_SUCCESS && queued) {
+		what = "cuStreamSynchronize after copying the ring's data";
+		cr = D.cuStreamSynchronize(st);
+		queued = 0;
+	}
+	free(rel);
 	if (cr != CUDA_SUCCESS) {
 		if (queued)
 			D.cuStreamSynchronize(st); /* nothing of ours left in flight */
@@ -1255,7 +1273,7 @@ static int ring_drain(struct session *s, uint32_t req, CUstream st, struct rbuf 
 		return send_error(s, OP_RING_DRAIN, req, ST_CUDA, cr, "ring-drain: %s failed", what);
 	}
 	wb_i32(w, ST_OK);
-	wb_u64(w, R);
+	wb_u64(w, copied);
 	return 1;
 }
 

@@ -151,19 +151,18 @@ func (c *Conn) Snapshot(t Target, src, regionID, regionOffset, size uint64) erro
 
 // RingDrain drains a GPU event ring into its host mirror in one round
 // trip, in t's context on the session's stream (it does not wait for the
-// application's launches): with r.Release > r.ZeroFrom it zeroes the
-// device data of positions [ZeroFrom, Release) and writes Release at
-// r.Ring+128, then copies the control block to region offset 0 and the data
-// of positions [Release, reserved) to region offset 256 + position mod
-// DataBytes (no zeroing or data copy with agentproto.RingDrainHostData).
-// r.Target is set to t. It returns the reserved position it read.
-func (c *Conn) RingDrain(t Target, r agentproto.RingDrainRequest) (reserved uint64, err error) {
+// application's launches): it publishes each shard's r.Release where it
+// moved, copies the control blocks to region offset 0 and, without
+// agentproto.RingDrainHostData, each shard's new data (agentproto's
+// RingDrainRequest). r.Target is set to t. It returns the data bytes
+// copied.
+func (c *Conn) RingDrain(t Target, r agentproto.RingDrainRequest) (copied uint64, err error) {
 	r.Target = t
 	var rep agentproto.RingDrainReply
 	if err := c.call(agentproto.OpRingDrain, &r, &rep, nil); err != nil {
 		return 0, err
 	}
-	return rep.Reserved, nil
+	return rep.Copied, nil
 }
 
 // Activate makes launches of kernel (a CUkernel or CUfunction handle from

@@ -645,36 +645,32 @@ func (m *SnapshotRequest) Decode(d *Decoder) {
 }
 
 // RingDrainRequest drains a GPU event ring in device memory into the
-// tool's host mirror in one round trip (OpRingDrain). The ring at Ring is a
-// 256-byte control block, DataBytes (S, a power of two >= 4096) data bytes
-// and TailBytes (T, a multiple of 8) tail bytes; the registered region
-// RegionID mirrors that layout and holds at least 256 + S + T bytes. When
-// Release > ZeroFrom the agent zeroes the device data of positions
-// [ZeroFrom, Release) (not with RingDrainHostData) and then writes Release
-// to Ring+128; it always copies the control block to region offset 0, and
-// without RingDrainHostData the data of positions [Release, reserved) to
-// region offset 256 + (position mod S). Release - ZeroFrom must be at most S.
+// tool's host mirror in one round trip (OpRingDrain). The ring at Ring is
+// Shards (a power of two) 256-byte control blocks, then for each shard
+// DataBytes (S, a power of two >= 4096) data bytes and TailBytes (T, a
+// multiple of 8) tail bytes; the registered region RegionID mirrors that
+// layout. Release holds each shard's new released position: where it
+// differs from the released position in the mirror's copy of that shard's
+// control block (each must lie between that and the reserved position the
+// same copy shows), the agent writes it to the shard's control block + 128.
+// It then copies the control blocks to region offset 0 and, without
+// RingDrainHostData, each shard's data of positions [Release, reserved) to
+// its place in the region.
 type RingDrainRequest struct {
 	Target
 	Ring      uint64
 	RegionID  uint64
 	DataBytes uint64
 	TailBytes uint64
-	ZeroFrom  uint64
-	Release   uint64
 	Flags     uint32
+	Release   []uint64 // one per shard
 }
 
 // RingDrainHostData (RingDrainRequest.Flags bit 0): the ring's data area
 // is the registered region itself (the GPU writes it directly), so the
-// agent neither zeroes nor copies data; it still writes the released
-// position and copies the control block.
+// agent copies no data; it still writes the released positions and copies
+// the control blocks.
 const RingDrainHostData = 1
-
-// RingDrainNoZero (Flags bit 1): the ring's records carry position tags
-// (gpumap), so released device data is not zeroed; the released position
-// is still written.
-const RingDrainNoZero = 2
 
 func (m *RingDrainRequest) Encode(e *Encoder) {
 	m.Target.encode(e)
@@ -682,9 +678,11 @@ func (m *RingDrainRequest) Encode(e *Encoder) {
 	e.U64(m.RegionID)
 	e.U64(m.DataBytes)
 	e.U64(m.TailBytes)
-	e.U64(m.ZeroFrom)
-	e.U64(m.Release)
 	e.U32(m.Flags)
+	e.U32(uint32(len(m.Release)))
+	for _, r := range m.Release {
+		e.U64(r)
+	}
 }
 func (m *RingDrainRequest) Decode(d *Decoder) {
 	m.Target.decode(d)
@@ -692,17 +690,19 @@ func (m *RingDrainRequest) Decode(d *Decoder) {
 	m.RegionID = d.U64()
 	m.DataBytes = d.U64()
 	m.TailBytes = d.U64()
-	m.ZeroFrom = d.U64()
-	m.Release = d.U64()
 	m.Flags = d.U32()
+	n := d.Count(8)
+	m.Release = make([]uint64, 0, n)
+	for range n {
+		m.Release = append(m.Release, d.U64())
+	}
 }
 
-// RingDrainReply carries the reserved position (control block offset 64)
-// the agent read in this drain.
-type RingDrainReply struct{ Reserved uint64 }
+// RingDrainReply says how many data bytes the drain copied.
+type RingDrainReply struct{ Copied uint64 }
 
-func (m *RingDrainReply) Encode(e *Encoder) { e.U64(m.Reserved) }
-func (m *RingDrainReply) Decode(d *Decoder) { m.Reserved = d.U64() }
+func (m *RingDrainReply) Encode(e *Encoder) { e.U64(m.Copied) }
+func (m *RingDrainReply) Decode(d *Decoder) { m.Copied = d.U64() }
 
 // ActivateRequest routes launches of Kernel (a handle from List) in the
 // clone's context to Function (a handle from LoadReply). With

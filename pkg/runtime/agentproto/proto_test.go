@@ -28,8 +28,8 @@ func TestRoundTrip(t *testing.T) {
 		&RegisterHostRequest{Target: Target{Device: 0}, Kind: HostMemfd, Size: 4096},
 		&SnapshotRequest{Src: 1, RegionID: 2, RegionOffset: 3, Size: 4},
 		&RingDrainRequest{Target: Target{Device: 1, Ctx: 9}, Ring: 0x7000, RegionID: 2, DataBytes: 1 << 20,
-			TailBytes: 4096, ZeroFrom: 100, Release: 200, Flags: RingDrainHostData},
-		&RingDrainReply{Reserved: 1 << 40},
+			TailBytes: 4096, Release: []uint64{200, 0, 1 << 40, 7}, Flags: RingDrainHostData},
+		&RingDrainReply{Copied: 1 << 40},
 		&ActivateRequest{Kernel: 1, CloneID: 2, Function: 3},
 		&ActivateRequest{Kernel: 1, CloneID: 2, Function: 3, LaunchWords: LaunchWords{Hidden: LaunchHiddenWords,
 			Params: 4, BufOffset: 24, Region: 7, Offset: 4096, Slots: 256}},
@@ -83,8 +83,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(MarshalReply(&Inventory{Modules: []Module{{ID: 1}}, Kernels: []Kernel{{Name: "k"}}}))
 	f.Add(MarshalError(3, 1, "x"))
 	f.Add(AppendFrame(nil, OpFetch, 1, MarshalReply(&FetchReply{Data: []byte("zz")})))
-	f.Add(Marshal(&RingDrainRequest{Ring: 1, RegionID: 2, DataBytes: 4096, Release: 8}))
-	f.Add(MarshalReply(&RingDrainReply{Reserved: 5}))
+	f.Add(Marshal(&RingDrainRequest{Ring: 1, RegionID: 2, DataBytes: 4096, Release: []uint64{8}}))
+	f.Add(MarshalReply(&RingDrainReply{Copied: 5}))
 	f.Add(Marshal(&ActivateRequest{Kernel: 1, CloneID: 2, Function: 3, LaunchWords: LaunchWords{Hidden: 2, Params: 3,
 		BufOffset: 16, Region: 4, Offset: 64, Slots: 8}}))
 	f.Add(Marshal(&ClockRequest{Target: Target{Device: 0}, Rounds: 8}))

@@ -16,7 +16,7 @@ import (
 
 // Version is the protocol version this package speaks (sent in Hello).
 // 3: launch words in ActivateRequest, OpClock.
-const Version = 3
+const Version = 4
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12

@@ -70,16 +70,29 @@
 // never waits for the host. The header (control block) is in device memory;
 // its ring fields are
 //
-//	off 20  u32 S: data bytes (a power of two)
+//	off 20  u32 S: data bytes of this shard (a power of two)
 //	off 24  u64 dropped records (no room, or a record over RingTail bytes)
 //	off 32  u64 produced records (every reserve/output attempt)
 //	off 40  u32 T: tail bytes (RingTail)
+//	off 44  u32 shards: how many shards the ring has (0 counts as 1)
 //	off 64  u64 reserved position R (bytes, monotonic)
 //	off 128 u64 released position (bytes, monotonic; written by the host)
 //	off 192 u64 claimed bytes
 //
-// The data area (S+T bytes) follows the header in device memory, or, with
-// Placement.HostData, lives in pinned host memory the GPU writes directly.
+// A ring is split into Shards independent shards (a power of two), each
+// with its own control block and S = RingSize/Shards data bytes; a warp
+// uses shard %smid mod Shards. Every counter a producer touches is then
+// shared by a few SMs only: same-address atomics and loads serialise in
+// L2, and with one control block for the whole GPU they were most of the
+// cost of a full ring at large grids (docs/event-path.md). Memory:
+//
+//	Addr                      Shards control blocks of HeaderSize bytes
+//	Data = Addr+Shards*256    shard i's S data bytes and T tail bytes at
+//	                          Data + i*(S+T)
+//
+// The data area follows the control blocks in device memory, or, with
+// Placement.HostData, lives in pinned host memory the GPU writes directly
+// (the host mirror, laid out the same way).
 // Position p is data byte p mod S; a record that starts near the end runs on
 // into the T tail bytes instead of wrapping, so every record is contiguous.
 // A record is an 8-byte header and its payload, padded to 8:
@@ -103,8 +116,9 @@
 // Commit is a release store of word0.
 //
 // The host drains a device ring through the agent (op ring-drain): it
-// publishes the new released position and copies the header and the data of [released, R) into a host
-// mirror with the same layout, where Reader parses it. A copy may race with
+// publishes each shard's new released position and copies the control
+// blocks and each shard's data of [released, R) into a host mirror with the
+// same layout, where a Reader per shard parses it. A copy may race with
 // a record being written, so Reader only consumes records it saw committed
 // in an earlier copy too (see Reader).
 //
@@ -169,6 +183,7 @@ const (
 	OffCount                         = 32
 	OffProduced                      = 32
 	OffTail                          = 40
+	OffShards                        = 44
 	OffReserved                      = 64
 	OffReleased                      = 128
 	OffClaimed                       = 192
@@ -191,6 +206,11 @@ const (
 	// RingTail is the size of the tail after a ring's data area, and the
 	// largest record (header included) a ring takes.
 	RingTail = 64 << 10
+	// MaxRingShards caps DefaultShards: 32 shards put four or five of an
+	// H100's 132 SMs on each control block.
+	MaxRingShards = 32
+	// minShardBytes keeps a shard's data well above its RingTail.
+	minShardBytes = 1 << 20
 )
 
 // Placement says where a map lives for the compiler.
@@ -210,9 +230,12 @@ type Placement struct {
 	// MaxEntries). Data is the data area's device-visible address (0: right
 	// after the header at Addr). HostData: the data area is pinned host
 	// memory (the GPU writes it directly; commits use system-scope release).
+	// Shards: how many shards the RingSize bytes are split into (a power
+	// of two; 0 means 1).
 	RingSize uint64
 	Data     uint64
 	HostData bool
+	Shards   uint32
 }
 
 // KindOf maps a MapSpec's type to the GPU layout it gets.
@@ -266,17 +289,42 @@ func RingSize(p Placement) uint64 {
 	return RingBytes(p.MaxEntries)
 }
 
-// RingData is the device-visible address of ring p's data area.
+// DefaultShards is the shard count for a ring of size data bytes: up to
+// MaxRingShards, each shard keeping at least 1 MiB.
+func DefaultShards(size uint64) uint32 {
+	n := uint32(1)
+	for n < MaxRingShards && size/uint64(2*n) >= minShardBytes {
+		n *= 2
+	}
+	return n
+}
+
+// RingShards is the shard count of ring p.
+func RingShards(p Placement) uint64 {
+	if p.Shards == 0 {
+		return 1
+	}
+	return uint64(p.Shards)
+}
+
+// ShardSize is S, the data bytes of each shard of ring p.
+func ShardSize(p Placement) uint64 { return RingSize(p) / RingShards(p) }
+
+// ShardStride is the distance between two shards' data areas (S+T).
+func ShardStride(p Placement) uint64 { return ShardSize(p) + RingTail }
+
+// RingData is the device-visible address of ring p's data area (shard 0's
+// data).
 func RingData(p Placement) uint64 {
 	if p.Data != 0 {
 		return p.Data
 	}
-	return p.Addr + HeaderSize
+	return p.Addr + RingShards(p)*HeaderSize
 }
 
-// MirrorSize is the size of a ring's host mirror (header copy, data, tail),
-// which is also the size of a device ring allocation with its data.
-func MirrorSize(p Placement) uint64 { return HeaderSize + RingSize(p) + RingTail }
+// MirrorSize is the size of a ring's host mirror (control blocks, data,
+// tails), which is also the size of a device ring allocation with its data.
+func MirrorSize(p Placement) uint64 { return RingShards(p) * (HeaderSize + ShardStride(p)) }
 
 // Slots is the header's slot count for a placement.
 func Slots(p Placement) uint64 {
@@ -289,7 +337,7 @@ func Slots(p Placement) uint64 {
 	case Hash:
 		return HashCapacity(p.MaxEntries)
 	case RingBuf:
-		return RingSize(p)
+		return ShardSize(p)
 	}
 	return uint64(p.MaxEntries)
 }
@@ -307,7 +355,7 @@ func SizeOf(p Placement) uint64 {
 		return HeaderSize + HashCapacity(p.MaxEntries)*HashSlotSize(p.KeySize, p.ValueSize)
 	case RingBuf:
 		if p.HostData {
-			return HeaderSize
+			return RingShards(p) * HeaderSize
 		}
 		return MirrorSize(p)
 	}
@@ -327,11 +375,28 @@ func Init(p Placement) []byte {
 		return nil
 	}
 	b := make([]byte, SizeOf(p))
-	copy(b, InitHeader(p))
+	if p.Kind == RingBuf {
+		copy(b, RingHeaders(p))
+	} else {
+		copy(b, InitHeader(p))
+	}
 	return b
 }
 
-// InitHeader is the first HeaderSize bytes of Init(p); the rest is zero.
+// RingHeaders is the control blocks of ring p as Init writes them: one
+// InitHeader per shard.
+func RingHeaders(p Placement) []byte {
+	h := InitHeader(p)
+	n := RingShards(p)
+	b := make([]byte, 0, n*HeaderSize)
+	for range n {
+		b = append(b, h...)
+	}
+	return b
+}
+
+// InitHeader is the first HeaderSize bytes of Init(p) (for a ring, each
+// shard's control block); the rest is zero.
 func InitHeader(p Placement) []byte {
 	b := make([]byte, HeaderSize)
 	le := binary.LittleEndian
@@ -343,6 +408,7 @@ func InitHeader(p Placement) []byte {
 	le.PutUint32(b[OffSlots:], uint32(Slots(p)))
 	if p.Kind == RingBuf {
 		le.PutUint32(b[OffTail:], RingTail)
+		le.PutUint32(b[OffShards:], uint32(RingShards(p)))
 	}
 	return b
 }
@@ -352,7 +418,7 @@ type Header struct {
 	Magic, Kind, KeySize, ValueSize, MaxEntries, Slots uint32
 	Errors, Count                                      uint64
 	// Rings: Count is the produced records; Tail the tail bytes.
-	Tail                        uint32
+	Tail, Shards                uint32
 	Reserved, Released, Claimed uint64
 }
 
@@ -366,7 +432,7 @@ func ReadHeader(b []byte) (Header, error) {
 		Magic: le.Uint32(b[OffMagic:]), Kind: le.Uint32(b[OffKind:]), KeySize: le.Uint32(b[OffKeySize:]),
 		ValueSize: le.Uint32(b[OffValueSize:]), MaxEntries: le.Uint32(b[OffMaxEntries:]), Slots: le.Uint32(b[OffSlots:]),
 		Errors: le.Uint64(b[OffErrors:]), Count: le.Uint64(b[OffCount:]),
-		Tail: le.Uint32(b[OffTail:]), Reserved: le.Uint64(b[OffReserved:]), Released: le.Uint64(b[OffReleased:]),
+		Tail: le.Uint32(b[OffTail:]), Shards: le.Uint32(b[OffShards:]), Reserved: le.Uint64(b[OffReserved:]), Released: le.Uint64(b[OffReleased:]),
 		Claimed: le.Uint64(b[OffClaimed:]),
 	}
 	if h.Magic != Magic {

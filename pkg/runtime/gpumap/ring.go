@@ -27,11 +27,12 @@ const (
 	Snapshot
 )
 
-// Reader consumes the records of one ring. mem is laid out like the device
-// ring: a header (for a Mirror, the copy the drain made), S data bytes and
-// RingTail tail bytes. Not safe for concurrent use.
+// Reader consumes the records of one ring shard: its control block (for a
+// Mirror, the copy the last drain made) and its S data and RingTail tail
+// bytes. Not safe for concurrent use.
 type Reader struct {
-	mem  []byte
+	ctl  []byte
+	data []byte
 	size uint64
 	mode ReaderMode
 	// released: every position before it was consumed; the next drain
@@ -43,11 +44,46 @@ type Reader struct {
 	corrupt  uint64
 }
 
-// NewReader wraps ring memory of the given mode. mem must be 8-byte aligned
-// (mmapped memory always is) and hold the header, S data and tail bytes
-// where S is the header's slot count.
+// NewReader wraps the memory of a one-shard ring: its control block, S
+// data and tail bytes. mem must be 8-byte aligned (mmapped memory always
+// is).
 func NewReader(mem []byte, mode ReaderMode) (*Reader, error) {
+	if len(mem) < HeaderSize {
+		return nil, fmt.Errorf("ring buffer memory of %d bytes is shorter than its %d-byte control block", len(mem), HeaderSize)
+	}
+	return newShardReader(mem[:HeaderSize], mem[HeaderSize:], mode)
+}
+
+// NewReaders wraps the memory of a ring laid out as Placement describes
+// (the shards' control blocks, then each shard's data and tail), one
+// Reader per shard, in shard order. The shard count and sizes come from
+// the first control block.
+func NewReaders(mem []byte, mode ReaderMode) ([]*Reader, error) {
 	h, err := ReadHeader(mem)
+	if err != nil {
+		return nil, err
+	}
+	n := uint64(max(h.Shards, 1))
+	if n&(n-1) != 0 || n > 1<<16 {
+		return nil, fmt.Errorf("ring buffer header says %d shards, not a power of two up to 65536", n)
+	}
+	stride := uint64(h.Slots) + RingTail
+	if uint64(len(mem)) < n*(HeaderSize+stride) {
+		return nil, fmt.Errorf("ring buffer of %d shards of %d data bytes needs %d bytes of memory, got %d", n, h.Slots, n*(HeaderSize+stride), len(mem))
+	}
+	rs := make([]*Reader, n)
+	for i := range n {
+		data := n*HeaderSize + i*stride
+		rs[i], err = newShardReader(mem[i*HeaderSize:(i+1)*HeaderSize], mem[data:data+stride], mode)
+		if err != nil {
+			return nil, fmt.Errorf("ring shard %d: %w", i, err)
+		}
+	}
+	return rs, nil
+}
+
+func newShardReader(ctl, data []byte, mode ReaderMode) (*Reader, error) {
+	h, err := ReadHeader(ctl)
 	if err != nil {
 		return nil, err
 	}
@@ -55,16 +91,16 @@ func NewReader(mem []byte, mode ReaderMode) (*Reader, error) {
 	if size < 8 || size&(size-1) != 0 {
 		return nil, fmt.Errorf("ring buffer header says %d data bytes, not a power of two", size)
 	}
-	if uint64(len(mem)) < HeaderSize+size+RingTail {
-		return nil, fmt.Errorf("ring buffer of %d data bytes needs %d bytes of memory with its header and tail, got %d", size, HeaderSize+size+RingTail, len(mem))
+	if uint64(len(data)) < size+RingTail {
+		return nil, fmt.Errorf("ring buffer of %d data bytes needs %d bytes of memory with its tail, got %d", size, size+RingTail, len(data))
 	}
-	if uintptr(unsafe.Pointer(&mem[0]))%8 != 0 {
+	if uintptr(unsafe.Pointer(&ctl[0]))%8 != 0 || uintptr(unsafe.Pointer(&data[0]))%8 != 0 {
 		return nil, fmt.Errorf("ring buffer memory is not 8-byte aligned")
 	}
-	return &Reader{mem: mem, size: size, mode: mode}, nil
+	return &Reader{ctl: ctl, data: data[:size+RingTail], size: size, mode: mode}, nil
 }
 
-func (r *Reader) u64(off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&r.mem[off])) }
+func (r *Reader) u64(off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&r.ctl[off])) }
 
 // Size is S, the ring's data bytes.
 func (r *Reader) Size() uint64 { return r.size }
@@ -94,9 +130,9 @@ func (r *Reader) Corrupt() uint64 { return r.corrupt }
 func (r *Reader) Scan(reserved uint64, fn func(rec []byte)) (delivered, discarded uint64) {
 	pos := r.released
 	mask := r.size - 1
-	mem := r.mem
+	mem := r.data
 	for pos < reserved {
-		off := HeaderSize + pos&mask
+		off := pos & mask
 		h := atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[off])))
 		w0 := uint32(h)
 		if w0&RecValid == 0 || uint32(h>>32) != uint32(pos>>3) {

@@ -7,70 +7,83 @@ import (
 	"testing"
 )
 
-// devRing is a CPU model of a device ring: Reserve does, for one warp, the
-// arithmetic of the PTX __gpubpf_rb_reserve (pkg/runtime/jit/runtime_ptx.go)
-// on the same layout, and drain does what the agent's ring-drain op does
-// (pkg/runtime/agent/server.c), so that the host reader is tested against
-// records written exactly as the GPU writes them.
+// devRing is a CPU model of a device ring of N shards: reserve does, for
+// one warp in one shard, the arithmetic of the PTX __gpubpf_rb_reserve
+// (pkg/runtime/jit/runtime_ptx.go) on the same layout, and drain does what
+// the agent's ring-drain op does (pkg/runtime/agent/server.c), so that the
+// host reader is tested against records written exactly as the GPU writes
+// them.
 type devRing struct {
-	mem []byte // header, S data bytes, tail
-	S   uint64
+	mem  []byte // N control blocks, then each shard's S data and tail bytes
+	S, N uint64
 }
 
-func newDevRing(size uint64) *devRing {
-	p := Placement{Kind: RingBuf, RingSize: size}
-	return &devRing{mem: Init(p), S: size}
+func newDevRing(size uint64) *devRing { return newShardedRing(size, 1) }
+
+func newShardedRing(size uint64, shards uint32) *devRing {
+	p := Placement{Kind: RingBuf, RingSize: size, Shards: shards}
+	return &devRing{mem: Init(p), S: ShardSize(p), N: RingShards(p)}
 }
 
 var le = binary.LittleEndian
 
-func (d *devRing) get(off int) uint64    { return le.Uint64(d.mem[off:]) }
-func (d *devRing) add(off int, v uint64) { le.PutUint64(d.mem[off:], le.Uint64(d.mem[off:])+v) }
+func (d *devRing) ctl(i uint64) uint64  { return i * HeaderSize }
+func (d *devRing) data(i uint64) uint64 { return d.N*HeaderSize + i*(d.S+RingTail) }
 
-// reserve reserves records of lens bytes for the active lanes of one warp
-// and returns each lane's payload offset in mem (-1: dropped).
-func (d *devRing) reserve(lens []int) []int {
+// get and add work on shard 0's control block; getIn and addIn on shard i's.
+func (d *devRing) get(off int) uint64             { return d.getIn(0, off) }
+func (d *devRing) getIn(i uint64, off int) uint64 { return le.Uint64(d.mem[d.ctl(i)+uint64(off):]) }
+func (d *devRing) addIn(i uint64, off int, v uint64) {
+	o := d.ctl(i) + uint64(off)
+	le.PutUint64(d.mem[o:], le.Uint64(d.mem[o:])+v)
+}
+
+func (d *devRing) reserve(lens []int) []int { return d.reserveIn(0, lens) }
+
+// reserveIn reserves records of lens bytes for the active lanes of one warp
+// in shard i and returns each lane's payload offset in mem (-1: dropped).
+func (d *devRing) reserveIn(i uint64, lens []int) []int {
 	sizes := make([]uint64, len(lens))
 	var total uint64
 	big := 0
-	for i, l := range lens {
-		sizes[i] = (uint64(l) + 15) &^ 7
-		if sizes[i] > RingTail {
-			sizes[i] = 0
+	for k, l := range lens {
+		sizes[k] = (uint64(l) + 15) &^ 7
+		if sizes[k] > RingTail {
+			sizes[k] = 0
 			big++
 		}
-		total += sizes[i]
+		total += sizes[k]
 	}
 	out := make([]int, len(lens))
-	d.add(OffProduced, uint64(len(lens)))
+	d.addIn(i, OffProduced, uint64(len(lens)))
 	base := int64(-1)
 	if total > 0 {
-		released := d.get(OffReleased)
-		claimed := d.get(OffClaimed)
-		d.add(OffClaimed, total)
+		released := d.getIn(i, OffReleased)
+		claimed := d.getIn(i, OffClaimed)
+		d.addIn(i, OffClaimed, total)
 		if claimed+total-released > d.S {
-			d.add(OffClaimed, -total)
-			d.add(OffErrors, uint64(len(lens)))
+			d.addIn(i, OffClaimed, -total)
+			d.addIn(i, OffErrors, uint64(len(lens)))
 			big = 0
 		} else {
-			base = int64(d.get(OffReserved))
-			d.add(OffReserved, total)
+			base = int64(d.getIn(i, OffReserved))
+			d.addIn(i, OffReserved, total)
 		}
 	}
 	if big > 0 {
-		d.add(OffErrors, uint64(big))
+		d.addIn(i, OffErrors, uint64(big))
 	}
 	var off uint64
-	for i, l := range lens {
-		if base < 0 || sizes[i] == 0 {
-			out[i] = -1
+	for k, l := range lens {
+		if base < 0 || sizes[k] == 0 {
+			out[k] = -1
 			continue
 		}
 		pos := uint64(base) + off
-		phys := HeaderSize + pos&(d.S-1)
+		phys := d.data(i) + pos&(d.S-1)
 		le.PutUint64(d.mem[phys:], uint64(uint32(pos>>3))<<32|uint64(l))
-		out[i] = int(phys + RecHeader)
-		off += sizes[i]
+		out[k] = int(phys + RecHeader)
+		off += sizes[k]
 	}
 	return out
 }
@@ -84,84 +97,82 @@ func (d *devRing) commit(off int, discard bool) {
 	le.PutUint32(d.mem[off-8:], w)
 }
 
-// drain is the agent's ring-drain op: zero [zeroFrom, release) unless
-// noZero, publish release, copy the header and the data of [release, R)
-// into the mirror.
-func (d *devRing) drain(mirror []byte, zeroFrom, release uint64, noZero bool) uint64 {
-	if release > zeroFrom && !noZero {
-		data := d.mem[HeaderSize:]
-		if release-zeroFrom >= d.S {
-			clear(data[:d.S])
-		} else {
-			a, b := zeroFrom&(d.S-1), release&(d.S-1)
-			if a < b {
-				clear(data[a:b])
-			} else {
-				clear(data[a:d.S])
-				clear(data[:b])
-			}
+// drain is the agent's ring-drain op: publish each shard's release where
+// it moved, copy the control blocks, then each shard's data of [release,
+// R) into the mirror.
+func (d *devRing) drain(mirror []byte, release []uint64) {
+	for i, rel := range release {
+		if rel != le.Uint64(mirror[d.ctl(uint64(i))+OffReleased:]) {
+			le.PutUint64(d.mem[d.ctl(uint64(i))+OffReleased:], rel)
 		}
 	}
-	if release > zeroFrom {
-		le.PutUint64(d.mem[OffReleased:], release)
-	}
-	copy(mirror[:HeaderSize], d.mem[:HeaderSize])
-	r := d.get(OffReserved)
-	if r > release {
-		n := min(r-release, d.S)
-		a := release & (d.S - 1)
-		md, dd := mirror[HeaderSize:], d.mem[HeaderSize:]
+	copy(mirror[:d.N*HeaderSize], d.mem[:d.N*HeaderSize])
+	for i, rel := range release {
+		r := d.getIn(uint64(i), OffReserved)
+		if r <= rel {
+			continue
+		}
+		n := min(r-rel, d.S)
+		a := rel & (d.S - 1)
+		md, dd := mirror[d.data(uint64(i)):], d.mem[d.data(uint64(i)):]
 		if a+n <= d.S {
 			copy(md[a:a+n], dd[a:a+n])
 		} else {
 			copy(md[a:d.S+RingTail], dd[a:d.S+RingTail])
-			b := (release + n) & (d.S - 1)
+			b := (rel + n) & (d.S - 1)
 			copy(md[:b], dd[:b])
 		}
 	}
-	return r
 }
 
-// host drives a Mirror reader the way the runtime does.
+// host drives Mirror readers the way the runtime does.
 type host struct {
-	d        *devRing
-	mirror   []byte
-	r        *Reader
-	zeroFrom uint64
-	got      []uint64
-	sizes    map[uint64]int
-	t        *testing.T
+	d      *devRing
+	mirror []byte
+	rs     []*Reader
+	r      *Reader // shard 0's
+	got    []uint64
+	sizes  map[uint64]int
+	t      *testing.T
 }
 
 func newHost(t *testing.T, d *devRing) *host {
 	mirror := make([]byte, len(d.mem))
-	copy(mirror, d.mem[:HeaderSize])
-	r, err := NewReader(mirror, Mirror)
+	copy(mirror, d.mem[:d.N*HeaderSize])
+	rs, err := NewReaders(mirror, Mirror)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &host{d: d, mirror: mirror, r: r, sizes: map[uint64]int{}, t: t}
+	return &host{d: d, mirror: mirror, rs: rs, r: rs[0], sizes: map[uint64]int{}, t: t}
 }
 
 func (h *host) drain() (delivered, discarded uint64) {
-	rel := h.r.Released()
-	reserved := h.d.drain(h.mirror, h.zeroFrom, rel, true) // tags: nothing to zero
-	h.zeroFrom = rel
-	return h.r.Scan(reserved, func(rec []byte) {
-		if len(rec) < 8 {
-			h.t.Fatalf("record of %d bytes", len(rec))
+	rel := make([]uint64, len(h.rs))
+	for i, r := range h.rs {
+		rel[i] = r.Released()
+	}
+	h.d.drain(h.mirror, rel)
+	for _, r := range h.rs {
+		n, x := r.Scan(r.Reserved(), h.check)
+		delivered, discarded = delivered+n, discarded+x
+	}
+	return delivered, discarded
+}
+
+func (h *host) check(rec []byte) {
+	if len(rec) < 8 {
+		h.t.Fatalf("record of %d bytes", len(rec))
+	}
+	id := le.Uint64(rec)
+	for i := 8; i < len(rec); i++ {
+		if rec[i] != byte(id+uint64(i)) {
+			h.t.Fatalf("record %d: byte %d is %d, want %d (torn or overwritten)", id, i, rec[i], byte(id+uint64(i)))
 		}
-		id := le.Uint64(rec)
-		for i := 8; i < len(rec); i++ {
-			if rec[i] != byte(id+uint64(i)) {
-				h.t.Fatalf("record %d: byte %d is %d, want %d (torn or overwritten)", id, i, rec[i], byte(id+uint64(i)))
-			}
-		}
-		if want, ok := h.sizes[id]; ok && want != len(rec) {
-			h.t.Fatalf("record %d has %d bytes, want %d", id, len(rec), want)
-		}
-		h.got = append(h.got, id)
-	})
+	}
+	if want, ok := h.sizes[id]; ok && want != len(rec) {
+		h.t.Fatalf("record %d has %d bytes, want %d", id, len(rec), want)
+	}
+	h.got = append(h.got, id)
 }
 
 func fill(b []byte, id uint64) {
@@ -241,6 +252,80 @@ func TestRingStream(t *testing.T) {
 	}
 }
 
+// TestRingShards: warps on eight shards (as %smid picks them), drained
+// together: every committed record arrives once and whole, in reservation
+// order within its shard, each shard fills and drops on its own, and the
+// counters summed over the shards add up exactly.
+func TestRingShards(t *testing.T) {
+	rng := rand.New(rand.NewSource(2))
+	d := newShardedRing(8*4096, 8)
+	if d.N != 8 || d.S != 4096 {
+		t.Fatalf("%d shards of %d bytes, want 8 of 4096", d.N, d.S)
+	}
+	h := newHost(t, d)
+	var id, discards uint64
+	committed := map[uint64]bool{}
+	shardOf := map[uint64]uint64{}
+	for round := 0; round < 2000; round++ {
+		for w := 0; w < 1+rng.Intn(6); w++ {
+			// shard 0 gets most warps, so it fills while the others do not
+			sh := uint64(rng.Intn(8))
+			if rng.Intn(2) == 0 {
+				sh = 0
+			}
+			lens := make40(1 + rng.Intn(32))
+			for i, off := range d.reserveIn(sh, lens) {
+				if off < 0 {
+					continue
+				}
+				fill(d.mem[off:off+lens[i]], id)
+				shardOf[id] = sh
+				discard := rng.Intn(40) == 0
+				if discard {
+					discards++
+				} else {
+					committed[id] = true
+				}
+				d.commit(off, discard)
+				id++
+			}
+		}
+		if rng.Intn(4) == 0 {
+			h.drain()
+		}
+	}
+	for range 3 {
+		h.drain()
+	}
+	var produced, dropped uint64
+	for i, r := range h.rs {
+		if r.Released() != d.getIn(uint64(i), OffReserved) {
+			t.Fatalf("shard %d: released %d of %d reserved bytes", i, r.Released(), d.getIn(uint64(i), OffReserved))
+		}
+		if r.Produced() != d.getIn(uint64(i), OffProduced) || r.Dropped() != d.getIn(uint64(i), OffErrors) {
+			t.Fatalf("shard %d: reader counters differ from the ring's", i)
+		}
+		produced, dropped = produced+r.Produced(), dropped+r.Dropped()
+	}
+	for i := uint64(1); i < d.N; i++ {
+		if d.getIn(0, OffErrors) <= 2*d.getIn(i, OffErrors) {
+			t.Fatalf("drops: shard 0 %d, shard %d %d; want the busy shard to drop most", d.getIn(0, OffErrors), i, d.getIn(i, OffErrors))
+		}
+	}
+	if produced != uint64(len(h.got))+dropped+discards || len(h.got) != len(committed) {
+		t.Fatalf("produced %d != delivered %d + dropped %d + discarded %d (%d committed)", produced, len(h.got), dropped, discards, len(committed))
+	}
+	last := map[uint64]uint64{}
+	seen := map[uint64]bool{}
+	for _, g := range h.got {
+		sh := shardOf[g]
+		if l, ok := last[sh]; (ok && g <= l) || seen[g] {
+			t.Fatalf("record %d of shard %d out of order or twice", g, sh)
+		}
+		last[sh], seen[g] = g, true
+	}
+}
+
 // TestRingWrapIntoTail: a record starting a few bytes before the end of the
 // data area is written on into the tail and delivered contiguous.
 func TestRingWrapIntoTail(t *testing.T) {
@@ -279,13 +364,12 @@ func TestRingTornCopy(t *testing.T) {
 	off := d.reserve([]int{64})[0]
 	fill(d.mem[off:off+64], 7)
 	d.commit(off, false)
-	reserved := d.drain(h.mirror, 0, 0, true)
+	d.drain(h.mirror, []uint64{0})
 	h.mirror[off+40] ^= 0xff // the copy engine read this part before it was written
-	n, _ := h.r.Scan(reserved, func([]byte) { t.Fatal("delivered a record seen committed in one copy only") })
+	n, _ := h.r.Scan(h.r.Reserved(), func([]byte) { t.Fatal("delivered a record seen committed in one copy only") })
 	if n != 0 {
 		t.Fatalf("delivered %d", n)
 	}
-	h.zeroFrom = 0
 	if n, _ := h.drain(); n != 1 || len(h.got) != 1 || h.got[0] != 7 {
 		t.Fatalf("second copy delivered %d (%v)", n, h.got)
 	}
@@ -364,6 +448,45 @@ func TestRingCorrupt(t *testing.T) {
 	}
 	if n, _ := r.Scan(64, func([]byte) {}); n != 0 || r.Corrupt() != 1 {
 		t.Fatalf("delivered %d, corrupt %d", n, r.Corrupt())
+	}
+}
+
+func TestNewReadersErrors(t *testing.T) {
+	good := Init(Placement{Kind: RingBuf, RingSize: 4 * 4096, Shards: 4})
+	if rs, err := NewReaders(good, Mirror); err != nil || len(rs) != 4 {
+		t.Fatalf("4 shards: %d readers, %v", len(rs), err)
+	}
+	for name, mem := range map[string][]byte{
+		"short": good[:len(good)-8],
+		"shards not pow2": func() []byte {
+			b := append([]byte(nil), good...)
+			le.PutUint32(b[OffShards:], 3)
+			return b
+		}(),
+		"shard 2 without magic": func() []byte {
+			b := append([]byte(nil), good...)
+			le.PutUint32(b[2*HeaderSize:], 0)
+			return b
+		}(),
+	} {
+		if _, err := NewReaders(mem, Mirror); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}
+
+func TestDefaultShards(t *testing.T) {
+	for _, tc := range []struct {
+		size uint64
+		want uint32
+	}{{4096, 1}, {1 << 20, 1}, {2 << 20, 2}, {8 << 20, 8}, {32 << 20, 32}, {256 << 20, 32}} {
+		if got := DefaultShards(tc.size); got != tc.want {
+			t.Errorf("DefaultShards(%d) = %d, want %d", tc.size, got, tc.want)
+		}
+	}
+	p := Placement{Kind: RingBuf, RingSize: 32 << 20, Shards: 32, Addr: 0x1000}
+	if ShardSize(p) != 1<<20 || RingData(p) != 0x1000+32*HeaderSize || MirrorSize(p) != 32*(HeaderSize+(1<<20)+RingTail) {
+		t.Fatalf("layout of 32 shards: size %d data %#x mirror %d", ShardSize(p), RingData(p), MirrorSize(p))
 	}
 }
 

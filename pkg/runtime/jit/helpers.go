@@ -196,9 +196,11 @@ func (c *compiler) ringFn(base string, p gpumap.Placement) string {
 	return base + "_gpu"
 }
 
-// ringArgs are the control block, data and size arguments of ring functions.
+// ringArgs are the control block, data, shard size, shard mask and shard
+// stride arguments of ring functions.
 func ringArgs(p gpumap.Placement) []string {
-	return []string{imm64(int64(p.Addr)), imm64(int64(gpumap.RingData(p))), u(gpumap.RingSize(p))}
+	return []string{imm64(int64(p.Addr)), imm64(int64(gpumap.RingData(p))), u(gpumap.ShardSize(p)),
+		u(gpumap.RingShards(p) - 1), u(gpumap.ShardStride(p))}
 }
 
 // commitScope is the scope of bpf_ringbuf_submit/discard, which are not

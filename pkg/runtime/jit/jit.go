@@ -533,6 +533,9 @@ func checkPlacement(p gpumap.Placement) error {
 		if n := gpumap.RingSize(p); n < 4096 || n&(n-1) != 0 || n > 1<<40 {
 			return fmt.Errorf("ring buffer of %d data bytes: want a power of two of at least 4096", n)
 		}
+		if n := gpumap.RingShards(p); n&(n-1) != 0 || gpumap.ShardSize(p) < 4096 {
+			return fmt.Errorf("ring buffer of %d data bytes in %d shards: want a power of two of shards of at least 4096 bytes each", gpumap.RingSize(p), n)
+		}
 		if gpumap.RingData(p)%8 != 0 {
 			return fmt.Errorf("ring buffer data address %#x is not 8-byte aligned", gpumap.RingData(p))
 		}

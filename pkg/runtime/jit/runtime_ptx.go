@@ -143,15 +143,17 @@ $D:
 	ret;
 }
 `,
-	// reserve(ctl, data, size, len): the calling warp's active lanes
-	// reserve together (gpumap's RingBuf): offsets by popc (equal sizes)
+	// reserve(ctl, data, size, smask, sstride, len): the calling warp's
+	// active lanes reserve together in shard %smid & smask (control block
+	// ctl + shard*256, data at data + shard*sstride, size data bytes per
+	// shard; gpumap's RingBuf): offsets by popc (equal sizes)
 	// or a shuffle sum, one claim on the control block checked against
 	// the released position, one add for the positions, the base
 	// broadcast by shfl. A ring already full is seen with plain loads
 	// (no atomic on the hot counters while dropping). Never waits.
 	// Returns the payload address, or 0 when the record was dropped
 	// (counted).
-	"__gpubpf_rb_reserve": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 len)
+	"__gpubpf_rb_reserve": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 smask, .param .b64 sstride, .param .b64 len)
 {
 	.reg .b64 %a<14>;
 	.reg .b32 %b<16>;
@@ -160,6 +162,13 @@ $D:
 	ld.param.u64 %a1, [data];
 	ld.param.u64 %a2, [size];
 	ld.param.u64 %a3, [len];
+	ld.param.u64 %a10, [smask];
+	ld.param.u64 %a11, [sstride];
+	mov.u32 %b15, %smid;
+	cvt.u64.u32 %a12, %b15;
+	and.b64 %a12, %a12, %a10;
+	mad.lo.u64 %a0, %a12, 256, %a0;
+	mad.lo.u64 %a1, %a12, %a11, %a1;
 	ld.relaxed.gpu.u64 %a8, [%a0+128];
 	ld.relaxed.gpu.u64 %a9, [%a0+192];
 	add.u64 %a4, %a3, 15;
@@ -256,27 +265,33 @@ $DROP:
 	ret;
 }
 `,
-	// output(ctl, data, size, src, len): reserve, copy, commit.
-	"__gpubpf_output": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 src, .param .b64 len)
+	// output(ctl, data, size, smask, sstride, src, len): reserve, copy, commit.
+	"__gpubpf_output": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 smask, .param .b64 sstride, .param .b64 src, .param .b64 len)
 {
-	.reg .b64 %a<6>;
+	.reg .b64 %a<8>;
 	.reg .pred %q0;
 	ld.param.u64 %a0, [ctl];
 	ld.param.u64 %a1, [data];
 	ld.param.u64 %a2, [size];
 	ld.param.u64 %a3, [src];
 	ld.param.u64 %a4, [len];
+	ld.param.u64 %a6, [smask];
+	ld.param.u64 %a7, [sstride];
 	{
 	.param .b64 r;
 	.param .b64 x0;
 	.param .b64 x1;
 	.param .b64 x2;
 	.param .b64 x3;
+	.param .b64 x4;
+	.param .b64 x5;
 	st.param.b64 [x0], %a0;
 	st.param.b64 [x1], %a1;
 	st.param.b64 [x2], %a2;
-	st.param.b64 [x3], %a4;
-	call.uni (r), __gpubpf_rb_reserve, (x0, x1, x2, x3);
+	st.param.b64 [x3], %a6;
+	st.param.b64 [x4], %a7;
+	st.param.b64 [x5], %a4;
+	call.uni (r), __gpubpf_rb_reserve, (x0, x1, x2, x3, x4, x5);
 	ld.param.b64 %a5, [r];
 	}
 	setp.eq.u64 %q0, %a5, 0;
@@ -304,11 +319,13 @@ $DROP:
 	ret;
 }
 `,
-	// log(ctl, data, size, type, str, n, a1, a2, a3): a printk/puts record.
-	"__gpubpf_log": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 ty, .param .b64 s, .param .b64 n, .param .b64 x1, .param .b64 x2, .param .b64 x3)
+	// log(ctl, data, size, smask, sstride, type, str, n, a1, a2, a3): a printk/puts record.
+	"__gpubpf_log": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 smask, .param .b64 sstride, .param .b64 ty, .param .b64 s, .param .b64 n, .param .b64 x1, .param .b64 x2, .param .b64 x3)
 {
-	.reg .b64 %a<12>;
+	.reg .b64 %a<14>;
 	.reg .pred %q0;
+	ld.param.u64 %a12, [smask];
+	ld.param.u64 %a13, [sstride];
 	ld.param.u64 %a0, [ctl];
 	ld.param.u64 %a1, [data];
 	ld.param.u64 %a11, [size];
@@ -326,11 +343,15 @@ $DROP:
 	.param .b64 y1;
 	.param .b64 y2;
 	.param .b64 y3;
+	.param .b64 y4;
+	.param .b64 y5;
 	st.param.b64 [y0], %a0;
 	st.param.b64 [y1], %a1;
 	st.param.b64 [y2], %a11;
-	st.param.b64 [y3], %a8;
-	call.uni (r), __gpubpf_rb_reserve, (y0, y1, y2, y3);
+	st.param.b64 [y3], %a12;
+	st.param.b64 [y4], %a13;
+	st.param.b64 [y5], %a8;
+	call.uni (r), __gpubpf_rb_reserve, (y0, y1, y2, y3, y4, y5);
 	ld.param.b64 %a9, [r];
 	}
 	setp.eq.u64 %q0, %a9, 0;

@@ -218,6 +218,57 @@ func mapsCases() []mapsCase {
 			},
 		},
 		{
+			// The same in a ring of 8 shards (warps pick shard %smid & 7):
+			// every record arrives once across the shards, each shard's
+			// counters add up, and more than one shard was used.
+			name: "ring-sharded",
+			p:    gpumap.Placement{Kind: gpumap.RingBuf, RingSize: 1 << 20, Shards: 8},
+			insns: cat(gtid(), asm.Instructions{
+				asm.StoreMem(asm.RFP, -80, asm.R6, asm.DWord),
+				asm.LoadMapPtr(asm.R1, 0).WithReference("m"),
+				asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -80),
+				asm.Mov.Imm(asm.R3, 8), asm.Mov.Imm(asm.R4, 0),
+				asm.FnRingbufOutput.Call(),
+				asm.Mov.Imm(asm.R0, 0), asm.Return(),
+			}),
+			check: func(mem []byte, p gpumap.Placement) error {
+				rs, err := gpumap.NewReaders(mem, gpumap.Snapshot)
+				if err != nil {
+					return err
+				}
+				if len(rs) != 8 {
+					return fmt.Errorf("%d shard readers, want 8", len(rs))
+				}
+				seen := map[uint64]bool{}
+				var bad error
+				var n, produced, dropped uint64
+				used := 0
+				for _, r := range rs {
+					got, _ := r.Scan(r.Reserved(), func(rec []byte) {
+						id := binary.LittleEndian.Uint64(rec)
+						if len(rec) != 8 || id >= mapsTotal || seen[id] {
+							bad = fmt.Errorf("torn, duplicate or wrong-size record (%d bytes, id %d)", len(rec), id)
+						}
+						seen[id] = true
+					})
+					if got > 0 {
+						used++
+					}
+					if got+r.Dropped() != r.Produced() {
+						bad = fmt.Errorf("a shard holds %d records + %d drops of %d produced", got, r.Dropped(), r.Produced())
+					}
+					n, produced, dropped = n+got, produced+r.Produced(), dropped+r.Dropped()
+				}
+				if bad != nil {
+					return bad
+				}
+				if n+dropped != mapsTotal || produced != mapsTotal || used < 2 {
+					return fmt.Errorf("%d records + %d drops (%d produced) in %d shards, want %d produced in more than one shard", n, dropped, produced, used, mapsTotal)
+				}
+				return nil
+			},
+		},
+		{
 			// Divergent warps with mixed record sizes (the shuffle-sum
 			// path of the warp-aggregated reservation): threads with
 			// id%3 != 0 emit 8*(1+id%4) bytes starting with their id.
