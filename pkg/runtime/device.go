@@ -78,9 +78,10 @@ type ringState struct {
 	// discarded, read by Stats while drains run (and after the mirror is
 	// unmapped).
 	produced, dropped, discarded, pending atomic.Uint64
-	// Drains so far, data bytes they copied, and time spent in them.
-	drains, copied, drainNs atomic.Uint64
-	failed                  bool // a drain failed; logged once
+	// Drains so far, data bytes they copied, time spent in them, the part
+	// of it the agent worked on them, and the part it waited for its copies.
+	drains, copied, drainNs, opNs, waitNs atomic.Uint64
+	failed                                bool // a drain failed; logged once
 }
 
 // device returns (placing maps and compiling programs on first use) the
@@ -221,6 +222,8 @@ func (rs *ringState) addStats(st *Stats) {
 	st.Drains += rs.drains.Load()
 	st.DrainBytes += rs.copied.Load()
 	st.DrainTime += time.Duration(rs.drainNs.Load())
+	st.DrainWait += time.Duration(rs.waitNs.Load())
+	st.DrainAgent += time.Duration(rs.opNs.Load())
 }
 
 // ring places a ring buffer: its control block (and, unless hostDataRings,

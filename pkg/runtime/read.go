@@ -87,10 +87,12 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 			req.Release[j] = r.Released()
 		}
 		t0 := time.Now()
-		copied, err := p.conn.RingDrain(d.target, req)
+		rep, err := p.conn.RingDrain(d.target, req)
 		rs.drains.Add(1)
-		rs.copied.Add(copied)
+		rs.copied.Add(rep.Copied)
 		rs.drainNs.Add(uint64(time.Since(t0)))
+		rs.waitNs.Add(rep.WaitNs)
+		rs.opNs.Add(rep.OpNs)
 		if err != nil {
 			if !rs.failed {
 				rs.failed = true

@@ -193,6 +193,8 @@ type Stats struct {
 	Drains          uint64            // ring drains (agent round trips)
 	DrainBytes      uint64            // record bytes the drains copied from the GPU
 	DrainTime       time.Duration     // time spent in drain round trips
+	DrainAgent      time.Duration     // of which the agent worked on them
+	DrainWait       time.Duration     // of which the agent waited for its copies
 	PrintkLines     uint64            // trace_printk/bpf_puts lines delivered
 	MapErrors       map[string]uint64 // map -> out-of-range/full errors counted on the GPU
 	Launches        uint64            // instrumented launches (agent count)

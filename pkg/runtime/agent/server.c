@@ -1148,6 +1148,13 @@ static int op_unload(struct session *s, uint32_t req, struct rbuf *r, struct wbu
 #define RING_HOST_DATA 1u /* flag: the data area is the region itself */
 #define RING_MAX_SHARDS 65536u
 
+static inline uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static uint64_t ld64(const uint8_t *p)
 {
 	uint64_t v;
@@ -1213,6 +1220,7 @@ static int ring_drain(struct session *s, uint32_t req, CUstream st, struct rbuf 
 	const char *what = NULL;
 	CUresult cr = CUDA_SUCCESS;
 	int queued = 0; /* work on st that must finish before we return */
+	uint64_t start = mono_ns();
 	for (uint32_t i = 0; i < n && cr == CUDA_SUCCESS; i++) {
 		uint8_t *c = mirror + (uint64_t)i * RING_CTRL;
 		if (rel[i] == ld64(c + RING_OFF_RELEASED))
@@ -1230,9 +1238,12 @@ static int ring_drain(struct session *s, uint32_t req, CUstream st, struct rbuf 
 		cr = D.cuMemcpyDtoHAsync(mirror, ring, (size_t)n * RING_CTRL, st);
 		queued = 1;
 	}
+	uint64_t wait = 0, t0;
 	if (cr == CUDA_SUCCESS) {
 		what = "cuStreamSynchronize after reading the ring's control blocks";
+		t0 = mono_ns();
 		cr = D.cuStreamSynchronize(st);
+		wait += mono_ns() - t0;
 		queued = 0;
 	}
 	uint64_t copied = 0;
@@ -1262,7 +1273,9 @@ static int ring_drain(struct session *s, uint32_t req, CUstream st, struct rbuf 
 	}
 	if (cr == CUDA_SUCCESS && queued) {
 		what = "cuStreamSynchronize after copying the ring's data";
+		t0 = mono_ns();
 		cr = D.cuStreamSynchronize(st);
+		wait += mono_ns() - t0;
 		queued = 0;
 	}
 	free(rel);
@@ -1274,6 +1287,8 @@ static int ring_drain(struct session *s, uint32_t req, CUstream st, struct rbuf 
 	}
 	wb_i32(w, ST_OK);
 	wb_u64(w, copied);
+	wb_u64(w, wait);
+	wb_u64(w, mono_ns() - start);
 	return 1;
 }
 
@@ -1725,13 +1740,6 @@ static const char clock_ptx[] =
 	"DONE:\n"
 	"\tret;\n"
 	"}\n";
-
-static inline uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static inline void cpu_relax(void)
 {

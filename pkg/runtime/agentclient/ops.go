@@ -154,15 +154,12 @@ func (c *Conn) Snapshot(t Target, src, regionID, regionOffset, size uint64) erro
 // application's launches): it publishes each shard's r.Release where it
 // moved, copies the control blocks to region offset 0 and, without
 // agentproto.RingDrainHostData, each shard's new data (agentproto's
-// RingDrainRequest). r.Target is set to t. It returns the data bytes
-// copied.
-func (c *Conn) RingDrain(t Target, r agentproto.RingDrainRequest) (copied uint64, err error) {
+// RingDrainRequest). r.Target is set to t.
+func (c *Conn) RingDrain(t Target, r agentproto.RingDrainRequest) (agentproto.RingDrainReply, error) {
 	r.Target = t
 	var rep agentproto.RingDrainReply
-	if err := c.call(agentproto.OpRingDrain, &r, &rep, nil); err != nil {
-		return 0, err
-	}
-	return rep.Copied, nil
+	err := c.call(agentproto.OpRingDrain, &r, &rep, nil)
+	return rep, err
 }
 
 // Activate makes launches of kernel (a CUkernel or CUfunction handle from

@@ -104,12 +104,12 @@ func (f *ringFixture) produce(i, a, b uint64, seed byte) {
 
 func (f *ringFixture) drain(flags uint32, release ...uint64) uint64 {
 	f.t.Helper()
-	n, err := f.c.RingDrain(OnDevice(0), agentproto.RingDrainRequest{Ring: f.ring, RegionID: f.regionID,
+	rep, err := f.c.RingDrain(OnDevice(0), agentproto.RingDrainRequest{Ring: f.ring, RegionID: f.regionID,
 		DataBytes: f.S, TailBytes: f.T, Flags: flags, Release: release})
 	if err != nil {
 		f.t.Fatalf("drain releasing %v, flags %d: %v", release, flags, err)
 	}
-	return n
+	return rep.Copied
 }
 
 func (f *ringFixture) readMirror(off, n uint64) []byte {

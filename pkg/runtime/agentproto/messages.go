@@ -698,11 +698,17 @@ func (m *RingDrainRequest) Decode(d *Decoder) {
 	}
 }
 
-// RingDrainReply says how many data bytes the drain copied.
-type RingDrainReply struct{ Copied uint64 }
+// RingDrainReply says how many data bytes the drain copied, how long the
+// agent spent on it (nanoseconds from its first driver call to the reply)
+// and how much of that it waited for its copies (stream synchronisation).
+type RingDrainReply struct{ Copied, WaitNs, OpNs uint64 }
 
-func (m *RingDrainReply) Encode(e *Encoder) { e.U64(m.Copied) }
-func (m *RingDrainReply) Decode(d *Decoder) { m.Copied = d.U64() }
+func (m *RingDrainReply) Encode(e *Encoder) { e.U64(m.Copied); e.U64(m.WaitNs); e.U64(m.OpNs) }
+func (m *RingDrainReply) Decode(d *Decoder) {
+	m.Copied = d.U64()
+	m.WaitNs = d.U64()
+	m.OpNs = d.U64()
+}
 
 // ActivateRequest routes launches of Kernel (a handle from List) in the
 // clone's context to Function (a handle from LoadReply). With

@@ -497,3 +497,15 @@ func TestThreadID(t *testing.T) {
 		t.Errorf("stack traffic in:\n%s", f.PTX)
 	}
 }
+
+// The reservation variant built (tag ringnoprecheck or not) is the one the
+// runtime emits: the claimed-bytes load and its branch are there exactly
+// when ringPrecheck is set.
+func TestRingPrecheckVariant(t *testing.T) {
+	src := runtimeFunc("__gpubpf_rb_reserve", "")
+	load := strings.Contains(src, "ld.relaxed.gpu.u64 %a9, [%a0+192]")
+	branch := strings.Contains(src, "@%q5 bra $FULLNOW;")
+	if load != ringPrecheck || branch != ringPrecheck {
+		t.Fatalf("ringPrecheck %v: claimed-bytes load %v, full pre-check branch %v", ringPrecheck, load, branch)
+	}
+}

@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// probe_ring: the event path's cost in parts (scripts/gpu/event-bench.sh).
+// ring_record is bpf/trace.bpf.c's per-thread record without its
+// trace_printk from thread 0; ring_fields reads the same fields and keeps
+// them in a per-thread counter array instead of a ring record, so that the
+// difference between the two is the ring reservation and its stores.
+#include "types.h"
+#include "gpu.h"
+#include <bpf/bpf_helpers.h>
+
+struct event {
+	u64 ts;
+	u32 block_x, block_y, block_z;
+	u32 thread_x, thread_y, thread_z;
+	u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_GPU_RINGBUF_MAP);
+	__uint(max_entries, 16);
+	__type(key, u32);
+	__type(value, u32);
+} events SEC(".maps");
+
+GPUBPF_MAP(sums, BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP, u32, u64, 1);
+
+static __always_inline void fields(struct event *e)
+{
+	u64 x, y, z;
+
+	bpf_get_block_idx(&x, &y, &z);
+	e->block_x = x, e->block_y = y, e->block_z = z;
+	bpf_get_thread_idx(&x, &y, &z);
+	e->thread_x = x, e->thread_y = y, e->thread_z = z;
+	e->ts = bpf_get_globaltimer();
+}
+
+SEC("kprobe/_Z9vectorAddPKfS0_Pfi")
+int ring_record(void *ctx)
+{
+	struct event e = {};
+
+	fields(&e);
+	bpf_perf_event_output(ctx, &events, 0, &e, sizeof(e));
+	return 0;
+}
+
+SEC("kprobe/_Z9vectorAddPKfS0_Pfi")
+int ring_fields(void *ctx)
+{
+	struct event e = {};
+	u32 key = 0;
+	u64 *s;
+
+	fields(&e);
+	s = bpf_map_lookup_elem(&sums, &key);
+	if (s)
+		*s += e.ts + e.block_x + e.block_y + e.block_z + e.thread_x + e.thread_y + e.thread_z;
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,5 @@
+//go:build ringprecheck
+
+package jit
+
+const ringPrecheck = true
