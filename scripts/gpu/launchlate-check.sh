@@ -13,6 +13,10 @@
 #     GPU): all 200 starts timed from their cudaGraphLaunch, p50 < 50 us
 #   - graph_launch: its three graph kernels timed at every graph launch, the
 #     app's results unchanged
+#   - CUPTI cross-check (scripts/gpu/launchlate-cupti.sh): per launch,
+#     launchlate's latency and CUPTI's kernel start minus the same CPU stamp
+#     agree within the error bound on >= 99% of launches (skipped, with a
+#     line saying so, where no CUPTI is found)
 # LAUNCHLATE_QUICK=1 skips PyTorch and the cost measurements.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -98,6 +102,17 @@ run attach launchlate -j -d 2 -p $app
 wait $app
 n=$(python3 -c "import json,sys; print(sum(json.loads(l).get('launches',0) for l in open(sys.argv[1]) if l.startswith('{\"type\":\"kernel\"')))" "$LOGS/attach.out" 2>/dev/null)
 result_ok p-app launch_heavy && [ "${n:-0}" -gt 0 ] && ok "-p: $n launches timed, app ok" || bad "-p: '${n:-0}' launches timed ($(tail -1 $LOGS/attach.err)); app: $(tail -1 $LOGS/p-app.out)"
+
+# CUPTI cross-check: its own logs (launchlate-cupti beside these), its whole
+# report here under "cupti:".
+scripts/gpu/launchlate-cupti.sh >"$LOGS/cupti.txt" 2>&1
+crc=$?
+sed 's/^/  cupti: /' "$LOGS/cupti.txt"
+case $crc in
+0) ok "CUPTI cross-check: $(grep -a '^SUMMARY' "$LOGS/cupti.txt" | cut -d'|' -f2- | cut -c2-400)" ;;
+3) grep -a '^skip' "$LOGS/cupti.txt" | tail -1 ;;
+*) bad "CUPTI cross-check: $(grep -a '^FAIL\|^missing\|^bin/launchlate' "$LOGS/cupti.txt" | head -3 | tr '\n' ' ' | cut -c1-400)" ;;
+esac
 
 if [ "${LAUNCHLATE_QUICK:-0}" = 1 ]; then
 	echo "SUMMARY: $pass ok, $fail failed | quick: no PyTorch, no cost measurements"

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/binary"
+	"math"
 	"sort"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -96,8 +97,12 @@ func (t *tracker) addClock(src source, c runtime.ClockSample) {
 // offsetAt is the clock offset at CPU time at, interpolated between the
 // calibrations around it, with its error bound. ok is false when no
 // calibration comes after at and final is false: a later one will place
-// it better (the clocks drift tens of microseconds in seconds).
-func offsetAt(cs []runtime.ClockSample, at uint64, final bool) (off float64, bound uint64, ok bool) {
+// it better (the clocks drift tens of microseconds in seconds). The offset
+// stays an integer: where globaltimer counts ns since the Unix epoch (as
+// current drivers set it) offsets are near 2^61, where a float64 only
+// holds multiples of 256 ns; only the drift between two calibrations is
+// scaled in floating point.
+func offsetAt(cs []runtime.ClockSample, at uint64, final bool) (off int64, bound uint64, ok bool) {
 	if len(cs) == 0 {
 		return 0, 0, false
 	}
@@ -108,13 +113,13 @@ func offsetAt(cs []runtime.ClockSample, at uint64, final bool) (off float64, bou
 			return 0, 0, false
 		}
 		c := cs[len(cs)-1]
-		return float64(c.Offset), c.Bound, true
+		return c.Offset, c.Bound, true
 	case i == 0:
-		return float64(cs[0].Offset), cs[0].Bound, true
+		return cs[0].Offset, cs[0].Bound, true
 	}
 	a, b := cs[i-1], cs[i]
 	f := float64(at-a.At) / float64(b.At-a.At)
-	return float64(a.Offset) + f*float64(b.Offset-a.Offset), max(a.Bound, b.Bound), true
+	return a.Offset + int64(math.Round(f*float64(b.Offset-a.Offset))), max(a.Bound, b.Bound), true
 }
 
 // latency is one timed launch: CPU call to GPU start, and how exactly the
@@ -145,7 +150,7 @@ func (t *tracker) resolve(final bool, timed func(source, latency), untimed func(
 				keep = append(keep, s)
 				continue
 			}
-			timed(src, latency{s: s, ns: int64(float64(s.gpu)-off) - int64(s.cpu), bound: bound})
+			timed(src, latency{s: s, ns: int64(s.gpu) - off - int64(s.cpu), bound: bound})
 		}
 		if len(keep) == 0 {
 			delete(t.pending, src)

@@ -140,3 +140,40 @@ func TestTrackerGraphTimed(t *testing.T) {
 		t.Errorf("a stream launch keyed %+v", k)
 	}
 }
+
+// TestLatencyExactAtEpochScale: where globaltimer counts Unix-epoch ns the
+// clock offset is near 1.8e18, where float64 steps by 256 ns; latencies
+// come out to the nanosecond all the same, interpolated or not.
+func TestLatencyExactAtEpochScale(t *testing.T) {
+	const off = 1_763_894_000_123_456_789 - 5_000_000_000 // GPU Unix time, CPU ~5 s of uptime
+	tests := []struct {
+		name   string
+		c1, c2 runtime.ClockSample
+		cpu    uint64
+		late   uint64
+		want   int64
+	}{
+		{"between equal offsets", runtime.ClockSample{Offset: off, At: 1_000}, runtime.ClockSample{Offset: off, At: 9_000_000_000},
+			5_000_012_345, 4_321, 4_321},
+		{"interpolated drift", runtime.ClockSample{Offset: off, At: 1_000_000_000}, runtime.ClockSample{Offset: off + 20_000, At: 3_000_000_000},
+			2_500_000_001, 4_321 + 15_000, 4_321},
+		{"after the last (final)", runtime.ClockSample{Offset: off - 7, At: 1_000}, runtime.ClockSample{Offset: off, At: 2_000},
+			5_000_000_003, 987, 987},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tr := newTracker()
+			src := source{pid: 1}
+			tab := make([]byte, 2*startSize)
+			putStart(tab, 0, 1, 0, tc.cpu+off+tc.late, tc.cpu, 0, kindRuntime)
+			tr.ingest(src, tab)
+			tr.addClock(src, tc.c1)
+			tr.addClock(src, tc.c2)
+			var got []int64
+			tr.resolve(true, func(_ source, l latency) { got = append(got, l.ns) }, func(source, start) { t.Error("untimed") })
+			if len(got) != 1 || got[0] != tc.want {
+				t.Errorf("latency %v, want [%d]", got, tc.want)
+			}
+		})
+	}
+}

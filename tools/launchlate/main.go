@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -23,7 +24,8 @@ const examples = `
 launchlate -- ./app                 # every kernel of ./app until it exits
 launchlate -p 4242 -i 5             # a running process, print every 5 seconds
 launchlate --stream -k gemm -- ./app  # kernels matching gemm, one histogram per stream
-launchlate -j -d 10 -p 4242         # JSON lines for 10 seconds`
+launchlate -j -d 10 -p 4242         # JSON lines for 10 seconds
+launchlate --events -T -- ./app     # also one line per launch, with wall-clock time`
 
 // How often the GPU's start table is read and the clocks calibrated. The
 // table holds LL_STARTS launches per context, and LL_GRAPH_STARTS kernel
@@ -43,7 +45,8 @@ func main() {
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
 	app.Flags = append(toolkit.CommonFlags(),
 		&cli.BoolFlag{Name: "stream", Usage: "one histogram per kernel and stream"},
-		&cli.BoolFlag{Name: "milliseconds", Aliases: []string{"m"}, Usage: "histogram in milliseconds (default microseconds)"},
+		&cli.BoolFlag{Name: "milliseconds", Aliases: []string{"m"}, Usage: "histogram (and --events' LAT column) in milliseconds (default microseconds)"},
+		&cli.BoolFlag{Name: "events", Usage: "also print one line per timed launch as it is resolved (before the summary)"},
 	)
 	app.Description = `A Linux uprobe on the runtime launch APIs (cudaLaunchKernel and its variants,
 cudaGraphLaunch, in libcudart or a statically linked executable) stamps each
@@ -64,11 +67,24 @@ there on the launch's stream just before the graph. Their stream is not known
 attached, and replays it could not stamp (a graph launched inside another
 graph or into a capture), are counted, not timed.
 
-With -j: one {"type":"kernel",...} object per kernel (and stream) and
-interval (fields: time, kernel, mangled, pid, stream ("graph" for graph
-kernels), graph, launches, p50_ns, p90_ns, p99_ns, max_ns, below_bound,
-bound_ns, untimed, hist_us: [[low, high, count], ...]), then
-{"type":"summary",...}.`
+With --events: also one line per timed launch, under a header: TIME(s) of
+the launch call since tracing began (with -T, its wall-clock time first),
+PID, DEV (device), LAT(us) (LAT(ms) with -m; "<B" when below the error
+bound B), STREAM ("graph" for graph kernels), KERNEL. A launch is printed
+once a clock calibration after it places it, so lines come in batches
+(about every 2 s), each in launch-call order. Starts without a CPU stamp
+are counted, not printed.
+
+With -j: with --events, one {"type":"launch",...} object per timed launch
+(fields: pid, device, kernel, mangled, stream, graph, grid (%gridid, low 48
+bits: unique per launch in its context, kept by a graph's kernel from one
+replay to the next), cpu_ns (the launch call, CLOCK_MONOTONIC), gpu_ns (the
+kernel's first thread, converted to CLOCK_MONOTONIC: cpu_ns + latency_ns),
+latency_ns (signed, not clamped at zero), bound_ns); one
+{"type":"kernel",...} object per kernel (and stream) and interval (fields:
+time, kernel, mangled, pid, stream ("graph" for graph kernels), graph,
+launches, p50_ns, p90_ns, p99_ns, max_ns, below_bound, bound_ns, untimed,
+hist_us: [[low, high, count], ...]), then {"type":"summary",...}.`
 	app.Action = run
 	toolkit.Run(app)
 }
@@ -98,9 +114,15 @@ func run(c *cli.Context) error {
 	ctx, stop := toolkit.TraceContext(c)
 	defer stop()
 	l := &launchlate{
-		sess: sess, tr: newTracker(), w: os.Stdout, json: jsonOut, stamp: c.Bool(toolkit.FlagTimestamp),
+		sess: sess, nameOf: sess.KernelName, tr: newTracker(), w: os.Stdout, json: jsonOut, stamp: c.Bool(toolkit.FlagTimestamp),
 		byStream: c.Bool("stream"), ms: c.Bool("milliseconds"), interval: c.Float64(toolkit.FlagInterval) > 0,
-		cur: map[key]*stats{},
+		cur: map[key]*stats{}, events: c.Bool("events"),
+	}
+	if l.events {
+		l.ev = eventFormat{json: jsonOut, stamp: l.stamp, ms: l.ms, t0: monoNow(), wall: time.Now().UnixNano() - int64(monoNow())}
+		if !jsonOut {
+			fmt.Fprint(l.w, l.ev.header())
+		}
 	}
 	pollCtx, stopPoll := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -117,6 +139,7 @@ func run(c *cli.Context) error {
 	l.read()
 	l.calibrate(true) // the processes still attached; those gone took one at exit
 	l.tr.resolve(true, l.timed, l.untimed)
+	l.flushEvents()
 	l.mu.Unlock()
 	closeErr := sess.Close()
 	st := sess.Stats()
@@ -138,10 +161,19 @@ func run(c *cli.Context) error {
 	return toolkit.Finish("launchlate", targets, sess, st, code, traceErr, closeErr)
 }
 
+// monoNow reads CLOCK_MONOTONIC, the clock of the launch stamps
+// (bpf_ktime_get_ns), for --events' TIME(s) and -T.
+func monoNow() uint64 {
+	var ts unix.Timespec
+	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
 // launchlate holds the trace's state between readings.
 type launchlate struct {
 	mu       sync.Mutex
 	sess     *runtime.Session
+	nameOf   func(uint32) string // the session's mangled kernel names (a test's own)
 	tr       *tracker
 	w        io.Writer
 	json     bool
@@ -149,6 +181,11 @@ type launchlate struct {
 	byStream bool
 	ms       bool
 	interval bool
+	events   bool        // --events
+	ev       eventFormat // how --events lines are written
+	batch    []launchEvent
+	evBuf    []byte
+	names    map[uint32]kernelNames // --events' names by kernel index
 
 	cur       map[key]*stats // since the last report (-i) or the start
 	lastClock time.Time
@@ -213,6 +250,7 @@ func (l *launchlate) poll(ctx context.Context, interval time.Duration) {
 				l.takeClocks()
 			}
 			l.tr.resolve(false, l.timed, l.untimed)
+			l.flushEvents()
 			l.mu.Unlock()
 			if interval > 0 && !now.Before(next) {
 				l.report(false)
@@ -297,6 +335,9 @@ func (l *launchlate) get(k key) *stats {
 
 func (l *launchlate) timed(src source, lat latency) {
 	l.get(l.keyOf(src, lat.s)).add(lat)
+	if l.events {
+		l.batch = append(l.batch, launchEvent{src, lat})
+	}
 	l.timedN++
 	if lat.s.isGraph() {
 		l.graphT++

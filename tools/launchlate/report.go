@@ -21,7 +21,7 @@ type row struct {
 }
 
 func (l *launchlate) kernelName(i uint32) (base, mangled string) {
-	mangled = l.sess.KernelName(i)
+	mangled = l.nameOf(i)
 	if mangled == "" {
 		return "(unknown kernel)", ""
 	}
