@@ -181,8 +181,9 @@ $D:
 }
 `,
 	// reserve(ctl, data, size, smask, sstride, len): the calling warp's
-	// active lanes reserve together in shard (%smid*8 + %warpid) & smask
-	// (control block
+	// active lanes reserve together in shard (%smid*8 + %warpid) & smask as
+	// the lowest active lane reads them (both may change when a preempted
+	// warp resumes elsewhere, so every lane takes that lane's) (control block
 	// ctl + shard*256, data at data + shard*sstride, size data bytes per
 	// shard; gpumap's RingBuf): offsets by popc (equal sizes)
 	// or a shuffle sum, one claim on the control block checked against
@@ -202,15 +203,6 @@ $D:
 	ld.param.u64 %a3, [len];
 	ld.param.u64 %a10, [smask];
 	ld.param.u64 %a11, [sstride];
-	mov.u32 %b15, %smid;
-	mov.u32 %b14, %warpid;
-	mad.lo.u32 %b15, %b15, 8, %b14;
-	cvt.u64.u32 %a12, %b15;
-	and.b64 %a12, %a12, %a10;
-	mad.lo.u64 %a0, %a12, 256, %a0;
-	mad.lo.u64 %a1, %a12, %a11, %a1;
-	ld.relaxed.gpu.u64 %a8, [%a0+128];
-	ld.relaxed.gpu.u64 %a9, [%a0+192];
 	add.u64 %a4, %a3, 15;
 	and.b64 %a4, %a4, 0xFFFFFFFFFFFFFFF8;
 	setp.gt.u64 %q0, %a4, RINGTAIL;
@@ -220,6 +212,16 @@ $D:
 	mov.u32 %b2, %laneid;
 	brev.b32 %b3, %b1;
 	bfind.shiftamt.u32 %b3, %b3;
+	mov.u32 %b15, %smid;
+	mov.u32 %b14, %warpid;
+	mad.lo.u32 %b15, %b15, 8, %b14;
+	shfl.sync.idx.b32 %b15, %b15, %b3, 31, %b1;
+	cvt.u64.u32 %a12, %b15;
+	and.b64 %a12, %a12, %a10;
+	mad.lo.u64 %a0, %a12, 256, %a0;
+	mad.lo.u64 %a1, %a12, %a11, %a1;
+	ld.relaxed.gpu.u64 %a8, [%a0+128];
+	ld.relaxed.gpu.u64 %a9, [%a0+192];
 	shfl.sync.idx.b32 %b4, %b0, %b3, 31, %b1;
 	setp.eq.u32 %q1, %b4, %b0;
 	vote.sync.all.pred %q1, %q1, %b1;
