@@ -6,19 +6,7 @@
 #include "gpu.h"
 #include <bpf/bpf_helpers.h>
 
-struct event {
-	u64 ts;
-	u32 block_x, block_y, block_z;
-	u32 thread_x, thread_y, thread_z;
-	u32 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_GPU_RINGBUF_MAP);
-	__uint(max_entries, 16);
-	__type(key, u32);
-	__type(value, u32);
-} events SEC(".maps");
+#include "trace.h"
 
 SEC("kprobe/_Z9vectorAddPKfS0_Pfi")
 int cuda__probe(void *ctx)

@@ -8,19 +8,7 @@
 #include "gpu.h"
 #include <bpf/bpf_helpers.h>
 
-struct event {
-	u64 ts;
-	u32 block_x, block_y, block_z;
-	u32 thread_x, thread_y, thread_z;
-	u32 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_GPU_RINGBUF_MAP);
-	__uint(max_entries, 16);
-	__type(key, u32);
-	__type(value, u32);
-} events SEC(".maps");
+#include "trace.h"
 
 GPUBPF_MAP(sums, BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP, u32, u64, 1);
 

@@ -175,6 +175,39 @@ func (h *host) check(rec []byte) {
 	h.got = append(h.got, id)
 }
 
+// producer is the GPU side of a test: warps that reserve, fill and commit
+// (or discard, one record in discardOneIn) records with increasing ids.
+type producer struct {
+	d            *devRing
+	rng          *rand.Rand
+	discardOneIn int
+	id, discards uint64
+	committed    map[uint64]bool
+}
+
+func newProducer(d *devRing, rng *rand.Rand, discardOneIn int) *producer {
+	return &producer{d: d, rng: rng, discardOneIn: discardOneIn, committed: map[uint64]bool{}}
+}
+
+// warp reserves lens in shard sh and tells seen each record it wrote.
+func (p *producer) warp(sh uint64, lens []int, seen func(id uint64, n int)) {
+	for i, off := range p.d.reserveIn(sh, lens) {
+		if off < 0 {
+			continue
+		}
+		fill(p.d.mem[off:off+lens[i]], p.id)
+		seen(p.id, lens[i])
+		discard := p.rng.Intn(p.discardOneIn) == 0
+		if discard {
+			p.discards++
+		} else {
+			p.committed[p.id] = true
+		}
+		p.d.commit(off, discard)
+		p.id++
+	}
+}
+
 func fill(b []byte, id uint64) {
 	le.PutUint64(b, id)
 	for i := 8; i < len(b); i++ {
@@ -190,8 +223,7 @@ func TestRingStream(t *testing.T) {
 	rng := rand.New(rand.NewSource(1))
 	d := newDevRing(1 << 14)
 	h := newHost(t, d)
-	var id, discards uint64
-	committed := map[uint64]bool{}
+	pr := newProducer(d, rng, 50)
 	for round := 0; round < 3000; round++ {
 		for w := 0; w < 1+rng.Intn(4); w++ {
 			lanes := 1 + rng.Intn(32)
@@ -206,21 +238,7 @@ func TestRingStream(t *testing.T) {
 					lens[i] = RingTail // over the limit with its header
 				}
 			}
-			for i, off := range d.reserve(lens) {
-				if off < 0 {
-					continue
-				}
-				fill(d.mem[off:off+lens[i]], id)
-				h.sizes[id] = lens[i]
-				discard := rng.Intn(50) == 0
-				if discard {
-					discards++
-				} else {
-					committed[id] = true
-				}
-				d.commit(off, discard)
-				id++
-			}
+			pr.warp(0, lens, func(id uint64, n int) { h.sizes[id] = n })
 		}
 		if rng.Intn(3) == 0 {
 			h.drain()
@@ -236,16 +254,16 @@ func TestRingStream(t *testing.T) {
 	if dropped == 0 {
 		t.Fatalf("the ring never filled: the test does not exercise drops")
 	}
-	if produced != uint64(len(h.got))+dropped+discards {
-		t.Fatalf("produced %d != delivered %d + dropped %d + discarded %d", produced, len(h.got), dropped, discards)
+	if produced != uint64(len(h.got))+dropped+pr.discards {
+		t.Fatalf("produced %d != delivered %d + dropped %d + discarded %d", produced, len(h.got), dropped, pr.discards)
 	}
 	for i := 1; i < len(h.got); i++ {
 		if h.got[i] <= h.got[i-1] {
 			t.Fatalf("record %d arrived after %d", h.got[i], h.got[i-1])
 		}
 	}
-	if len(h.got) != len(committed) {
-		t.Fatalf("%d records delivered, %d committed", len(h.got), len(committed))
+	if len(h.got) != len(pr.committed) {
+		t.Fatalf("%d records delivered, %d committed", len(h.got), len(pr.committed))
 	}
 	if h.r.Dropped() != dropped || h.r.Produced() != produced {
 		t.Fatalf("reader counters %d/%d, ring %d/%d", h.r.Dropped(), h.r.Produced(), dropped, produced)
@@ -263,8 +281,7 @@ func TestRingShards(t *testing.T) {
 		t.Fatalf("%d shards of %d bytes, want 8 of 4096", d.N, d.S)
 	}
 	h := newHost(t, d)
-	var id, discards uint64
-	committed := map[uint64]bool{}
+	pr := newProducer(d, rng, 40)
 	shardOf := map[uint64]uint64{}
 	for round := 0; round < 2000; round++ {
 		for w := 0; w < 1+rng.Intn(6); w++ {
@@ -274,21 +291,7 @@ func TestRingShards(t *testing.T) {
 				sh = 0
 			}
 			lens := make40(1 + rng.Intn(32))
-			for i, off := range d.reserveIn(sh, lens) {
-				if off < 0 {
-					continue
-				}
-				fill(d.mem[off:off+lens[i]], id)
-				shardOf[id] = sh
-				discard := rng.Intn(40) == 0
-				if discard {
-					discards++
-				} else {
-					committed[id] = true
-				}
-				d.commit(off, discard)
-				id++
-			}
+			pr.warp(sh, lens, func(id uint64, _ int) { shardOf[id] = sh })
 		}
 		if rng.Intn(4) == 0 {
 			h.drain()
@@ -312,8 +315,8 @@ func TestRingShards(t *testing.T) {
 			t.Fatalf("drops: shard 0 %d, shard %d %d; want the busy shard to drop most", d.getIn(0, OffErrors), i, d.getIn(i, OffErrors))
 		}
 	}
-	if produced != uint64(len(h.got))+dropped+discards || len(h.got) != len(committed) {
-		t.Fatalf("produced %d != delivered %d + dropped %d + discarded %d (%d committed)", produced, len(h.got), dropped, discards, len(committed))
+	if produced != uint64(len(h.got))+dropped+pr.discards || len(h.got) != len(pr.committed) {
+		t.Fatalf("produced %d != delivered %d + dropped %d + discarded %d (%d committed)", produced, len(h.got), dropped, pr.discards, len(pr.committed))
 	}
 	last := map[uint64]uint64{}
 	seen := map[uint64]bool{}

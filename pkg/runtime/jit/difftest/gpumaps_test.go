@@ -48,13 +48,6 @@ type mapsCase struct {
 
 func mapsCases() []mapsCase {
 	key0 := asm.Instructions{asm.Instruction{OpCode: asm.StoreImmOp(asm.DWord), Dst: asm.RFP, Offset: -80, Constant: 0}, asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -80)}
-	cat := func(parts ...asm.Instructions) asm.Instructions {
-		var out asm.Instructions
-		for _, p := range parts {
-			out = append(out, p...)
-		}
-		return out
-	}
 	return []mapsCase{
 		{
 			// Per-thread array with half as many slots as threads.
@@ -182,14 +175,7 @@ func mapsCases() []mapsCase {
 			// records that fit arrive whole, the rest are counted drops.
 			name: "ring",
 			p:    gpumap.Placement{Kind: gpumap.RingBuf, RingSize: 1 << 16},
-			insns: cat(gtid(), asm.Instructions{
-				asm.StoreMem(asm.RFP, -80, asm.R6, asm.DWord),
-				asm.LoadMapPtr(asm.R1, 0).WithReference("m"),
-				asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -80),
-				asm.Mov.Imm(asm.R3, 8), asm.Mov.Imm(asm.R4, 0),
-				asm.FnRingbufOutput.Call(),
-				asm.Mov.Imm(asm.R0, 0), asm.Return(),
-			}),
+			insns: emitID(),
 			check: func(mem []byte, p gpumap.Placement) error {
 				r, err := gpumap.NewReader(mem, gpumap.Snapshot)
 				if err != nil {
@@ -223,14 +209,7 @@ func mapsCases() []mapsCase {
 			// counters add up, and more than one shard was used.
 			name: "ring-sharded",
 			p:    gpumap.Placement{Kind: gpumap.RingBuf, RingSize: 1 << 20, Shards: 8},
-			insns: cat(gtid(), asm.Instructions{
-				asm.StoreMem(asm.RFP, -80, asm.R6, asm.DWord),
-				asm.LoadMapPtr(asm.R1, 0).WithReference("m"),
-				asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -80),
-				asm.Mov.Imm(asm.R3, 8), asm.Mov.Imm(asm.R4, 0),
-				asm.FnRingbufOutput.Call(),
-				asm.Mov.Imm(asm.R0, 0), asm.Return(),
-			}),
+			insns: emitID(),
 			check: func(mem []byte, p gpumap.Placement) error {
 				rs, err := gpumap.NewReaders(mem, gpumap.Snapshot)
 				if err != nil {
@@ -353,6 +332,26 @@ func mapsCases() []mapsCase {
 			},
 		},
 	}
+}
+
+func cat(parts ...asm.Instructions) asm.Instructions {
+	var out asm.Instructions
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+// emitID: every thread outputs its global id as an 8-byte record.
+func emitID() asm.Instructions {
+	return cat(gtid(), asm.Instructions{
+		asm.StoreMem(asm.RFP, -80, asm.R6, asm.DWord),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("m"),
+		asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -80),
+		asm.Mov.Imm(asm.R3, 8), asm.Mov.Imm(asm.R4, 0),
+		asm.FnRingbufOutput.Call(),
+		asm.Mov.Imm(asm.R0, 0), asm.Return(),
+	})
 }
 
 // TestGPUMaps runs multi-threaded map programs on the GPU (8192 threads
