@@ -173,8 +173,8 @@ func mapsCases() []mapsCase {
 		{
 			// Every thread emits its id into a 64 KiB ring nobody drains:
 			// records that fit arrive whole, the rest are counted drops.
-			name: "ring",
-			p:    gpumap.Placement{Kind: gpumap.RingBuf, RingSize: 1 << 16},
+			name:  "ring",
+			p:     gpumap.Placement{Kind: gpumap.RingBuf, RingSize: 1 << 16},
 			insns: emitID(),
 			check: func(mem []byte, p gpumap.Placement) error {
 				r, err := gpumap.NewReader(mem, gpumap.Snapshot)
@@ -204,11 +204,11 @@ func mapsCases() []mapsCase {
 			},
 		},
 		{
-			// The same in a ring of 8 shards (warps pick shard %smid & 7):
+			// The same in a ring of 8 shards (the warp key mod 8):
 			// every record arrives once across the shards, each shard's
 			// counters add up, and more than one shard was used.
-			name: "ring-sharded",
-			p:    gpumap.Placement{Kind: gpumap.RingBuf, RingSize: 1 << 20, Shards: 8},
+			name:  "ring-sharded",
+			p:     gpumap.Placement{Kind: gpumap.RingBuf, RingSize: 1 << 20, Shards: 8},
 			insns: emitID(),
 			check: func(mem []byte, p gpumap.Placement) error {
 				rs, err := gpumap.NewReaders(mem, gpumap.Snapshot)
