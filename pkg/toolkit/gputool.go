@@ -68,7 +68,13 @@ func (r *Report) U64(name string) []uint64 { return r.maps[name] }
 // Kernel names kernel index i (bpf_gpu_kernel_index): the demangled base
 // name and the mangled one.
 func (r *Report) Kernel(i uint32) (base, mangled string) {
-	mangled = r.Session.KernelName(i)
+	return KernelNames(r.Session.KernelName(i))
+}
+
+// KernelNames is the demangled base name of a mangled kernel name (the
+// mangled name when it does not demangle), and the mangled name; an empty
+// name (an index no session knows) is "(unknown kernel)".
+func KernelNames(mangled string) (base, m string) {
 	if mangled == "" {
 		return "(unknown kernel)", ""
 	}

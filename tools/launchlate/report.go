@@ -8,7 +8,6 @@ import (
 
 	"github.com/olekukonko/tablewriter"
 
-	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -21,15 +20,7 @@ type row struct {
 }
 
 func (l *launchlate) kernelName(i uint32) (base, mangled string) {
-	mangled = l.nameOf(i)
-	if mangled == "" {
-		return "(unknown kernel)", ""
-	}
-	base, _ = fatbin.Demangle(mangled)
-	if base == "" {
-		base = mangled
-	}
-	return base, mangled
+	return toolkit.KernelNames(l.nameOf(i))
 }
 
 func streamName(s uint64) string {
