@@ -105,7 +105,12 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 		filling = false
 		for _, r := range rs.readers {
 			reserved := r.Reserved()
-			b := newBatch(p.PID, dev, m.name, reserved-min(reserved, r.Released()))
+			produced += r.Produced()
+			dropped += r.Dropped()
+			if r.Pending(reserved) == 0 {
+				continue // most shards, most drains: no batch to make
+			}
+			b := newBatch(p.PID, dev, m.name, r.Pending(reserved))
 			if printk {
 				b.Map = ""
 			}
@@ -129,8 +134,6 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 			delivered, discarded = delivered+n, discarded+x
 			pend := r.Pending(reserved)
 			pending += pend
-			produced += r.Produced()
-			dropped += r.Dropped()
 			filling = filling || pend > r.Size()/8
 		}
 		rs.discarded.Add(discarded)
