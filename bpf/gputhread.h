@@ -120,17 +120,22 @@ static __always_inline void gpu_fill_event(struct gpu_thread_event *e, u64 ts)
 
 static __always_inline u32 linlog_bucket(u64 v)
 {
+	/* floor(log2(v)) with no branch: smear the top bit down, count the
+	 * ones. Branches here, inside the loops that call it, made the kernel's
+	 * verifier (which checks every GPU program first) give up on the
+	 * number of paths. */
 	u64 x = v;
-	u32 e = 0, b;
+	u32 e, b;
 
 	if (v < 16)
 		return v;
-	if (x >> 32) { e += 32; x >>= 32; }
-	if (x >> 16) { e += 16; x >>= 16; }
-	if (x >> 8) { e += 8; x >>= 8; }
-	if (x >> 4) { e += 4; x >>= 4; }
-	if (x >> 2) { e += 2; x >>= 2; }
-	if (x >> 1) { e += 1; }
+	x |= x >> 1;
+	x |= x >> 2;
+	x |= x >> 4;
+	x |= x >> 8;
+	x |= x >> 16;
+	x |= x >> 32;
+	e = gpu_popc((u32)x) + gpu_popc((u32)(x >> 32)) - 1;
 	b = 16 + (e - 4) * 8 + ((v >> (e - 3)) & 7);
 	return b < LINLOG_BUCKETS ? b : LINLOG_BUCKETS - 1;
 }

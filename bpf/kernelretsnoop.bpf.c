@@ -52,6 +52,24 @@ struct {
 
 #define T40 ((1ULL << 40) - 1)
 
+/* The lanes of a completed warp, taken in turns by the lanes of the group
+ * that completed it. A global function: the kernel's verifier (which checks
+ * every GPU program first) checks it once, not once per path into it,
+ * which made it give up. k bounds the walk for the verifier, which cannot
+ * know that n (the lanes of the group) is at least 1. rank_n: the
+ * calling lane's rank in its group | the group's size << 16 (five
+ * arguments at most). */
+__noinline int count_lanes(struct warp_exits *w, u64 first, u64 rank_n, u64 lanes, u64 kernel)
+{
+	u32 j = rank_n & 0xFFFF, n = rank_n >> 16;
+
+	if (!w)
+		return 0;
+	for (int k = 0; k < 32 && j < lanes && j < 32; k++, j += n)
+		gpu_array_add(&lanehist, (kernel * 32 + j) * LINLOG_BUCKETS + linlog_bucket(w->t[j] - first), 1);
+	return 0;
+}
+
 /* A warp whose lanes exit apart: out of line (a called function, not pasted
  * at every exit), so the common case of whole warps carries none of its
  * code. The lanes exiting together call it together. */
@@ -91,10 +109,9 @@ static __noinline void split_exit(u64 now, u64 kernel)
 
 	/* The group that completes the warp counts every lane: each of its
 	 * lanes finds the earliest exit (32 loads side by side, no walk),
-	 * then they take turns over the lanes; lanes that exited together
-	 * share their time and so their bucket. */
-	u64 first = ~0ULL, prev = ~0ULL, v[32];
-	u32 rank = gpu_popc(g.mask & ((1U << lane) - 1)), b = 0;
+	 * then they take turns over the lanes. */
+	u64 first = ~0ULL, v[32];
+	u32 rank = gpu_popc(g.mask & ((1U << lane) - 1));
 
 	/* One straight run of loads (no branch between them to wait at). */
 	__builtin_memcpy(v, w->t, sizeof(v));
@@ -102,15 +119,7 @@ static __noinline void split_exit(u64 now, u64 kernel)
 	for (int j = 0; j < 32; j++)
 		if (j < lanes && v[j] < first)
 			first = v[j];
-	for (u32 j = rank; j < lanes && j < 32; j += g.n) {
-		u64 tj = w->t[j];
-
-		if (tj != prev) {
-			prev = tj;
-			b = linlog_bucket(tj - first);
-		}
-		gpu_array_add(&lanehist, (kernel * 32 + j) * LINLOG_BUCKETS + b, 1);
-	}
+	count_lanes(w, first, rank | (u64)g.n << 16, lanes, kernel);
 }
 
 SEC("gpu/exit/*")

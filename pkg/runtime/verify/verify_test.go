@@ -1,0 +1,146 @@
+package verify
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+)
+
+//go:generate sh -c "for f in testdata/*.bpf.c; do clang -O2 -g -mcpu=v3 -target bpf -fdebug-compilation-dir=. -I../../../bpf -I../../../bpf/include -c $DOLLAR{f} -o $DOLLAR{f%.c}.o; done"
+
+func needRoot(t *testing.T) { t.Helper(); testenv.Root(t) }
+
+func gpuPrograms(t *testing.T, file string) (*ebpf.CollectionSpec, []*ebpf.ProgramSpec) {
+	t.Helper()
+	spec, err := ebpf.LoadCollectionSpec(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpu, _, err := runtime.SplitPrograms(spec)
+	if err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	var out []*ebpf.ProgramSpec
+	for _, g := range gpu {
+		out = append(out, g.Spec)
+	}
+	return spec, out
+}
+
+// The unsafe shapes: each refused on its BAD line with the right reason.
+func TestRefusesUnsafe(t *testing.T) {
+	needRoot(t)
+	spec, progs := gpuPrograms(t, "testdata/unsafe.bpf.o")
+	want := map[string]string{
+		"null_deref":     "without checking it for NULL",
+		"stack_by_tid":   "stack",
+		"endless":        "run forever",
+		"leak_store":     "copies a pointer",
+		"leak_update":    "copies a pointer",
+		"ctx_far":        "outside its size",
+		"deref_arg":      "bpf_probe_read_kernel",
+		"ring_unchecked": "without checking it for NULL",
+		"misaligned":     "not aligned",
+		"cpu_helper":     "bpf_get_current_comm, which GPU programs cannot call",
+		"value_oob":      "outside its size",
+	}
+	if len(progs) != len(want) {
+		t.Fatalf("unsafe.bpf.o has %d GPU programs, the test knows %d", len(progs), len(want))
+	}
+	for _, p := range progs {
+		t.Run(p.Name, func(t *testing.T) {
+			err := Program(spec, p)
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("want a refusal, got %v", err)
+			}
+			msg := e.Error()
+			t.Log(msg)
+			if !strings.Contains(msg, want[p.Name]) {
+				t.Errorf("message does not say %q", want[p.Name])
+			}
+			if !strings.Contains(e.Source, "/* BAD */") || !strings.Contains(msg, "unsafe.bpf.c:") {
+				t.Errorf("refused at %q, not at the line marked BAD", e.Source)
+			}
+			if !strings.Contains(msg, p.Name) || !strings.Contains(msg, "kprobe/vectorAdd") {
+				t.Errorf("message does not name the program and its section")
+			}
+		})
+	}
+}
+
+// Every GPU program of the repository's objects is accepted.
+func TestAcceptsRepositoryPrograms(t *testing.T) {
+	needRoot(t)
+	root := "../../.."
+	var files []string
+	err := filepath.WalkDir(root, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == ".gpu") {
+			return filepath.SkipDir
+		}
+		if strings.HasSuffix(path, ".o") && !refusedOnPurpose[filepath.Base(path)] && isBPF(path) {
+			files = append(files, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		spec, err := ebpf.LoadCollectionSpec(f)
+		if err != nil {
+			continue // not a BPF object
+		}
+		gpu, _, err := runtime.SplitPrograms(spec)
+		if err != nil {
+			continue
+		}
+		for _, g := range gpu {
+			n++
+			rel, _ := filepath.Rel(root, f)
+			t.Run(rel+"/"+g.Spec.Name, func(t *testing.T) {
+				if err := Program(spec, g.Spec); err != nil {
+					var e *Error
+					if errors.As(err, &e) {
+						t.Logf("log:\n%s", strings.Join(e.Log, "\n"))
+					}
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+	if n < 10 {
+		t.Fatalf("found only %d GPU programs in %d objects under %s", n, len(files), root)
+	}
+}
+
+// refusedOnPurpose are test objects of programs the GPU must refuse.
+var refusedOnPurpose = map[string]bool{"unsafe.bpf.o": true, "tailcall.bpf.o": true}
+
+func TestRefusesTailCall(t *testing.T) {
+	needRoot(t)
+	spec, progs := gpuPrograms(t, "../../../bpf/testdata/tailcall.bpf.o")
+	for _, p := range progs {
+		err := Program(spec, p)
+		if err == nil || !strings.Contains(err.Error(), "bpf_tail_call, which GPU programs cannot call") {
+			t.Errorf("%s: want bpf_tail_call refused, got %v", p.Name, err)
+		}
+	}
+}
+
+func isBPF(path string) bool {
+	b, err := os.ReadFile(path)
+	// ELF, 64-bit, machine EM_BPF (247) at offset 18.
+	return err == nil && len(b) > 20 && string(b[:4]) == "\x7fELF" && b[18] == 247
+}
