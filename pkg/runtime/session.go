@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
+	"github.com/gpubpf/gpubpf/pkg/runtime/verify"
 )
 
 // Options configure a Session.
@@ -247,6 +248,15 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		batches: make(chan *Batch, batchQueue),
 		procs:   map[int]*Process{},
 		stats:   Stats{KernelsMatched: map[string]bool{}, KernelsSkipped: map[string]string{}, KernelsSeen: map[string]bool{}, MapErrors: map[string]uint64{}},
+	}
+	// The kernel's verifier judges every GPU program before anything is
+	// started: a program it refuses never reaches the GPU.
+	specs := make([]*ebpf.ProgramSpec, len(gpu))
+	for i, g := range gpu {
+		specs[i] = g.Spec
+	}
+	if err := verify.Programs(spec, specs); err != nil {
+		return nil, err
 	}
 	for _, g := range gpu {
 		if _, err := s.compile(g, placeholderPlacements(spec, g), gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7f0000000000, HostResident: true, MaxEntries: 1 << 20}, 0); err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
+	"github.com/gpubpf/gpubpf/pkg/runtime/verify"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -52,6 +54,17 @@ func ptxCmd(c *cli.Context) error {
 		return fmt.Errorf("%s: %w", file, err)
 	}
 	want := c.String("program")
+	for _, g := range gpu {
+		if want != "" && g.Spec.Name != want {
+			continue
+		}
+		if err := verify.Program(spec, g.Spec); errors.Is(err, verify.ErrPrivileges) {
+			// The text reaches no GPU: print it, unchecked, and say so.
+			fmt.Fprintf(c.App.ErrWriter, "gpubpf ptx: %s not checked: %v\n", g.Spec.Name, err)
+		} else if err != nil {
+			return fmt.Errorf("%s: %w", file, err)
+		}
+	}
 	maps, notes := placeholderMaps(spec)
 	printk := gpumap.Placement{Kind: gpumap.RingBuf, Addr: placeholderBase - 0x10000000, HostResident: true, MaxEntries: 1 << 20}
 	var fns []*jit.Function

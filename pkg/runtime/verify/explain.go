@@ -21,7 +21,7 @@ var insnInReason = regexp.MustCompile(`insn (\d+)`)
 // refusal turns the verifier's log into an Error on the program's own
 // instruction and source line.
 func (tw *twin) refusal(ve *ebpf.VerifierError) *Error {
-	e := &Error{Program: tw.prog.Name, Section: tw.prog.SectionName, Insn: -1, Log: ve.Log}
+	e := &Error{Program: tw.prog.Name, Section: tw.prog.SectionName, Insn: -1, Log: ve.Log, ByKernel: true}
 	log := ve.Log
 	for len(log) > 0 && (strings.HasPrefix(log[len(log)-1], "processed ") || strings.TrimSpace(log[len(log)-1]) == "") {
 		log = log[:len(log)-1]
@@ -116,9 +116,9 @@ var explanations = []explanation{
 	// check first: "misaligned access" has no kind before "access".
 	{regexp.MustCompile(`invalid mem access '(scalar|inv)'|misaligned access off`),
 		"it reads or writes memory through a number that is not a pointer the verifier knows (a device address taken from the kernel's arguments or a launch word); a bad address would kill the application's CUDA context. Read device memory with bpf_probe_read_kernel(&dst, sizeof(dst), ptr), which refuses NULL"},
-	{regexp.MustCompile(`(variable-offset|variable stack access|invalid (indirect )?(read|write) (from|to) stack|invalid stack|stack (off|depth)|min value is negative)`),
+	{regexp.MustCompile(`(math between fp pointer|variable-offset|variable stack access|invalid (indirect )?(read|write) (from|to) stack|invalid stack|stack (off|depth)|min value is negative)`),
 		"it accesses its stack outside its frame, or at an index the verifier cannot bound; on the GPU that reads or overwrites another thread's memory. Bound the index before using it (if (i >= N) return 0;)"},
-	{regexp.MustCompile(`(invalid access to map value|outside of the allowed memory range|map_value.*(off|size)|invalid access to memory)`),
+	{regexp.MustCompile(`(math between map_value pointer|invalid access to map value|outside of the allowed memory range|map_value.*(off|size)|invalid access to memory)`),
 		"it accesses a map value (or ctx) outside its size, or at an offset the verifier cannot bound; check the index against the value's size first"},
 	{regexp.MustCompile(`(infinite loop|back-edge|too large|too complex|loop)`),
 		"it may run forever: the verifier cannot prove a loop ends, and a GPU thread that never finishes hangs the application's kernel. Give each loop a constant upper bound (for (i = 0; i < 64 && i < n; i++))"},
@@ -140,5 +140,5 @@ func explain(reason string) string {
 			return x.says
 		}
 	}
-	return "the kernel's verifier cannot prove it safe; the GPU runs only what it would run in the kernel. Run with --verbose for the verifier's log"
+	return "the kernel's verifier cannot prove it safe; the GPU runs only what it would run in the kernel. gpubpf verify -v OBJ prints the verifier's log"
 }

@@ -73,11 +73,14 @@ type Error struct {
 	Reason, Explain string
 	// Log is the verifier's whole log.
 	Log []string
+	// ByKernel is set when the kernel's verifier refused it (not one of
+	// this package's own checks).
+	ByKernel bool
 }
 
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "GPU program %s (section %s) is refused by the kernel's verifier", e.Program, e.Section)
+	fmt.Fprintf(&b, "GPU program %s (section %s) is refused as unsafe", e.Program, e.Section)
 	if e.Insn >= 0 {
 		fmt.Fprintf(&b, " at instruction %d", e.Insn)
 	}
@@ -87,7 +90,11 @@ func (e *Error) Error() string {
 		b.WriteString(" (compile with clang -g for the source line)")
 	}
 	fmt.Fprintf(&b, ": %s", e.Explain)
-	fmt.Fprintf(&b, " [kernel: %s]", e.Reason)
+	by := "gpubpf's check"
+	if e.ByKernel {
+		by = "the kernel's verifier"
+	}
+	fmt.Fprintf(&b, " [%s: %s]", by, e.Reason)
 	return b.String()
 }
 
@@ -129,7 +136,7 @@ func Program(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) error {
 		// The kernel ends a search with too many pending branches ("the
 		// sequence of N jumps is too complex") with EFAULT, and cilium
 		// keeps no log for it.
-		return &Error{Program: p.Name, Section: p.SectionName, Insn: -1, Reason: err.Error(),
+		return &Error{Program: p.Name, Section: p.SectionName, Insn: -1, Reason: err.Error(), ByKernel: true,
 			Explain: "the verifier gave up: the program has too many paths to check (usually a loop with branches inside, run many times); move the loop body into a global (non-static) __noinline function, which the verifier checks once, or give the loop a smaller constant bound"}
 	}
 	if errors.Is(err, os.ErrPermission) || errors.Is(err, ebpf.ErrNotSupported) && os.Geteuid() != 0 {

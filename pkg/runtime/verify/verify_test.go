@@ -1,4 +1,4 @@
-package verify
+package verify_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpubpf/gpubpf/internal/testenv"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/runtime/verify"
 )
 
 //go:generate sh -c "for f in testdata/*.bpf.c; do clang -O2 -g -mcpu=v3 -target bpf -fdebug-compilation-dir=. -I../../../bpf -I../../../bpf/include -c $DOLLAR{f} -o $DOLLAR{f%.c}.o; done"
@@ -40,7 +41,7 @@ func TestRefusesUnsafe(t *testing.T) {
 	spec, progs := gpuPrograms(t, "testdata/unsafe.bpf.o")
 	want := map[string]string{
 		"null_deref":     "without checking it for NULL",
-		"stack_by_tid":   "stack",
+		"stack_by_tid":   "stack outside its frame",
 		"endless":        "run forever",
 		"leak_store":     "copies a pointer",
 		"leak_update":    "copies a pointer",
@@ -56,8 +57,8 @@ func TestRefusesUnsafe(t *testing.T) {
 	}
 	for _, p := range progs {
 		t.Run(p.Name, func(t *testing.T) {
-			err := Program(spec, p)
-			var e *Error
+			err := verify.Program(spec, p)
+			var e *verify.Error
 			if !errors.As(err, &e) {
 				t.Fatalf("want a refusal, got %v", err)
 			}
@@ -110,8 +111,8 @@ func TestAcceptsRepositoryPrograms(t *testing.T) {
 			n++
 			rel, _ := filepath.Rel(root, f)
 			t.Run(rel+"/"+g.Spec.Name, func(t *testing.T) {
-				if err := Program(spec, g.Spec); err != nil {
-					var e *Error
+				if err := verify.Program(spec, g.Spec); err != nil {
+					var e *verify.Error
 					if errors.As(err, &e) {
 						t.Logf("log:\n%s", strings.Join(e.Log, "\n"))
 					}
@@ -132,7 +133,7 @@ func TestRefusesTailCall(t *testing.T) {
 	needRoot(t)
 	spec, progs := gpuPrograms(t, "../../../bpf/testdata/tailcall.bpf.o")
 	for _, p := range progs {
-		err := Program(spec, p)
+		err := verify.Program(spec, p)
 		if err == nil || !strings.Contains(err.Error(), "bpf_tail_call, which GPU programs cannot call") {
 			t.Errorf("%s: want bpf_tail_call refused, got %v", p.Name, err)
 		}
