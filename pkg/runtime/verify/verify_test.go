@@ -8,9 +8,12 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
 
 	"github.com/gpubpf/gpubpf/internal/testenv"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
 	"github.com/gpubpf/gpubpf/pkg/runtime/verify"
 )
 
@@ -144,4 +147,18 @@ func isBPF(path string) bool {
 	b, err := os.ReadFile(path)
 	// ELF, 64-bit, machine EM_BPF (247) at offset 18.
 	return err == nil && len(b) > 20 && string(b[:4]) == "\x7fELF" && b[18] == 247
+}
+
+// The twin table and the GPU compiler agree on which helpers a GPU program
+// may call: a helper the compiler has but the table lacks would be refused
+// by the verifier; one the table has but the compiler lacks would pass it.
+func TestHelperTableMatchesCompiler(t *testing.T) {
+	for id := asm.BuiltinFunc(1); id < 700; id++ {
+		p := &ebpf.ProgramSpec{Name: "h", Type: ebpf.Kprobe, Instructions: asm.Instructions{id.Call(), asm.Return()}}
+		_, err := jit.Compile(p, jit.Options{Printk: gpumap.Placement{Kind: gpumap.RingBuf, Addr: 1 << 40, MaxEntries: 1 << 20}})
+		compiles := !errors.Is(err, jit.ErrUnsupported)
+		if compiles != verify.GPUHelper(id) {
+			t.Errorf("helper %d (%v): compiler supports it: %v, verifier's table has it: %v (%v)", int32(id), id, compiles, verify.GPUHelper(id), err)
+		}
+	}
 }
