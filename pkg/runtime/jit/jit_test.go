@@ -256,6 +256,19 @@ func helperCases() map[string][]asm.Instruction {
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
 		asm.Return(),
 	}
+	// bpf_probe_read{,_user,_kernel}{,_str}: from a map value, from a
+	// pointer read out of ctx, and from NULL.
+	var pr []asm.Instruction
+	for _, id := range []asm.BuiltinFunc{4, 112, 113, 45, 114, 115} {
+		pr = append(pr,
+			asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -16), asm.Mov.Imm(asm.R2, 16),
+			asm.LoadMapValue(asm.R3, 0, 0).WithReference("arr"), id.Call(),
+			asm.LoadMem(asm.R3, asm.R6, 8, asm.DWord),
+			asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -24), asm.Mov.Imm(asm.R2, 8), id.Call(),
+			asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -3), asm.Mov.Imm(asm.R2, 3), asm.Mov.Imm(asm.R3, 0), id.Call(),
+		)
+	}
+	cases["helper/probe-read"] = append(append([]asm.Instruction{asm.Mov.Reg(asm.R6, asm.R1)}, pr...), asm.Return())
 	var is []asm.Instruction
 	is = append(is,
 		stImm(asm.RFP, -8, 0x0a6425, asm.DWord), // "%d\n"
@@ -507,5 +520,35 @@ func TestRingPrecheckVariant(t *testing.T) {
 	branch := strings.Contains(src, "@%q5 bra $FULLNOW;")
 	if load != ringPrecheck || branch != ringPrecheck {
 		t.Fatalf("ringPrecheck %v: claimed-bytes load %v, full pre-check branch %v", ringPrecheck, load, branch)
+	}
+}
+
+// TestProbeRead: the six probe_read helpers call the copy or the string
+// runtime function with size cut to Linux's u32, and both refuse the first
+// page before they load.
+func TestProbeRead(t *testing.T) {
+	for _, c := range []struct {
+		id  asm.BuiltinFunc
+		str bool
+	}{{4, false}, {112, false}, {113, false}, {45, true}, {114, true}, {115, true}} {
+		t.Run(c.id.String(), func(t *testing.T) {
+			f, err := Compile(prog(asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -8), asm.Mov.Imm(asm.R2, 8), asm.Mov.Imm(asm.R3, 0), c.id.Call(), asm.Return()), testOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			fn, memcpy := "probe__rt_probe_read,", true
+			if c.str {
+				fn, memcpy = "probe__rt_probe_read_str,", false
+			}
+			for _, want := range []string{"and.b64 %t5, %r2, 0xFFFFFFFF;", "call.uni (rv), " + fn, "setp.lt.u64 %q0, %a2, 4096;", "0xFFFFFFFFFFFFFFF2"} {
+				if !strings.Contains(f.PTX, want) {
+					t.Errorf("PTX lacks %q:\n%s", want, f.PTX)
+				}
+			}
+			if got := strings.Contains(f.PTX, ".func probe__rt_memcpy("); got != memcpy {
+				t.Errorf("memcpy included: %v, want %v", got, memcpy)
+			}
+			assemble(t, f)
+		})
 	}
 }
