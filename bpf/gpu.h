@@ -121,7 +121,18 @@ static u64 (*const bpf_gpu_thread_id)(void) = (void *)606;
  * A probe that never reads ctx costs nothing for it (the compiler tells the
  * injector, which then builds no copy and passes 0).
  *
- * The memory-access probe gets struct gpubpf_mem_access instead.
+ * ctx may be read anywhere in its first 4096 bytes (CUDA's classic limit on
+ * a kernel's parameters; the verifier holds every ctx access to it). Past
+ * the kernel's parameters it reads zeros, and so does all of it where the
+ * parameters are out of reach: an exit (or a stub hook) inside a device
+ * function. The copy is as long as the program's furthest ctx access at a
+ * constant offset; a ctx pointer moved by a variable, stored anywhere but
+ * the stack, or passed to a __noinline function or to a helper that reads
+ * through it (a map key, bpf_probe_read's src) costs the full 4096 bytes,
+ * zero-filled, in every thread.
+ *
+ * The memory-access probe gets struct gpubpf_mem_access instead (zeros
+ * after it, likewise).
  */
 #define GPUBPF_ARG(ctx, type, offset) \
 	(*(const type *)((const char *)(ctx) + (offset)))
