@@ -30,7 +30,7 @@ const fpAny = 1 << 30
 
 const ctxSlots = StackSize / 8
 
-// ctxState is what the analysis knows before one instruction: registers
+// ctxState is what the analysis knows at a point of the program: registers
 // and the 8-byte stack slots (where clang spills ctx under register
 // pressure).
 type ctxState struct {
@@ -89,73 +89,89 @@ var ctxPtrArgs = map[int64]uint8{
 // count as such.
 func (c *compiler) ctxBytes() int {
 	sp := c.subs[0]
-	in := make([]*ctxState, sp.end)
+	// States are kept at jump targets only; a block's instructions are
+	// walked with one running state.
+	target := make([]bool, sp.end+1)
+	for i := sp.start; i < sp.end; i++ {
+		if t := c.target[i]; t >= sp.start && t < sp.end && !c.insns[i].IsFunctionCall() {
+			target[t] = true
+		}
+	}
 	first := &ctxState{}
 	first.r[1] = ctxVal{kind: vCtx}
 	first.r[10] = ctxVal{kind: vFP}
-	in[sp.start] = first
+	in := map[int]*ctxState{sp.start: first}
 	work := []int{sp.start}
-	queued := make([]bool, sp.end)
-	queued[sp.start] = true
+	queued := map[int]bool{sp.start: true}
+	// merge joins st into the state at target j; false where the join
+	// gives up.
+	merge := func(j int, st *ctxState) bool {
+		old := in[j]
+		changed := false
+		if old == nil {
+			s := *st
+			in[j], changed = &s, true
+		} else {
+			for k := range st.r {
+				v, ok := join(old.r[k], st.r[k])
+				if !ok {
+					return false
+				}
+				changed = changed || v != old.r[k]
+				old.r[k] = v
+			}
+			for k := range st.s {
+				v, ok := join(old.s[k], st.s[k])
+				if !ok {
+					return false
+				}
+				changed = changed || v != old.s[k]
+				old.s[k] = v
+			}
+		}
+		if changed && !queued[j] {
+			queued[j] = true
+			work = append(work, j)
+		}
+		return true
+	}
 	reach := 0
 	// Loops that move a ctx pointer grow its range until it passes
 	// CtxMax; the budget only guards against pathological programs.
 	budget := 64*(sp.end-sp.start) + 1<<16
 	for len(work) > 0 {
-		if budget--; budget < 0 {
-			return CtxMax
-		}
 		i := work[len(work)-1]
 		work = work[:len(work)-1]
 		queued[i] = false
 		st := *in[i]
-		end, ok := c.ctxStep(i, &st)
-		if !ok {
-			return CtxMax
-		}
-		reach = max(reach, end)
-		var next []int
-		op := c.insns[i].OpCode
-		switch {
-		case op.Class().IsJump() && op.JumpOp() == asm.Exit:
-		case op.Class().IsJump() && op.JumpOp() == asm.Ja:
-			next = []int{c.target[i]}
-		case op.Class().IsJump() && op.JumpOp() != asm.Call:
-			next = []int{i + 1, c.target[i]}
-		default:
-			next = []int{i + 1}
-		}
-		for _, j := range next {
-			if j < sp.start || j >= sp.end {
-				continue // compileFunc reports it
+		for i < sp.end {
+			if budget--; budget < 0 {
+				return CtxMax
 			}
-			changed := false
-			if in[j] == nil {
-				s := st
-				in[j], changed = &s, true
-			} else {
-				for k := range st.r {
-					v, ok := join(in[j].r[k], st.r[k])
-					if !ok {
-						return CtxMax
-					}
-					if v != in[j].r[k] {
-						in[j].r[k], changed = v, true
-					}
+			end, ok := c.ctxStep(i, &st)
+			if !ok {
+				return CtxMax
+			}
+			reach = max(reach, end)
+			op := c.insns[i].OpCode
+			jump := op.Class().IsJump() && op.JumpOp() != asm.Call
+			if jump && op.JumpOp() == asm.Exit {
+				break
+			}
+			if jump {
+				if t := c.target[i]; t >= sp.start && t < sp.end && !merge(t, &st) {
+					return CtxMax
 				}
-				for k := range st.s {
-					v, ok := join(in[j].s[k], st.s[k])
-					if !ok {
-						return CtxMax
-					}
-					if v != in[j].s[k] {
-						in[j].s[k], changed = v, true
-					}
+				if op.JumpOp() == asm.Ja {
+					break
 				}
 			}
-			if changed && !queued[j] {
-				queued[j] = true
-				work = append(work, j)
+			i++
+			if i < sp.end && target[i] {
+				if !merge(i, &st) {
+					return CtxMax
+				}
+				break
 			}
 		}
 	}
