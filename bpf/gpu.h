@@ -115,11 +115,24 @@ static u64 (*const bpf_gpu_thread_id)(void) = (void *)606;
  *   const float *a = GPUBPF_ARG(ctx, const float *, 0);
  *   int n = GPUBPF_ARG(ctx, int, 24);
  *
- * Pointers read this way are device addresses the probe may dereference.
+ * Pointers read this way are device addresses: read through them with
+ * bpf_probe_read_kernel (see its limit below), not with a plain load,
+ * which the verifier refuses.
  * A probe that never reads ctx costs nothing for it (the compiler tells the
  * injector, which then builds no copy and passes 0).
  *
- * The memory-access probe gets struct gpubpf_mem_access instead.
+ * ctx may be read anywhere in its first 4096 bytes (CUDA's classic limit on
+ * a kernel's parameters; the verifier holds every ctx access to it). Past
+ * the kernel's parameters it reads zeros, and so does all of it where the
+ * parameters are out of reach: an exit (or a stub hook) inside a device
+ * function. The copy is as long as the program's furthest ctx access at a
+ * constant offset; a ctx pointer moved by a variable, stored anywhere but
+ * the stack, or passed to a __noinline function or to a helper that reads
+ * through it (a map key, bpf_probe_read's src) costs the full 4096 bytes,
+ * zero-filled, in every thread.
+ *
+ * The memory-access probe gets struct gpubpf_mem_access instead (zeros
+ * after it, likewise).
  */
 #define GPUBPF_ARG(ctx, type, offset) \
 	(*(const type *)((const char *)(ctx) + (offset)))
@@ -142,6 +155,19 @@ struct gpubpf_mem_access {
  * bpf_get_prandom_u32       per-thread, stateless (timer, clock, thread id)
  * bpf_perf_event_output, bpf_ringbuf_output/reserve/submit/discard
  *     records in a GPU ring buffer (drops are counted, never waited for)
+ * bpf_probe_read_kernel/_user, bpf_probe_read (dst, size, src)
+ *     copy size bytes from the device (generic) address src and return 0;
+ *     user and kernel are one address space on the GPU. This is how a
+ *     program reads through a pointer it got from ctx or a launch word:
+ *     the verifier refuses a plain load through such a number.
+ * bpf_probe_read_kernel_str/_user_str, bpf_probe_read_str (dst, size, src)
+ *     copy up to size-1 bytes, stopping after a NUL; dst is always
+ *     NUL-terminated (size > 0) and the rest of it left as it was; return
+ *     the bytes written including the NUL (0 when size is 0).
+ *     Limit of both: only src in the first page (NULL, or a field of a NULL
+ *     struct pointer) is caught (dst zeroed, -EFAULT, as in Linux). A GPU
+ *     load cannot fail softly: any other address not mapped on the device
+ *     still faults, and that ends the application's CUDA context.
  * Not available on the GPU (refused at compile time, naming the C line):
  * bpf_tail_call, kfuncs, callbacks (bpf_loop), may_goto.
  */

@@ -90,10 +90,12 @@ int launchlate_entry(void *ctx)
 
 	if (kind == LL_GRAPH_NODE || kind == LL_GRAPH_WORD) {
 		/* The graph launch's stamp, which the agent wrote to the
-		 * graph's word in stream order before the launch. */
+		 * graph's word in stream order before the launch. The word's
+		 * address is a number to the verifier: read it with the
+		 * helper (a failed read leaves 0, no stamp). */
 		cpu = 0;
 		if (kind == LL_GRAPH_WORD && (info & ((1ULL << 56) - 1)))
-			cpu = *(volatile u64 *)(info & ((1ULL << 56) - 1));
+			bpf_probe_read_kernel(&cpu, sizeof(cpu), (void *)(info & ((1ULL << 56) - 1)));
 		if (!cpu) {
 			u32 k = kernel < LL_KERNELS ? kernel : LL_KERNELS - 1;
 			u64 *g = bpf_map_lookup_elem(&graph_starts, &k);

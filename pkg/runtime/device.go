@@ -356,7 +356,7 @@ func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, e
 		return nil, nil
 	case 1:
 		f := d.funcs[progs[0].Spec.Name]
-		return &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion,
+		return &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, CtxBytes: f.CtxBytes, PTXVersion: f.PTXVersion,
 			SiteTime: f.UsesSiteTime, LaunchWords: f.UsesLaunchWords,
 			Inline: func(s instrument.Site) string {
 				return f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: s.Uniq, Kernel: d.p.s.KernelIndex(s.Kernel), Time: s.Time, Launch: s.Launch})
@@ -370,6 +370,8 @@ func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, e
 		defs.WriteString(f.PTX)
 		defs.WriteString("\n")
 		pr.UsesCtx = pr.UsesCtx || f.UsesCtx
+		// One buffer serves all: as big as the furthest reader needs.
+		pr.CtxBytes = max(pr.CtxBytes, f.CtxBytes)
 		pr.SiteTime = pr.SiteTime || f.UsesSiteTime
 		pr.LaunchWords = pr.LaunchWords || f.UsesLaunchWords
 		if f.PTXVersion[0] > pr.PTXVersion[0] || f.PTXVersion[0] == pr.PTXVersion[0] && f.PTXVersion[1] > pr.PTXVersion[1] {

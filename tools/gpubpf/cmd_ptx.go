@@ -77,8 +77,8 @@ func ptxCmd(c *cli.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", file, err)
 		}
-		fmt.Fprintf(w, "// gpubpf ptx %s: program %s (section %s) -> .func %s at the %s of kernel %s; reads ctx: %v\n",
-			file, g.Spec.Name, g.Spec.SectionName, f.Name, g.Site, g.Kernel, f.UsesCtx)
+		fmt.Fprintf(w, "// gpubpf ptx %s: program %s (section %s) -> .func %s at the %s of kernel %s; reads ctx: %v (%d bytes)\n",
+			file, g.Spec.Name, g.Spec.SectionName, f.Name, g.Site, g.Kernel, f.UsesCtx, f.CtxBytes)
 		fns = append(fns, f)
 	}
 	n := len(fns)

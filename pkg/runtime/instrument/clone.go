@@ -46,6 +46,9 @@ type Clone struct {
 	// fromConst marks loads AliasGlobals turned from .const into .global.
 	fromConst map[*ptx.Stmt]bool
 	opSlab    []string
+	// zeroCtx: bytes of the zero-filled ctx buffer a .func declares for
+	// the probes it calls, where the kernel's parameters are out of reach.
+	zeroCtx map[*ptx.Func]int
 }
 
 // Sites counts what the passes inserted.
@@ -104,6 +107,7 @@ func Extract(m *ptx.Module, kernels []string, skipStubs bool) (*Clone, error) {
 		calls:   map[string]*ptx.Stmt{},
 
 		fromConst: map[*ptx.Stmt]bool{},
+		zeroCtx:   map[*ptx.Func]int{},
 	}
 	// "debug" in .target demands DWARF sections the clone does not carry.
 	for _, t := range m.Target {

@@ -15,6 +15,13 @@ type Probe struct {
 	PTX        string // its definition (and helper funcs), no .version/.target header
 	UsesCtx    bool   // if false the probe gets ctx = 0 and no context is built
 	PTXVersion [2]int // minimum .version the probe needs
+	// CtxBytes is how many bytes of ctx the probe may access (the
+	// compiler's Function.CtxBytes). Its ctx buffer is made at least this
+	// big, the part past the kernel's parameters (or past the memory
+	// record) zero-filled, so that a probe reading further than they go
+	// stays inside it. 0 sizes the buffer for the parameters (the record)
+	// alone, as for a hand-written probe that reads no further.
+	CtxBytes int
 	// Inline, when set, returns the probe's body as a PTX block to paste
 	// at a site instead of calling Func (ptxas does not inline calls: a
 	// call costs a CALL and spills even for an empty probe). ctx is a

@@ -441,7 +441,11 @@ func TestInstrumentedFixturesAssemble(t *testing.T) {
 				g[n] = addr
 				addr += 0x1000
 			}
-			r, err := InstrumentModule(m, Request{Entry: probe("pe", true), Exit: probe("px", true), MemAccess: probe("pm", true), Globals: g})
+			// Probes that read past the parameters and the memory
+			// record (the exit one as far as a ctx pointer the compiler
+			// lost may go): zero fills, unrolled and looped, in every
+			// kernel and in .funcs that exit.
+			r, err := InstrumentModule(m, Request{Entry: reaching("pe", 72), Exit: reaching("px", 4096), MemAccess: reaching("pm", 24), Globals: g})
 			if err != nil {
 				t.Fatal(err)
 			}

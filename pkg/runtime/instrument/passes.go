@@ -343,13 +343,15 @@ func (c *Clone) RedirectStubs(p *Probe) {
 			if s.Kind == ptx.Instr && s.Base() == "call" {
 				if callee := callTarget(s); isStub(callee) {
 					ctx := "0"
+					var pre []*ptx.Stmt
 					if p.UsesCtx && f.Entry {
 						ctx = ctxReg
 					} else if p.UsesCtx {
-						c.Notes = append(c.Notes, fmt.Sprintf("%s calls %s from a .func, where the kernel parameters are out of reach: the probe gets ctx = 0", f.Name, callee))
+						ctx, pre = ctxReg, c.zeroCtxIn(f, p.CtxBytes)
+						c.Notes = append(c.Notes, fmt.Sprintf("%s calls %s from a .func, where the kernel parameters are out of reach: the probe reads zeros for ctx there", f.Name, callee))
 					}
 					out = c.siteTime(out, p.Func)
-					out = append(out, c.guard(s.Pred, c.callProbe(p.Func, ctx))...)
+					out = append(out, c.guard(s.Pred, append(pre, c.callProbe(p.Func, ctx)...))...)
 					direct[f.Name] = true
 					c.Sites.Stub++
 					continue
@@ -415,11 +417,65 @@ func (c *Clone) needCtx(ps ...*Probe) bool {
 	return false
 }
 
+// ctxReach is the most bytes of ctx the probes that read it may access.
+func ctxReach(ps ...*Probe) int {
+	n := 0
+	for _, p := range ps {
+		if p != nil && p.UsesCtx {
+			n = max(n, p.CtxBytes)
+		}
+	}
+	return n
+}
+
+// zeroUnroll is the most 8-byte stores a zero fill is written out as; a
+// longer one (up to jit.CtxMax bytes, for a probe whose ctx pointer the
+// compiler could not follow) is a loop of 32-byte steps.
+const zeroUnroll = 16
+
+// zeroLocal returns code that zeroes bytes [from, to) of the .local array
+// buf (from a multiple of 8), and the end it zeroes to: to rounded up to a
+// whole store or loop step. buf must be declared at least that big.
+func (c *Clone) zeroLocal(buf string, from, to int) ([]*ptx.Stmt, int) {
+	to = (to + 7) / 8 * 8
+	if (to-from)/8 <= zeroUnroll {
+		var out []*ptx.Stmt
+		for o := from; o < to; o += 8 {
+			out = append(out, c.ins("", "st.local.b64", fmt.Sprintf("[%s+%d]", buf, o), "0"))
+		}
+		return out, to
+	}
+	to = from + (to-from+31)/32*32
+	l := c.newLabel()
+	text := fmt.Sprintf("\t{\n\t.reg .b64 %%gpubpf_z<2>;\n\t.reg .pred %%gpubpf_zp;\n"+
+		"\tmov.u64 %%gpubpf_z0, %[1]s;\n\tadd.u64 %%gpubpf_z1, %%gpubpf_z0, %[2]d;\n\tadd.u64 %%gpubpf_z0, %%gpubpf_z0, %[3]d;\n"+
+		"%[4]s:\n\tst.local.b64 [%%gpubpf_z0], 0;\n\tst.local.b64 [%%gpubpf_z0+8], 0;\n"+
+		"\tst.local.b64 [%%gpubpf_z0+16], 0;\n\tst.local.b64 [%%gpubpf_z0+24], 0;\n"+
+		"\tadd.u64 %%gpubpf_z0, %%gpubpf_z0, 32;\n\tsetp.lt.u64 %%gpubpf_zp, %%gpubpf_z0, %%gpubpf_z1;\n\t@%%gpubpf_zp bra %[4]s;\n\t}\n",
+		buf, to, from, l)
+	return []*ptx.Stmt{{Kind: ptx.Raw, Text: text}}, to
+}
+
+// zeroCtxIn returns the code that gives a probe called in .func f, where
+// the kernel's parameters are out of reach, a ctx of zeros: a .local
+// buffer of f (declared by finish) zero-filled and its generic address in
+// %gpubpf_ctx. A NULL ctx instead would fault the context on the first
+// read. The fill is redone at each call, so that a probe writing its ctx
+// leaves no trace for the next; exits run once per thread.
+func (c *Clone) zeroCtxIn(f *ptx.Func, reach int) []*ptx.Stmt {
+	code, size := c.zeroLocal(ctxVar, 0, max(reach, 8))
+	c.zeroCtx[f] = max(c.zeroCtx[f], size)
+	return append(code,
+		c.ins("", "mov.u64", ctxReg, ctxVar),
+		c.ins("", "cvta.local.u64", ctxReg, ctxReg))
+}
+
 // buildCtx inserts, at the start of kernel k, the copy of its parameters
 // into a .local buffer laid out like CUDA's kernelParams (each at its
 // natural alignment, in order) and puts the buffer's generic address in
-// %gpubpf_ctx.
-func (c *Clone) buildCtx(k *ptx.Func) {
+// %gpubpf_ctx. The buffer holds at least reach bytes: a probe may read
+// further than the parameters go (up to jit.CtxMax), and finds zeros there.
+func (c *Clone) buildCtx(k *ptx.Func, reach int) {
 	var code []*ptx.Stmt
 	off := 0
 	for _, p := range k.Params {
@@ -449,6 +505,13 @@ func (c *Clone) buildCtx(k *ptx.Func) {
 		off += size
 	}
 	size := max((off+7)/8*8, 8)
+	if reach > off {
+		// Zeros first: the first word may hold the last parameter's
+		// bytes, which the copy then puts in.
+		var zero []*ptx.Stmt
+		zero, size = c.zeroLocal(ctxVar, off/8*8, max(reach, size))
+		code = append(zero, code...)
+	}
 	code = append([]*ptx.Stmt{decl(fmt.Sprintf(".local .align 16 .b8 %s[%d]", ctxVar, size))}, code...)
 	code = append(code,
 		instr("", "mov.u64", ctxReg, ctxVar),
@@ -467,7 +530,7 @@ func (c *Clone) InsertEntry(p, exit *Probe) {
 		// probe and redirected stubs.
 		stubCtx := p != nil && p.UsesCtx && c.stubbed[k.Name]
 		if (wantEntry && p.UsesCtx) || (exit != nil && exit.UsesCtx) || stubCtx {
-			c.buildCtx(k)
+			c.buildCtx(k, ctxReach(p, exit))
 		}
 		if !wantEntry {
 			continue
@@ -507,14 +570,16 @@ func (c *Clone) InsertExit(p *Probe) {
 		for _, s := range f.Body {
 			if s.Kind == ptx.Instr && (s.Base() == "exit" || f.Entry && s.Base() == "ret") {
 				ctx := "0"
+				var call []*ptx.Stmt
 				if p.UsesCtx {
 					if f.Entry {
 						ctx = ctxReg
 					} else {
-						c.Notes = append(c.Notes, fmt.Sprintf("exit in .func %s: the exit probe gets ctx = 0 there", f.Name))
+						ctx, call = ctxReg, c.zeroCtxIn(f, p.CtxBytes)
+						c.Notes = append(c.Notes, fmt.Sprintf("exit in .func %s: the exit probe reads zeros for ctx there", f.Name))
 					}
 				}
-				call := c.callProbe(p.Func, ctx)
+				call = append(call, c.callProbe(p.Func, ctx)...)
 				out = c.siteTime(out, p.Func)
 				if s.Pred == "" {
 					out = append(out, call...)
@@ -702,11 +767,20 @@ func (c *Clone) InsertMemAccess(p *Probe) {
 		}
 		head := []*ptx.Stmt{decl(".reg .b64 " + memAddrReg)}
 		if p.UsesCtx {
-			// The record's generic address is computed once per function.
+			// The record's generic address is computed once per
+			// function. A probe that reads past the 16-byte record
+			// (up to jit.CtxMax) reads zeros, inside the buffer.
+			var zero []*ptx.Stmt
+			size := 16
+			if p.CtxBytes > size {
+				zero, size = c.zeroLocal(memVar, 16, p.CtxBytes)
+			}
 			head = append(head,
-				decl(".local .align 8 .b8 "+memVar+"[16]"),
+				decl(fmt.Sprintf(".local .align 8 .b8 %s[%d]", memVar, size)),
 				decl(".reg .b64 "+memReg),
-				decl(".reg .b64 "+memMetaReg),
+				decl(".reg .b64 "+memMetaReg))
+			head = append(head, zero...)
+			head = append(head,
 				c.ins("", "mov.u64", memReg, memVar),
 				c.ins("", "cvta.local.u64", memReg, memReg))
 		}
@@ -857,6 +931,9 @@ func (c *Clone) finish() {
 		}
 		if ctx {
 			ds = append(ds, decl(".reg .b64 "+ctxReg))
+		}
+		if n := c.zeroCtx[f]; n > 0 {
+			ds = append(ds, decl(fmt.Sprintf(".local .align 16 .b8 %s[%d]", ctxVar, n)))
 		}
 		if now {
 			ds = append(ds, decl(".reg .b64 "+siteTimeReg))

@@ -14,6 +14,7 @@ const (
 	hMapLookup     = 1
 	hMapUpdate     = 2
 	hMapDelete     = 3
+	hProbeRead     = 4
 	hKtimeNS       = 5
 	hTracePrintk   = 6
 	hPrandom       = 7
@@ -21,6 +22,11 @@ const (
 	hTailCall      = 12
 	hPidTgid       = 14
 	hPerfOutput    = 25
+	hProbeReadStr  = 45
+	hProbeReadUser = 112
+	hProbeReadKern = 113
+	hProbeUserStr  = 114
+	hProbeKernStr  = 115
 	hRingOutput    = 130
 	hRingReserve   = 131
 	hRingSubmit    = 132
@@ -289,6 +295,15 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 			c.callSeq("%r0", "__gpubpf_hash_delete_"+c.atomicScope(m.p), a[0], "%r2", a[1], a[2], a[3])
 			return nil
 		})
+	case hProbeRead, hProbeReadUser, hProbeReadKern, hProbeReadStr, hProbeUserStr, hProbeKernStr:
+		// (dst, size, src): user and kernel addresses are one generic
+		// space on the GPU. size is a u32 in Linux's prototype.
+		fn := "__gpubpf_probe_read"
+		if id == hProbeReadStr || id == hProbeUserStr || id == hProbeKernStr {
+			fn = "__gpubpf_probe_read_str"
+		}
+		c.e("and.b64 %%t5, %%r2, 0xFFFFFFFF;")
+		c.callSeq("%r0", fn, "%r1", "%t5", "%r3")
 	case hKtimeNS, hGlobaltimer:
 		c.e("mov.u64 %%r0, %%globaltimer;")
 	case hTracePrintk:
@@ -410,6 +425,7 @@ func (c *compiler) runtimePTX() string {
 		"__gpubpf_log_sys":         {"__gpubpf_rb_reserve", "__gpubpf_memcpy", "__gpubpf_rb_commit_sys"},
 		"__gpubpf_output_gpu":      {"__gpubpf_rb_reserve", "__gpubpf_memcpy", "__gpubpf_rb_commit_gpu"},
 		"__gpubpf_output_sys":      {"__gpubpf_rb_reserve", "__gpubpf_memcpy", "__gpubpf_rb_commit_sys"},
+		"__gpubpf_probe_read":      {"__gpubpf_memcpy"},
 	}
 	need := map[string]bool{}
 	var add func(string)
@@ -426,7 +442,7 @@ func (c *compiler) runtimePTX() string {
 		add(n)
 	}
 	// Emit in dependency order: leaves first.
-	order := []string{"__gpubpf_memcpy", "__gpubpf_fnv", "__gpubpf_strlen", "__gpubpf_rb_commit_gpu", "__gpubpf_rb_commit_sys",
+	order := []string{"__gpubpf_memcpy", "__gpubpf_fnv", "__gpubpf_strlen", "__gpubpf_probe_read", "__gpubpf_probe_read_str", "__gpubpf_rb_commit_gpu", "__gpubpf_rb_commit_sys",
 		"__gpubpf_rb_reserve", "__gpubpf_hash_find_gpu", "__gpubpf_hash_find_sys",
 		"__gpubpf_hash_update_gpu", "__gpubpf_hash_update_sys", "__gpubpf_hash_delete_gpu", "__gpubpf_hash_delete_sys",
 		"__gpubpf_log_gpu", "__gpubpf_log_sys", "__gpubpf_output_gpu", "__gpubpf_output_sys"}

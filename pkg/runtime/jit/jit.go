@@ -6,8 +6,8 @@
 //	.func (.param .b64 ret) NAME(.param .b64 ctx)
 //
 // called once per GPU thread; ctx is a generic address of the kernel's
-// launch parameters (CUDA kernelParams layout) or 0 when Function.UsesCtx is
-// false. BPF registers r0-r10 become 64-bit PTX registers; r10 points to the
+// launch parameters (CUDA kernelParams layout) in a buffer of at least
+// Function.CtxBytes bytes, or 0 when Function.UsesCtx is false. BPF registers r0-r10 become 64-bit PTX registers; r10 points to the
 // end of a per-thread 512-byte .local stack frame (one per subprogram);
 // subprograms become separate .funcs. Map memory is addressed through the
 // immediate addresses of Options.Maps (layouts: package gpumap). No helper
@@ -48,6 +48,13 @@ type Function struct {
 	PTX string
 	// UsesCtx is false when the program never reads its ctx argument.
 	UsesCtx bool
+	// CtxBytes is how many bytes of ctx the program may access: the end
+	// (offset + size) of its furthest ctx access, or CtxMax where a ctx
+	// pointer goes where the compiler does not follow it (a variable
+	// offset, a store, a helper or subprogram argument). The injector
+	// makes the ctx buffer at least this big, zeros past the kernel's
+	// parameters. 0 when the program reads no byte of ctx.
+	CtxBytes int
 	// PTXVersion is the lowest .version the body needs.
 	PTXVersion [2]int
 
@@ -191,7 +198,7 @@ func Compile(prog *ebpf.ProgramSpec, opts Options) (f *Function, err error) {
 	if c.usesLaunch {
 		text = replaceLaunchWords(text, [2]string{})
 	}
-	return &Function{Name: name, PTX: text, UsesCtx: c.usesCtx, UsesKernelIndex: c.usesKernel, UsesSiteTime: c.usesSiteTime,
+	return &Function{Name: name, PTX: text, UsesCtx: c.usesCtx, CtxBytes: c.ctxReach, UsesKernelIndex: c.usesKernel, UsesSiteTime: c.usesSiteTime,
 		UsesLaunchWords: c.usesLaunch, PTXVersion: [2]int{7, 8}, inline: c.inline}, nil
 }
 
@@ -292,10 +299,11 @@ type compiler struct {
 	subs     []*subprog
 	subAt    map[int]int // start index -> subprog number
 
-	maps    []mapRef
-	mapIdx  map[string]int
-	scope   string // "gpu" or "sys": scope of atomics on program memory
-	usesCtx bool
+	maps     []mapRef
+	mapIdx   map[string]int
+	scope    string // "gpu" or "sys": scope of atomics on program memory
+	usesCtx  bool
+	ctxReach int // Function.CtxBytes
 
 	out          strings.Builder
 	inline       string           // main function's body, for Function.InlineBody
@@ -464,6 +472,9 @@ func (c *compiler) run() error {
 		return err
 	}
 	c.usesCtx = c.readsCtx()
+	if c.usesCtx {
+		c.ctxReach = c.ctxBytes()
+	}
 	c.runtime = map[string]bool{}
 
 	var funcs strings.Builder

@@ -256,6 +256,19 @@ func helperCases() map[string][]asm.Instruction {
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
 		asm.Return(),
 	}
+	// bpf_probe_read{,_user,_kernel}{,_str}: from a map value, from a
+	// pointer read out of ctx, and from NULL.
+	var pr []asm.Instruction
+	for _, id := range []asm.BuiltinFunc{4, 112, 113, 45, 114, 115} {
+		pr = append(pr,
+			asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -16), asm.Mov.Imm(asm.R2, 16),
+			asm.LoadMapValue(asm.R3, 0, 0).WithReference("arr"), id.Call(),
+			asm.LoadMem(asm.R3, asm.R6, 8, asm.DWord),
+			asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -24), asm.Mov.Imm(asm.R2, 8), id.Call(),
+			asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -3), asm.Mov.Imm(asm.R2, 3), asm.Mov.Imm(asm.R3, 0), id.Call(),
+		)
+	}
+	cases["helper/probe-read"] = append(append([]asm.Instruction{asm.Mov.Reg(asm.R6, asm.R1)}, pr...), asm.Return())
 	var is []asm.Instruction
 	is = append(is,
 		stImm(asm.RFP, -8, 0x0a6425, asm.DWord), // "%d\n"
@@ -507,5 +520,117 @@ func TestRingPrecheckVariant(t *testing.T) {
 	branch := strings.Contains(src, "@%q5 bra $FULLNOW;")
 	if load != ringPrecheck || branch != ringPrecheck {
 		t.Fatalf("ringPrecheck %v: claimed-bytes load %v, full pre-check branch %v", ringPrecheck, load, branch)
+	}
+}
+
+// TestProbeRead: the six probe_read helpers call the copy or the string
+// runtime function with size cut to Linux's u32, and both refuse the first
+// page before they load.
+func TestProbeRead(t *testing.T) {
+	for _, c := range []struct {
+		id  asm.BuiltinFunc
+		str bool
+	}{{4, false}, {112, false}, {113, false}, {45, true}, {114, true}, {115, true}} {
+		t.Run(c.id.String(), func(t *testing.T) {
+			f, err := Compile(prog(asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -8), asm.Mov.Imm(asm.R2, 8), asm.Mov.Imm(asm.R3, 0), c.id.Call(), asm.Return()), testOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			fn, memcpy := "probe__rt_probe_read,", true
+			if c.str {
+				fn, memcpy = "probe__rt_probe_read_str,", false
+			}
+			for _, want := range []string{"and.b64 %t5, %r2, 0xFFFFFFFF;", "call.uni (rv), " + fn, "setp.lt.u64 %q0, %a2, 4096;", "0xFFFFFFFFFFFFFFF2"} {
+				if !strings.Contains(f.PTX, want) {
+					t.Errorf("PTX lacks %q:\n%s", want, f.PTX)
+				}
+			}
+			if got := strings.Contains(f.PTX, ".func probe__rt_memcpy("); got != memcpy {
+				t.Errorf("memcpy included: %v, want %v", got, memcpy)
+			}
+			assemble(t, f)
+		})
+	}
+}
+
+// TestCtxBytes: the end of the furthest ctx access, followed through moves,
+// constant offsets and joins, and CtxMax once a ctx pointer goes where the
+// compiler does not follow it.
+func TestCtxBytes(t *testing.T) {
+	ld := asm.LoadMem
+	for _, c := range []struct {
+		name  string
+		insns []asm.Instruction
+		uses  bool
+		want  int
+	}{
+		{"no-ctx", ret0(), false, 0},
+		{"ctx-unread", ret0(asm.Mov.Reg(asm.R6, asm.R1)), true, 0},
+		{"constant", []asm.Instruction{ld(asm.R0, asm.R1, 8, asm.DWord), asm.Return()}, true, 16},
+		{"moved", []asm.Instruction{asm.Mov.Reg(asm.R6, asm.R1), asm.Mov.Imm(asm.R1, 0), ld(asm.R0, asm.R6, 24, asm.Word), asm.Return()}, true, 28},
+		{"offset", []asm.Instruction{asm.Mov.Reg(asm.R6, asm.R1), asm.Add.Imm(asm.R6, 16), ld(asm.R0, asm.R6, 4, asm.Half), asm.Return()}, true, 22},
+		{"offset-sub", []asm.Instruction{asm.Sub.Imm(asm.R1, -40), ld(asm.R0, asm.R1, -8, asm.DWord), asm.Return()}, true, 40},
+		{"constant-register", []asm.Instruction{asm.Mov.Imm(asm.R2, 32), asm.Add.Reg(asm.R1, asm.R2), ld(asm.R0, asm.R1, 0, asm.Byte), asm.Return()}, true, 33},
+		{"constant-plus-ctx", []asm.Instruction{asm.LoadImm(asm.R2, 60, asm.DWord), asm.Add.Reg(asm.R2, asm.R1), ld(asm.R0, asm.R2, 0, asm.Word), asm.Return()}, true, 64},
+		{"join", []asm.Instruction{
+			asm.Mov.Reg(asm.R6, asm.R1), asm.BuiltinFunc(606).Call(),
+			asm.JEq.Imm(asm.R0, 0, "l"), asm.Add.Imm(asm.R6, 40),
+			ld(asm.R0, asm.R6, 0, asm.DWord).WithSymbol("l"), asm.Return()}, true, 48},
+		{"helper-without-args", []asm.Instruction{asm.BuiltinFunc(606).Call(), asm.Mov.Reg(asm.R6, asm.R1), asm.Return()}, true, 0},
+		{"store-into-ctx", []asm.Instruction{stImm(asm.R1, 100, 7, asm.Word), asm.Mov.Imm(asm.R0, 0), asm.Return()}, true, 104},
+		{"both-exits", []asm.Instruction{
+			asm.JEq.Imm(asm.R2, 0, "l"), ld(asm.R0, asm.R1, 200, asm.DWord), asm.Return(),
+			ld(asm.R0, asm.R1, 8, asm.DWord).WithSymbol("l"), asm.Return()}, true, 208},
+		{"variable-offset", []asm.Instruction{
+			asm.Mov.Reg(asm.R6, asm.R1), asm.BuiltinFunc(606).Call(), asm.Add.Reg(asm.R6, asm.R0),
+			ld(asm.R0, asm.R6, 0, asm.Byte), asm.Return()}, true, CtxMax},
+		{"loop", []asm.Instruction{
+			asm.Mov.Imm(asm.R2, 4),
+			ld(asm.R0, asm.R1, 0, asm.DWord).WithSymbol("l"), asm.Add.Imm(asm.R1, 8), asm.Sub.Imm(asm.R2, 1),
+			asm.JNE.Imm(asm.R2, 0, "l"), asm.Return()}, true, CtxMax},
+		{"spilled", []asm.Instruction{
+			asm.StoreMem(asm.RFP, -16, asm.R1, asm.DWord), asm.Mov.Imm(asm.R1, 0), asm.BuiltinFunc(606).Call(),
+			asm.LoadMem(asm.R6, asm.RFP, -16, asm.DWord), ld(asm.R0, asm.R6, 12, asm.Word), asm.Return()}, true, 16},
+		{"spilled-through-stack-pointer", []asm.Instruction{
+			asm.Mov.Reg(asm.R7, asm.RFP), asm.Add.Imm(asm.R7, -24), asm.StoreMem(asm.RFP, -8, asm.R7, asm.DWord),
+			asm.LoadMem(asm.R8, asm.RFP, -8, asm.DWord), asm.StoreMem(asm.R8, 8, asm.R1, asm.DWord),
+			asm.LoadMem(asm.R6, asm.RFP, -16, asm.DWord), ld(asm.R0, asm.R6, 30, asm.Half), asm.Return()}, true, 32},
+		{"spill-overwritten", []asm.Instruction{
+			asm.StoreMem(asm.RFP, -8, asm.R1, asm.DWord), stImm(asm.RFP, -8, 0, asm.Word),
+			asm.LoadMem(asm.R6, asm.RFP, -8, asm.DWord), ld(asm.R0, asm.R6, 0, asm.Word), asm.Return()}, true, 0},
+		{"stored-to-map", []asm.Instruction{
+			asm.LoadMapValue(asm.R2, 0, 0).WithReference("arr"), asm.StoreMem(asm.R2, 0, asm.R1, asm.DWord), asm.Return()}, true, CtxMax},
+		{"half-spilled", []asm.Instruction{asm.StoreMem(asm.RFP, -8, asm.R1, asm.Word), asm.Return()}, true, CtxMax},
+		{"spill-seen-by-subprogram", []asm.Instruction{
+			asm.StoreMem(asm.RFP, -8, asm.R1, asm.DWord), asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -8),
+			asm.Call.Label("sub"), asm.Return(),
+			asm.LoadMem(asm.R0, asm.R1, 0, asm.DWord).WithSymbol("sub"), asm.Return()}, true, CtxMax},
+		{"helper-argument", []asm.Instruction{
+			asm.Mov.Reg(asm.R3, asm.R1), asm.Add.Imm(asm.R3, 8),
+			asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -8), asm.Mov.Imm(asm.R2, 8),
+			asm.FnProbeReadKernel.Call(), asm.Return()}, true, CtxMax},
+		{"perf-event-output-ctx", []asm.Instruction{
+			stImm(asm.RFP, -8, 1, asm.DWord), asm.Mov.Reg(asm.R6, asm.R1),
+			asm.LoadMapPtr(asm.R2, 0).WithReference("ring"), asm.LoadImm(asm.R3, 0xffffffff, asm.DWord),
+			asm.Mov.Reg(asm.R4, asm.RFP), asm.Add.Imm(asm.R4, -8), asm.Mov.Imm(asm.R5, 8),
+			asm.FnPerfEventOutput.Call(), ld(asm.R0, asm.R6, 8, asm.Word), asm.Return()}, true, 12},
+		{"map-key", []asm.Instruction{
+			asm.Mov.Reg(asm.R2, asm.R1), asm.LoadMapPtr(asm.R1, 0).WithReference("hash"),
+			asm.FnMapLookupElem.Call(), asm.Return()}, true, CtxMax},
+		{"subprogram-argument", []asm.Instruction{
+			asm.Call.Label("sub"), asm.Return(),
+			ld(asm.R0, asm.R1, 0, asm.Byte).WithSymbol("sub"), asm.Return()}, true, CtxMax},
+		{"32-bit", []asm.Instruction{asm.Add.Imm32(asm.R1, 8), ld(asm.R0, asm.R1, 0, asm.Byte), asm.Return()}, true, CtxMax},
+		{"past-ctxmax", []asm.Instruction{ld(asm.R0, asm.R1, 5000, asm.Byte), asm.Return()}, true, CtxMax},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := Compile(prog(c.insns...), testOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if f.UsesCtx != c.uses || f.CtxBytes != c.want {
+				t.Errorf("UsesCtx %v CtxBytes %d, want %v %d", f.UsesCtx, f.CtxBytes, c.uses, c.want)
+			}
+		})
 	}
 }

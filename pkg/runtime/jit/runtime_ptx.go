@@ -106,6 +106,95 @@ $END:
 	ret;
 }
 `,
+	// probe_read(dst, n, src): Linux's bpf_probe_read_{,user,kernel}.
+	// No load can be made fault-safe on the GPU: the one bad source
+	// checked is the first page (NULL and a field offset from it), which
+	// gets Linux's answer, dst zeroed and -EFAULT; any other address not
+	// mapped on the device still faults the CUDA context.
+	"__gpubpf_probe_read": `.func (.param .b64 ret) NAME(.param .b64 d, .param .b64 n, .param .b64 s)
+{
+	.reg .b64 %a<4>;
+	.reg .pred %q0;
+	ld.param.u64 %a0, [d];
+	ld.param.u64 %a1, [n];
+	ld.param.u64 %a2, [s];
+	setp.lt.u64 %q0, %a2, 4096;
+	@%q0 bra $FAULT;
+	{
+	.param .b64 x0;
+	.param .b64 x1;
+	.param .b64 x2;
+	st.param.b64 [x0], %a0;
+	st.param.b64 [x1], %a2;
+	st.param.b64 [x2], %a1;
+	call.uni __gpubpf_memcpy, (x0, x1, x2);
+	}
+	st.param.b64 [ret], 0;
+	ret;
+$FAULT:
+	mov.u64 %a3, 0;
+$Z:
+	setp.ge.u64 %q0, %a3, %a1;
+	@%q0 bra $D;
+	add.u64 %a2, %a0, %a3;
+	st.u8 [%a2], 0;
+	add.u64 %a3, %a3, 1;
+	bra.uni $Z;
+$D:
+	st.param.b64 [ret], 0xFFFFFFFFFFFFFFF2;
+	ret;
+}
+`,
+	// probe_read_str(dst, n, src): Linux's bpf_probe_read_*_str: up to
+	// n-1 bytes up to and including a NUL, dst always NUL-terminated,
+	// the rest of dst untouched; returns the bytes written including the
+	// NUL, 0 for n = 0 (before src is looked at, as in Linux), and for a
+	// source in the first page dst zeroed and -EFAULT (see probe_read).
+	// A byte at a time: the string's length is not known before it is read.
+	"__gpubpf_probe_read_str": `.func (.param .b64 ret) NAME(.param .b64 d, .param .b64 n, .param .b64 s)
+{
+	.reg .b64 %a<6>;
+	.reg .b32 %b0;
+	.reg .pred %q0;
+	ld.param.u64 %a0, [d];
+	ld.param.u64 %a1, [n];
+	ld.param.u64 %a2, [s];
+	mov.u64 %a3, 0;
+	setp.eq.u64 %q0, %a1, 0;
+	@%q0 bra $RET;
+	setp.lt.u64 %q0, %a2, 4096;
+	@%q0 bra $FAULT;
+	sub.u64 %a4, %a1, 1;
+$L:
+	setp.ge.u64 %q0, %a3, %a4;
+	@%q0 bra $TERM;
+	add.u64 %a5, %a2, %a3;
+	ld.u8 %b0, [%a5];
+	add.u64 %a5, %a0, %a3;
+	st.u8 [%a5], %b0;
+	add.u64 %a3, %a3, 1;
+	setp.ne.u32 %q0, %b0, 0;
+	@%q0 bra $L;
+	bra.uni $RET;
+$TERM:
+	add.u64 %a5, %a0, %a3;
+	st.u8 [%a5], 0;
+	add.u64 %a3, %a3, 1;
+	bra.uni $RET;
+$FAULT:
+	setp.ge.u64 %q0, %a3, %a1;
+	@%q0 bra $EFAULT;
+	add.u64 %a5, %a0, %a3;
+	st.u8 [%a5], 0;
+	add.u64 %a3, %a3, 1;
+	bra.uni $FAULT;
+$EFAULT:
+	mov.u64 %a3, 0xFFFFFFFFFFFFFFF2;
+$RET:
+	st.param.b64 [ret], %a3;
+	ret;
+}
+`,
 	// fnv(key, n): FNV-1a 32 over n bytes (gpumap.FNV1a).
 	"__gpubpf_fnv": `.func (.param .b64 ret) NAME(.param .b64 k, .param .b64 n)
 {
