@@ -8,11 +8,9 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/urfave/cli/v2"
 
-	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
 	"github.com/gpubpf/gpubpf/pkg/runtime/verify"
-	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
 func init() {
@@ -41,17 +39,9 @@ so the module is for reading and for ptxas, not for running:
 const placeholderBase = 0x7f0000000000
 
 func ptxCmd(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return toolkit.Usagef("gpubpf ptx: name one eBPF object file")
-	}
-	file := c.Args().First()
-	spec, err := ebpf.LoadCollectionSpec(file)
+	file, spec, gpu, err := gpuObject(c)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", file, err)
-	}
-	gpu, _, err := runtime.SplitPrograms(spec)
-	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return err
 	}
 	want := c.String("program")
 	for _, g := range gpu {

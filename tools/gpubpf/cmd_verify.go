@@ -33,17 +33,9 @@ source line (objects built with clang -g) and what to change. Needs root.`,
 }
 
 func verifyCmd(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return toolkit.Usagef("gpubpf verify: name one eBPF object file")
-	}
-	file := c.Args().First()
-	spec, err := ebpf.LoadCollectionSpec(file)
+	file, spec, gpu, err := gpuObject(c)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", file, err)
-	}
-	gpu, _, err := runtime.SplitPrograms(spec)
-	if err != nil {
-		return fmt.Errorf("%s: %w", file, err)
+		return err
 	}
 	w, want, refused, n := c.App.Writer, c.String("program"), 0, 0
 	for _, g := range gpu {
@@ -75,4 +67,22 @@ func verifyCmd(c *cli.Context) error {
 		return fmt.Errorf("%s: %d of %d GPU programs refused", file, refused, n)
 	}
 	return nil
+}
+
+// gpuObject reads the one eBPF object a command names and sorts its
+// programs.
+func gpuObject(c *cli.Context) (string, *ebpf.CollectionSpec, []runtime.GPUProgram, error) {
+	if c.NArg() != 1 {
+		return "", nil, nil, toolkit.Usagef("gpubpf %s: name one eBPF object file", c.Command.Name)
+	}
+	file := c.Args().First()
+	spec, err := ebpf.LoadCollectionSpec(file)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("reading %s: %w", file, err)
+	}
+	gpu, _, err := runtime.SplitPrograms(spec)
+	if err != nil {
+		return "", nil, nil, fmt.Errorf("%s: %w", file, err)
+	}
+	return file, spec, gpu, nil
 }

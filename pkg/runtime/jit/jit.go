@@ -324,18 +324,22 @@ func (c *compiler) errAt(i int, err error) error {
 	if i >= 0 && i < len(c.insns) {
 		ins := c.insns[i]
 		where += fmt.Sprintf(" (%v)", ins)
-		if line := sourceLine(c.insns, i); line != "" {
+		if line := SourceLine(c.insns, i); line != "" {
 			where += ": source " + line
 		}
 	}
 	return fmt.Errorf("%s: %w", where, err)
 }
 
-// sourceLine finds the BTF line info that covers instruction i.
-func sourceLine(insns asm.Instructions, i int) string {
-	for j := i; j >= 0; j-- {
+// SourceLine is "file:line: text" of the BTF line info that covers
+// instruction i ("" without line info).
+func SourceLine(insns asm.Instructions, i int) string {
+	for j := min(i, len(insns)-1); j >= 0; j-- {
 		if s := insns[j].Source(); s != nil {
 			if l, ok := s.(*btf.Line); ok {
+				if l.LineNumber() == 0 {
+					continue // compiler-made code: the line before says more
+				}
 				return fmt.Sprintf("%s:%d: %s", l.FileName(), l.LineNumber(), strings.TrimSpace(l.Line()))
 			}
 			return strings.TrimSpace(s.String())

@@ -2,12 +2,13 @@ package verify
 
 import (
 	"regexp"
-
-	"github.com/cilium/ebpf/asm"
 	"strconv"
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
 )
 
 // insnLine is a verifier log line that shows an instruction: "12: (61) r1 = ...".
@@ -56,7 +57,7 @@ func (tw *twin) refusal(ve *ebpf.VerifierError) *Error {
 		e.Insn = loopAround(tw.prog.Instructions, e.Insn)
 	}
 	if e.Insn >= 0 {
-		e.Source = sourceLine(tw.prog.Instructions, e.Insn)
+		e.Source = jit.SourceLine(tw.prog.Instructions, e.Insn)
 	}
 	e.Explain = explain(e.Reason)
 	return e
@@ -70,13 +71,7 @@ var tooLong = regexp.MustCompile(`too large|too complex|infinite loop`)
 // innermost loop of insns that contains instruction i, the first loop's
 // when none does, or i when there is no loop.
 func loopAround(insns asm.Instructions, i int) int {
-	at := make(map[int]int, len(insns))
-	raw := make([]int, len(insns))
-	o := 0
-	for k, ins := range insns {
-		at[o], raw[k] = k, o
-		o += int(ins.Size() / asm.InstructionSize)
-	}
+	at, raw := offsets(insns)
 	best, span, first := -1, len(insns)+1, -1
 	for k, ins := range insns {
 		if !isJump(ins) {

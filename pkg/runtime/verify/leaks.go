@@ -5,6 +5,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
 )
 
 // The kernel refuses pointer leaks (a pointer stored into a map, or handed
@@ -88,14 +90,7 @@ func leak(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) *Error {
 	if len(insns) == 0 {
 		return nil
 	}
-	// Raw slot offsets, to follow jumps.
-	at := make(map[int]int, len(insns))
-	raw := make([]int, len(insns))
-	o := 0
-	for i, ins := range insns {
-		at[o], raw[i] = i, o
-		o += int(ins.Size() / asm.InstructionSize)
-	}
+	at, raw := offsets(insns)
 	states := make([]state, len(insns))
 	var entry state
 	entry.live = true
@@ -130,7 +125,7 @@ func leak(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) *Error {
 		ins := insns[i]
 		why := step(&st, ins, spec)
 		if why != "" {
-			return &Error{Program: p.Name, Section: p.SectionName, Insn: i, Source: sourceLine(insns, i),
+			return &Error{Program: p.Name, Section: p.SectionName, Insn: i, Source: jit.SourceLine(insns, i),
 				Reason: why, Explain: "it copies a pointer (to a map, a map value, a ring record, its stack or ctx) where the host or other threads can read it; store the data it points to, not its address"}
 		}
 		var next []int
@@ -295,4 +290,18 @@ func slot(off int) (int, bool) {
 		return 0, false
 	}
 	return (off + jitStack) / 8, true
+}
+
+// offsets returns each instruction's raw slot offset (ld_imm64 takes two)
+// and the instruction at each offset, to follow jumps.
+func offsets(insns asm.Instructions) (at map[int]int, raw []int) {
+	at = make(map[int]int, len(insns)+1)
+	raw = make([]int, len(insns))
+	o := 0
+	for i, ins := range insns {
+		at[o], raw[i] = i, o
+		o += int(ins.Size() / asm.InstructionSize)
+	}
+	at[o] = len(insns)
+	return at, raw
 }

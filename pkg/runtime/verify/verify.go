@@ -252,13 +252,13 @@ func GPUHelper(id asm.BuiltinFunc) bool { return gpuHelpers[id] != nil }
 func build(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) (*twin, error) {
 	tw := &twin{prog: p}
 	insns := make(asm.Instructions, 0, len(p.Instructions)+8)
-	// newAt[i] is the twin's raw offset of program instruction i; oldRaw
-	// the program's own raw offsets, to retarget jumps.
+	// newAt[i] is the twin's raw offset of program instruction i, last[i]
+	// its last twin; oldRaw and oldAt the program's own offsets, to
+	// retarget jumps.
 	newAt := make([]int, len(p.Instructions)+1)
 	last := make([]int, len(p.Instructions))
-	oldAt := make([]int, len(p.Instructions))
-	oldRaw := make(map[int]int, len(p.Instructions))
-	raw, newRaw := 0, 0
+	oldRaw, oldAt := offsets(p.Instructions)
+	newRaw := 0
 	emit := func(ins asm.Instruction, from int) {
 		insns = append(insns, ins)
 		for k := 0; k < int(ins.Size()/asm.InstructionSize); k++ {
@@ -267,8 +267,6 @@ func build(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) (*twin, error) {
 		newRaw += int(ins.Size() / asm.InstructionSize)
 	}
 	for i, ins := range p.Instructions {
-		oldRaw[raw], oldAt[i] = i, raw
-		raw += int(ins.Size() / asm.InstructionSize)
 		newAt[i] = newRaw
 		if i == 0 {
 			// ctx: a map value of jit.CtxMax bytes. The prologue takes
@@ -286,7 +284,7 @@ func build(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) (*twin, error) {
 			id := asm.BuiltinFunc(ins.Constant)
 			rw := gpuHelpers[id]
 			if rw == nil {
-				return nil, &Error{Program: p.Name, Section: p.SectionName, Insn: i, Source: sourceLine(p.Instructions, i),
+				return nil, &Error{Program: p.Name, Section: p.SectionName, Insn: i, Source: jit.SourceLine(p.Instructions, i),
 					Reason:  fmt.Sprintf("call to helper %d", id),
 					Explain: fmt.Sprintf("it calls %s, which GPU programs cannot call; see bpf/gpu.h for the helpers a GPU program has", helperName(id))}
 			}
@@ -309,7 +307,6 @@ func build(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) (*twin, error) {
 		emit(ins, i)
 		last[i] = len(insns) - 1
 	}
-	oldRaw[raw] = len(p.Instructions)
 	newAt[len(p.Instructions)] = newRaw
 	// Retarget jumps: offsets are relative and instructions moved. A jump
 	// is never rewritten, so it is the last twin instruction of its own.
@@ -444,23 +441,6 @@ func twinMap(p *ebpf.ProgramSpec, ms *ebpf.MapSpec) (*ebpf.MapSpec, error) {
 		return nil, fmt.Errorf("GPU program %s: map %s of type %v has no kernel twin", p.Name, ms.Name, ms.Type)
 	}
 	return m, nil
-}
-
-// sourceLine is "file:line: text" for instruction i, from the nearest
-// line info at or before it.
-func sourceLine(insns asm.Instructions, i int) string {
-	for j := min(i, len(insns)-1); j >= 0; j-- {
-		if s := insns[j].Source(); s != nil {
-			if l, ok := s.(*btf.Line); ok {
-				if l.LineNumber() == 0 {
-					continue // compiler-made code: the line before says more
-				}
-				return fmt.Sprintf("%s:%d: %s", l.FileName(), l.LineNumber(), strings.TrimSpace(l.Line()))
-			}
-			return strings.TrimSpace(s.String())
-		}
-	}
-	return ""
 }
 
 // helperName names helper id as a C programmer writes it.
