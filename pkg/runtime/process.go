@@ -31,9 +31,13 @@ type Process struct {
 	hold  bool
 	start time.Time
 
-	mu       sync.Mutex
-	links    []link.Link
-	upErr    error           // last failure to attach uprobes (retried at module loads)
+	mu    sync.Mutex
+	links []link.Link
+	upErr error // last failure to attach uprobes (retried at module loads)
+	// upFinal: uprobes failed where the process's libraries were all in
+	// (a running process, or after a module load); the user was told, and
+	// the trace ends with the error unless a later try succeeds.
+	upFinal  bool
 	upDone   map[string]bool // with OptionalUprobes: the programs attached...
 	upTries  map[string]int  // ...and the attempts at the others
 	devs     map[agentproto.Target]*device
@@ -109,9 +113,12 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 		s.logf("process %d: agent %s, driver %d, %d device(s), %d in use", pid, info.AgentVersion, info.DriverVersion, len(info.Devices), len(p.used))
 	}
 	if len(s.cpu) > 0 {
-		if err := p.attachUprobes(); err != nil && p.conn == nil {
+		// A command just started has not loaded libcuda yet: its uprobes
+		// are tried again at each module load. A running process has its
+		// libraries: a failure now is worth saying.
+		if err := p.attachUprobes(!opts.Hold); err != nil && p.conn == nil {
 			return nil, err
-		} // with an agent, retried at each module load (libcuda comes late)
+		}
 	}
 	s.mu.Lock()
 	s.procs[pid] = p
@@ -160,25 +167,32 @@ func dialAgent(pid int, opts agentclient.Options, wait time.Duration) (*agentcli
 	}
 }
 
-func (p *Process) attachUprobes() error {
+// attachUprobes attaches the session's CPU programs not attached yet.
+// final: the process's libraries are all in by now, so a failure is said
+// (once) and ends the trace with an error unless a later try succeeds.
+func (p *Process) attachUprobes(final bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var err error
 	if p.s.opts.OptionalUprobes {
-		return p.attachSomeUprobes()
+		err = p.attachSomeUprobes()
+	} else if p.links == nil {
+		var links []link.Link
+		if links, err = p.s.kern.attachUprobes(p.s.cpu, p.PID); err != nil {
+			p.upErr = err
+		} else {
+			p.links, p.upErr = links, nil
+			if links == nil {
+				p.links = []link.Link{}
+			}
+			p.s.logf("process %d: %d uprobe(s) attached", p.PID, len(links))
+		}
 	}
-	if p.links != nil {
-		return nil
+	if err != nil && final && !p.upFinal {
+		p.upFinal = true
+		p.s.warnf("process %d: %v; tried again as the process loads CUDA modules", p.PID, err)
 	}
-	links, err := p.s.kern.attachUprobes(p.s.cpu, p.PID)
-	if err != nil {
-		p.upErr = err
-		return err
-	}
-	p.links, p.upErr = links, nil
-	if links == nil {
-		p.links = []link.Link{}
-	}
-	return nil
+	return err
 }
 
 const maxUprobeTries = 4
@@ -235,7 +249,7 @@ func (p *Process) watch() {
 			case n.ModuleLoaded != nil:
 				m := *n.ModuleLoaded
 				if len(p.s.cpu) > 0 {
-					p.attachUprobes() // libraries are mapped by now
+					p.attachUprobes(true) // libcuda is mapped by now
 				}
 				inv, err := p.conn.Inventory(true)
 				if err == nil {

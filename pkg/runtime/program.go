@@ -39,10 +39,19 @@ type GPUProgram struct {
 type CPUProgram struct {
 	Spec   *ebpf.ProgramSpec
 	Return bool
-	// Path and Symbol come from "uprobe/PATH:SYMBOL"; both may be empty
-	// ("uprobe" with the target chosen at run time by the tool).
+	// Path and Symbol come from "uprobe/PATH:SYMBOL", or for a bare
+	// "uprobe"/"uretprobe" section from Options.UprobeTargets (Path "exe":
+	// the traced executable). Both are empty in a bare section no target
+	// was given for (Open refuses those).
 	Path, Symbol string
+	// Flag is the --attach value that gave a bare section its target, for
+	// messages ("" when the section names it).
+	Flag string
 }
+
+// Bare reports a "uprobe" or "uretprobe" section without a target: libbpf
+// loaders pick the function at run time.
+func (c CPUProgram) Bare() bool { return !strings.Contains(c.Spec.SectionName, "/") }
 
 // SplitPrograms sorts the programs of a collection into GPU programs and
 // CPU programs, following bpftime's conventions (kprobe/<kernel>,

@@ -47,6 +47,14 @@ type Options struct {
 	// out instead of failing the attach; it is tried again as libraries
 	// load. Attaching fails only when none of them attaches.
 	OptionalUprobes bool
+	// UprobeTargets name, by program, the function a bare uprobe or
+	// uretprobe program (section "uprobe"/"uretprobe": its own loader
+	// would pick the target at run time) attaches to: gpubpf run's
+	// --attach PROG=SYMBOL[@PATH].
+	UprobeTargets map[string]UprobeTarget
+	// Warn receives what the user must hear during a trace even without
+	// -v (a uprobe that cannot be attached); nil sends it to Log.
+	Warn io.Writer
 	// Clocks: calibrate each context's %globaltimer against the CPU clock
 	// as its maps are placed and again at the process's last look (before
 	// it exits), besides Calibrate; ClockSamples returns them all, so even
@@ -211,6 +219,7 @@ type Stats struct {
 // program once with placeholder map addresses so that a program the GPU
 // compiler refuses is reported now, before anything is attached.
 func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
+	all := spec
 	if len(opts.Programs) > 0 {
 		keep := spec.Copy()
 		keep.Programs = map[string]*ebpf.ProgramSpec{}
@@ -233,6 +242,9 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 	}
 	if len(gpu) == 0 && len(cpu) == 0 {
 		return nil, fmt.Errorf("the object has no programs")
+	}
+	if err := bindUprobes(all, cpu, opts.UprobeTargets); err != nil {
+		return nil, err
 	}
 	if len(opts.Kernels) > 0 {
 		for i := range gpu {
@@ -309,6 +321,17 @@ func (s *Session) Batches() <-chan *Batch {
 func (s *Session) logf(format string, args ...any) {
 	if s.opts.Log != nil {
 		fmt.Fprintf(s.opts.Log, format+"\n", args...)
+	}
+}
+
+// warnf says what the user must hear even without -v (Options.Warn).
+func (s *Session) warnf(format string, args ...any) {
+	w := s.opts.Warn
+	if w == nil {
+		w = s.opts.Log
+	}
+	if w != nil {
+		fmt.Fprintf(w, format+"\n", args...)
 	}
 }
 

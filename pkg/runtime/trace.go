@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"sort"
 	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
@@ -81,9 +82,16 @@ const allScanInterval = 250 * time.Millisecond
 // Trace attaches to the targets and traces until ctx is done or, with a
 // command, until the command exits. It returns the command's exit status
 // (0 without a command). Errors attaching to a process the user named are
-// returned; in "all" mode they are logged and the process skipped.
-func (s *Session) Trace(ctx context.Context, t Targets) (int, error) {
+// returned; in "all" mode they are logged and the process skipped. A CPU
+// program that could not be attached where the process had all its
+// libraries is an error too, once the trace is over.
+func (s *Session) Trace(ctx context.Context, t Targets) (code int, err error) {
 	start := time.Now()
+	defer func() {
+		if err == nil {
+			err = s.uprobeError()
+		}
+	}()
 	switch {
 	case len(t.Command) > 0:
 		return s.traceCommand(ctx, t.Command, start)
@@ -110,6 +118,27 @@ func (s *Session) Trace(ctx context.Context, t Targets) (int, error) {
 	default:
 		return 0, s.traceAll(ctx, start)
 	}
+}
+
+// uprobeError is the first CPU program failure the user was warned of that
+// no later try made good.
+func (s *Session) uprobeError() error {
+	s.mu.Lock()
+	procs := append([]*Process(nil), s.gone...)
+	for _, p := range s.procs {
+		procs = append(procs, p)
+	}
+	s.mu.Unlock()
+	sort.Slice(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
+	for _, p := range procs {
+		p.mu.Lock()
+		err, final := p.upErr, p.upFinal
+		p.mu.Unlock()
+		if err != nil && final {
+			return fmt.Errorf("process %d: %w", p.PID, err)
+		}
+	}
+	return nil
 }
 
 func (s *Session) allGone() bool {

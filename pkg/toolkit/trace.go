@@ -59,6 +59,22 @@ func LogOf(c *cli.Context) io.Writer {
 	return nil
 }
 
+// WarnOf is where a tool says what the user must hear during a trace even
+// without -v: stderr, each line prefixed with the tool's name.
+func WarnOf(tool string) io.Writer { return &prefixWriter{prefix: tool + ": ", w: os.Stderr} }
+
+type prefixWriter struct {
+	prefix string
+	w      io.Writer
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, p.prefix+string(b)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
 // TraceContext ends at Ctrl-C, SIGTERM or after -d; its cancel also stops
 // catching the signals.
 func TraceContext(c *cli.Context) (context.Context, context.CancelFunc) {
