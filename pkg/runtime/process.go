@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -74,6 +75,9 @@ type AttachOptions struct {
 	// Wait bounds how long to wait for the process's agent to come up (a
 	// command the tool just started); 0 means it must be there now.
 	Wait time.Duration
+	// Context ends the wait for the agent and the instrumenting of the
+	// modules loaded so far (Ctrl-C, -d); nil never ends.
+	Context context.Context
 }
 
 // Attach attaches the session to process pid: GPU programs through the
@@ -92,6 +96,9 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 	if opts.Start.IsZero() {
 		opts.Start = time.Now()
 	}
+	if opts.Context == nil {
+		opts.Context = context.Background()
+	}
 	p := &Process{PID: pid, s: s, hold: opts.Hold, start: opts.Start,
 		devs: map[agentproto.Target]*device{}, modules: map[uint64]bool{}, launches: map[probeKey]uint64{}, failures: map[probeKey]uint64{}, stop: make(chan struct{}),
 		used: map[int32]agentproto.Device{}, placedOn: map[placeKey]bool{}}
@@ -99,7 +106,7 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 	// program at its first module load, after exec, so uprobes go on the
 	// real program); a running process needs one only for GPU programs.
 	if len(s.gpu) > 0 || opts.Hold {
-		conn, err := dialAgent(pid, agentclient.Options{Client: s.opts.Client, Hold: opts.Hold, ManualDeviceReady: true}, opts.Wait)
+		conn, err := dialAgent(opts.Context, pid, agentclient.Options{Client: s.opts.Client, Hold: opts.Hold, ManualDeviceReady: true}, opts.Wait)
 		if err != nil {
 			return nil, err
 		}
@@ -132,6 +139,9 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 			return nil, fmt.Errorf("process %d: listing its CUDA modules: %w", pid, err)
 		}
 		for _, m := range inv.Modules {
+			if opts.Context.Err() != nil {
+				break // Ctrl-C or -d: the trace ends, instrumented so far
+			}
 			if !m.Unloaded {
 				p.instrumentModule(m, inv)
 			}
@@ -149,8 +159,9 @@ func (s *Session) forget(pid int) {
 	s.mu.Unlock()
 }
 
-// dialAgent connects to pid's agent, waiting up to wait for it to appear.
-func dialAgent(pid int, opts agentclient.Options, wait time.Duration) (*agentclient.Conn, error) {
+// dialAgent connects to pid's agent, waiting up to wait for it to appear,
+// or until ctx ends.
+func dialAgent(ctx context.Context, pid int, opts agentclient.Options, wait time.Duration) (*agentclient.Conn, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		conn, err := agentclient.DialWith(pid, opts)
@@ -163,8 +174,20 @@ func dialAgent(pid int, opts agentclient.Options, wait time.Duration) (*agentcli
 		if processExited(pid) { // gone, or our child that exited (a zombie)
 			return nil, fmt.Errorf("process %d exited before its gpubpf agent answered: %w", pid, err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return nil, &NoAgentYetError{PID: pid}
+		case <-time.After(2 * time.Millisecond):
+		}
 	}
+}
+
+// NoAgentYetError: the trace ended (Ctrl-C, -d) while waiting for the
+// agent of a command the tool started; the command runs on untraced.
+type NoAgentYetError struct{ PID int }
+
+func (e *NoAgentYetError) Error() string {
+	return fmt.Sprintf("the trace ended before the gpubpf agent of process %d answered: nothing was traced, and the process runs on untraced; give it longer with -d, or attach later with -p %d", e.PID, e.PID)
 }
 
 // attachUprobes attaches the session's CPU programs not attached yet.

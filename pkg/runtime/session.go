@@ -117,6 +117,8 @@ type Session struct {
 	kernelIdx []string
 	gone      []*Process // detached, kept for their counters
 	closed    bool
+	running   int  // CommandRunning
+	woundUp   bool // windUp
 	stats     Stats
 	clocks    []ClockSample
 }
@@ -435,6 +437,7 @@ func (s *Session) Detach(pid int) error {
 
 // Close detaches from every process and unloads the CPU programs.
 func (s *Session) Close() error {
+	s.windUp()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

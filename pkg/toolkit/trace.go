@@ -76,14 +76,21 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 }
 
 // TraceContext ends at Ctrl-C, SIGTERM or after -d; its cancel also stops
-// catching the signals.
+// catching the signals. Once it has ended, the signals are no longer caught:
+// the tool winds up in bounded time (the runtime's deadlines), and a second
+// Ctrl-C ends it at once (the agents then restore the kernels by
+// themselves, as when a tool is killed).
 func TraceContext(c *cli.Context) (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := sctx, context.CancelFunc(func() {})
 	if d := c.Float64(FlagDuration); d > 0 {
-		tctx, cancel := context.WithTimeout(ctx, time.Duration(d*float64(time.Second)))
-		return tctx, func() { cancel(); stop() }
+		ctx, cancel = context.WithTimeout(sctx, time.Duration(d*float64(time.Second)))
 	}
-	return ctx, stop
+	go func() {
+		<-ctx.Done()
+		stopSignals()
+	}()
+	return ctx, func() { cancel(); stopSignals() }
 }
 
 // Finish is the end of a trace once the tool has printed its report and

@@ -65,15 +65,8 @@ func TestAttachBareUprobes(t *testing.T) {
 	t.Run("--attach counts real calls", func(t *testing.T) {
 		// enter on the traced executable (no @PATH), leave by absolute path.
 		cmd := exec.Command(tool, "run", "-v", "--attach", "enter=target_fn", "--attach", "leave=target_fn@"+app, obj, "--", app)
-		stdin, _ := cmd.StdinPipe()
-		var stdout bytes.Buffer
-		cmd.Stdout = &stdout
-		se, _ := cmd.StderrPipe()
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
+		stdin, stdout, stderr := outputs(t, cmd)
 		defer cmd.Process.Kill()
-		stderr := readLines(se)
 		stderr.waitFor(t, "2 uprobe(s) attached", 15*time.Second)
 		stdin.Write([]byte("go\n"))
 		done := make(chan error, 1)
@@ -81,11 +74,12 @@ func TestAttachBareUprobes(t *testing.T) {
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Fatalf("gpubpf run: %v\n%s\n%s", err, stdout.String(), stderr)
+				t.Fatalf("gpubpf run: %v\n%s\n%s", err, stdout, stderr)
 			}
 		case <-time.After(15 * time.Second):
 			t.Fatalf("gpubpf run did not end:\n%s", stderr)
 		}
+		stdout.end(t, 5*time.Second)
 		out := stdout.String()
 		if !strings.Contains(out, "SUM 325") {
 			t.Errorf("the application did not run normally:\n%s", out)

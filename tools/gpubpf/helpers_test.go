@@ -93,27 +93,56 @@ func cProgram(t *testing.T, name, src string, flags ...string) string {
 	return bin
 }
 
-// lines delivers what r says, line by line, and keeps all of it.
+// outputs starts cmd with its stdin, stdout and stderr on pipes of our own:
+// a traced program that outlives the tool keeps using them, and Wait
+// neither waits for it nor closes them (as it does with the pipes exec.Cmd
+// makes).
+func outputs(t *testing.T, cmd *exec.Cmd) (stdin io.WriteCloser, stdout, stderr *lines) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	cmd.Stdin, stdin = r, w
+	ends := []*os.File{r}
+	pipe := func() (*os.File, *lines) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ends = append(ends, w)
+		t.Cleanup(func() { r.Close() })
+		return w, readLines(r)
+	}
+	cmd.Stdout, stdout = pipe()
+	cmd.Stderr, stderr = pipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range ends {
+		f.Close()
+	}
+	return stdin, stdout, stderr
+}
+
+// lines keeps what r says.
 type lines struct {
-	mu  sync.Mutex
-	all strings.Builder
-	ch  chan string
+	mu   sync.Mutex
+	all  strings.Builder
+	done chan struct{}
 }
 
 func readLines(r io.Reader) *lines {
-	l := &lines{ch: make(chan string, 1000)}
+	l := &lines{done: make(chan struct{})}
 	go func() {
+		defer close(l.done)
 		sc := bufio.NewScanner(r)
 		for sc.Scan() {
 			l.mu.Lock()
 			l.all.WriteString(sc.Text() + "\n")
 			l.mu.Unlock()
-			select {
-			case l.ch <- sc.Text():
-			default:
-			}
 		}
-		close(l.ch)
 	}()
 	return l
 }
@@ -124,21 +153,31 @@ func (l *lines) String() string {
 	return l.all.String()
 }
 
-// waitFor waits for a line containing s.
+// waitFor waits until the output contains s.
 func (l *lines) waitFor(t *testing.T, s string, limit time.Duration) {
 	t.Helper()
-	timeout := time.After(limit)
-	for {
+	deadline := time.Now().Add(limit)
+	for !strings.Contains(l.String(), s) {
 		select {
-		case line, ok := <-l.ch:
-			if !ok {
+		case <-l.done:
+			if !strings.Contains(l.String(), s) {
 				t.Fatalf("output ended before %q:\n%s", s, l)
 			}
-			if strings.Contains(line, s) {
-				return
-			}
-		case <-timeout:
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
 			t.Fatalf("no %q within %v:\n%s", s, limit, l)
 		}
+	}
+}
+
+// end waits for the writers to close the output.
+func (l *lines) end(t *testing.T, limit time.Duration) {
+	t.Helper()
+	select {
+	case <-l.done:
+	case <-time.After(limit):
+		t.Fatalf("output still open after %v:\n%s", limit, l)
 	}
 }

@@ -2,6 +2,7 @@ package agentclient
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strconv"
@@ -170,5 +171,32 @@ func TestStoppedProcess(t *testing.T) {
 			t.Fatalf("after the tool let go, the app still runs %s", got)
 		}
 		time.Sleep(20 * time.Millisecond) // the agent notices the closed socket
+	}
+}
+
+// A program started held (TOOL -- CMD sets GPUBPF_AGENT_HOLD) whose tool
+// never comes, or a tool that never lets a module unload go on (its last
+// look at its maps): the agent releases the program after
+// GPUBPF_AGENT_HOLD_MS by itself.
+func TestHoldIsBounded(t *testing.T) {
+	f := build(t)
+	t0 := time.Now()
+	a := f.start(t, "GPUBPF_AGENT_HOLD=1", "GPUBPF_AGENT_HOLD_MS=300") // start waits for READY
+	if d := time.Since(t0); d < 250*time.Millisecond || d > 3*time.Second {
+		t.Errorf("with no tool the first module load was held %v, want about 300ms", d)
+	}
+	c, err := DialWith(a.cmd.Process.Pid, Options{Hold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Alloc(OnDevice(0), 64); err != nil { // state here: the tool is owed a last look
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	fmt.Fprintln(a.in, "unload")
+	a.expect("UNLOADED")
+	if d := time.Since(t0); d < 250*time.Millisecond || d > 3*time.Second {
+		t.Errorf("an unload waited %v for a tool that never released it, want about 300ms", d)
 	}
 }
