@@ -248,6 +248,9 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 	if err := bindUprobes(all, cpu, opts.UprobeTargets); err != nil {
 		return nil, err
 	}
+	if err := CheckGPUMaps(spec, gpu); err != nil {
+		return nil, err
+	}
 	if len(opts.Kernels) > 0 {
 		for i := range gpu {
 			gpu[i].Kernel = "" // retargeted: see kernelPatterns
@@ -350,6 +353,24 @@ func (s *Session) compile(g GPUProgram, maps map[string]gpumap.Placement, printk
 	return f, nil
 }
 
+// CheckGPUMaps refuses, before anything is loaded or started, a map a GPU
+// program uses that the GPU cannot hold (an LRU hash, bpftime's host-memory
+// maps 1512/1513): at attach time it would only skip every kernel.
+func CheckGPUMaps(spec *ebpf.CollectionSpec, gpu []GPUProgram) error {
+	for _, g := range gpu {
+		for _, name := range sortedKeys(referencedMaps(g.Spec)) {
+			m := spec.Maps[name]
+			if m == nil {
+				return fmt.Errorf("GPU program %s (section %q) uses map %s, which the object does not define; rebuild the object from its source", g.Spec.Name, g.Spec.SectionName, name)
+			}
+			if _, err := gpumap.KindOf(m); err != nil {
+				return fmt.Errorf("GPU program %s (section %q): %w", g.Spec.Name, g.Spec.SectionName, err)
+			}
+		}
+	}
+	return nil
+}
+
 // placeholderPlacements gives every map program g uses a distinct fake
 // address, for the compile check in Open.
 func placeholderPlacements(spec *ebpf.CollectionSpec, g GPUProgram) map[string]gpumap.Placement {
@@ -362,7 +383,7 @@ func placeholderPlacements(spec *ebpf.CollectionSpec, g GPUProgram) map[string]g
 		}
 		kind, err := gpumap.KindOf(m)
 		if err != nil {
-			continue // reported with the real placement at attach time
+			continue // refused by CheckGPUMaps before the compile check
 		}
 		out[name] = gpumap.Placement{Kind: kind, Addr: addr, HostResident: kind == gpumap.RingBuf || kind == gpumap.HostArray,
 			KeySize: m.KeySize, ValueSize: m.ValueSize, MaxEntries: m.MaxEntries}

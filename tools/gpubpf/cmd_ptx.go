@@ -51,6 +51,9 @@ func ptxCmd(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
+	if err := runtime.CheckGPUMaps(spec, gpu); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
 	want := c.String("program")
 	maps, notes := placeholderMaps(spec)
 	printk := gpumap.Placement{Kind: gpumap.RingBuf, Addr: placeholderBase - 0x10000000, HostResident: true, MaxEntries: 1 << 20}
