@@ -228,7 +228,7 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		for _, name := range opts.Programs {
 			p := spec.Programs[name]
 			if p == nil {
-				return nil, fmt.Errorf("the object has no program %s (it has %s)", name, strings.Join(sortedKeys(spec.Programs), ", "))
+				return nil, fmt.Errorf("--program %s: the object has no program %s; its programs are %s", name, name, strings.Join(sortedKeys(spec.Programs), ", "))
 			}
 			keep.Programs[name] = p
 		}
@@ -243,7 +243,7 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		return nil, err
 	}
 	if len(gpu) == 0 && len(cpu) == 0 {
-		return nil, fmt.Errorf("the object has no programs")
+		return nil, fmt.Errorf("the object has no programs: put each in a GPU section (SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\")) or a uprobe section (SEC(\"uprobe/PATH:SYMBOL\")) and rebuild it")
 	}
 	if err := bindUprobes(all, cpu, opts.UprobeTargets); err != nil {
 		return nil, err

@@ -44,12 +44,12 @@ func (t Targets) Describe() string {
 func (t Targets) Check() error {
 	for _, pid := range t.PIDs {
 		if !processAlive(pid) {
-			return fmt.Errorf("no process %d is running", pid)
+			return fmt.Errorf("no process %d is running: check the PID (pgrep -a NAME lists a program's)", pid)
 		}
 	}
 	if len(t.Command) > 0 {
 		if _, err := exec.LookPath(t.Command[0]); err != nil {
-			return fmt.Errorf("cannot run %s: %w", t.Command[0], err)
+			return fmt.Errorf("cannot run %s (%w): check the command's name, or give its path", t.Command[0], err)
 		}
 		if _, err := agentlib.Path(); err != nil {
 			return err
@@ -75,9 +75,9 @@ func (e *NoCUDAError) Error() string {
 	case e.PID != 0:
 		return fmt.Sprintf("%s (PID %d) loaded no CUDA kernel before the trace ended: nothing was traced, and it runs on untraced; give it longer with -d, or attach later with -p %d", e.Command, e.PID, e.PID)
 	case e.Before:
-		return fmt.Sprintf("%s exited (status %d) before it used CUDA: nothing was traced", e.Command, e.Code)
+		return fmt.Sprintf("%s exited (status %d) before it used CUDA: nothing was traced; is it the CUDA program you meant? (gpubpf kernels %s lists the kernels a binary holds)", e.Command, e.Code, e.Command)
 	}
-	return fmt.Sprintf("%s exited (status %d) without loading any CUDA kernel: nothing was traced", e.Command, e.Code)
+	return fmt.Sprintf("%s exited (status %d) without loading any CUDA kernel: nothing was traced; is it the CUDA program you meant? (gpubpf kernels %s lists the kernels a binary holds)", e.Command, e.Code, e.Command)
 }
 
 // agentWait bounds how long a started command may take to bring its agent up.

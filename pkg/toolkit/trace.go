@@ -26,13 +26,21 @@ func TargetsOf(c *cli.Context, command []string) (runtime.Targets, error) {
 	if len(t.Command) > 0 && len(t.PIDs) > 0 {
 		return t, Usagef("give either -p PID or -- CMD, not both")
 	}
-	if d := c.Float64(FlagDuration); d < 0 {
-		return t, Usagef("--duration %g: want a positive number of seconds", d)
-	}
-	if iv := c.Float64(FlagInterval); iv < 0 {
-		return t, Usagef("--interval %g: want a positive number of seconds", iv)
+	if err := CheckTimes(c); err != nil {
+		return t, err
 	}
 	return t, t.Check()
+}
+
+// CheckTimes refuses a negative -d or -i.
+func CheckTimes(c *cli.Context) error {
+	if d := c.Float64(FlagDuration); d < 0 {
+		return Usagef("--duration %g: want a positive number of seconds", d)
+	}
+	if iv := c.Float64(FlagInterval); iv < 0 {
+		return Usagef("--interval %g: want a positive number of seconds", iv)
+	}
+	return nil
 }
 
 // KernelPatterns is -k, or every kernel when it is not given.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/urfave/cli/v2"
@@ -40,12 +41,12 @@ const placeholderBase = 0x7f0000000000
 
 func ptxCmd(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return toolkit.Usagef("gpubpf ptx: name one eBPF object file")
+		return toolkit.Usagef("gpubpf ptx needs one BPF object: gpubpf ptx PROG.bpf.o")
 	}
 	file := c.Args().First()
-	spec, err := ebpf.LoadCollectionSpec(file)
+	spec, err := loadObject(file)
 	if err != nil {
-		return fmt.Errorf("reading %s: %w", file, err)
+		return err
 	}
 	gpu, _, err := runtime.SplitPrograms(spec)
 	if err != nil {
@@ -81,10 +82,14 @@ func ptxCmd(c *cli.Context) error {
 		fmt.Fprint(w, jit.TestModuleAll(fns, c.String("sm")))
 	}
 	if n == 0 {
-		if want != "" {
-			return fmt.Errorf("%s has no GPU program named %q", file, want)
+		var names []string
+		for _, g := range gpu {
+			names = append(names, g.Spec.Name)
 		}
-		return fmt.Errorf("%s has no GPU programs (sections kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL)", file)
+		if want != "" && len(names) > 0 {
+			return fmt.Errorf("--program %s: %s has no GPU program %s; its GPU programs are %s", want, file, want, strings.Join(names, ", "))
+		}
+		return fmt.Errorf("%s has no GPU programs: gpubpf ptx compiles programs in SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\"), SEC(\"gpu/entry/KERNEL\") and SEC(\"gpu/exit/KERNEL\") sections", file)
 	}
 	return nil
 }

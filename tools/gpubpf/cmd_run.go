@@ -62,7 +62,7 @@ func runAction(c *cli.Context) error {
 		}
 		cmdArgs = cmdArgs[1:]
 		if len(cmdArgs) == 0 {
-			return toolkit.Usagef("no command after --")
+			return toolkit.Usagef("no command after --: gpubpf run %s -- CMD [ARGS...]", obj)
 		}
 	}
 	if len(cmdArgs) > 0 && len(c.IntSlice(toolkit.FlagPID)) > 0 {
@@ -76,9 +76,12 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	spec, err := ebpf.LoadCollectionSpec(obj)
+	if err := toolkit.CheckTimes(c); err != nil {
+		return err
+	}
+	spec, err := loadObject(obj)
 	if err != nil {
-		return fmt.Errorf("%s is not a BPF object gpubpf can read: %w", obj, err)
+		return err
 	}
 	sess, err := runtime.Open(spec, runtime.Options{
 		Programs:      c.StringSlice("program"),
