@@ -111,6 +111,18 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 			return nil, err
 		}
 		p.conn = conn
+		// Ctrl-C or -d while attaching: what attaching still asks of the
+		// agent (a module's JIT may take LoadTimeout) must not hold the
+		// tool longer than its wind-up.
+		attaching := make(chan struct{})
+		defer close(attaching)
+		go func() {
+			select {
+			case <-opts.Context.Done():
+				conn.SetDeadline(time.Now().Add(windUpTime))
+			case <-attaching:
+			}
+		}()
 		info := conn.Info()
 		for _, d := range info.Devices {
 			if d.Ordinal >= 0 && d.Ordinal < 64 && info.DevicesUsed&(1<<d.Ordinal) != 0 {

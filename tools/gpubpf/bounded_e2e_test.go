@@ -227,3 +227,27 @@ func TestRunProgramKilled(t *testing.T) {
 	}
 	stderr.waitFor(t, "exited before its maps could be read", time.Second)
 }
+
+// Ctrl-C while the driver JITs a clone for minutes (a huge module): the tool
+// stops waiting after its wind-up bound, not after the load's own deadline,
+// and the program runs on to its normal end.
+func TestRunCtrlCDuringSlowJIT(t *testing.T) {
+	tool := gpubpfTool(t)
+	app, env := fakeCUDA(t)
+	cmd := exec.Command(tool, "run", "-v", "-k", "_Z6vecAddPfi", "../../bpf/examples/counter_bpfel.o", "--", app)
+	cmd.Env = append(env, "FAKECUDA_JIT_STALL_MS=60000", "GPUBPF_AGENT_HOLD_MS=1000")
+	in, stdout, stderr := outputs(t, cmd)
+	t.Cleanup(func() { cmd.Process.Kill() })
+	stderr.waitFor(t, "agent 0.1.0", 10*time.Second)
+	time.Sleep(300 * time.Millisecond) // in the JIT by now
+	t0 := time.Now()
+	cmd.Process.Signal(os.Interrupt) // to the tool alone
+	// windUpTime + ctrlCGrace + slack, far below LoadTimeout.
+	runUntilEnd(t, cmd, 12*time.Second, stderr)
+	t.Logf("ended %v after Ctrl-C", time.Since(t0).Round(time.Millisecond))
+	stderr.waitFor(t, "did not answer load", time.Second)
+	fmt.Fprintln(in, "launch")
+	fmt.Fprintln(in, "quit")
+	stdout.waitFor(t, "LAUNCH _Z6vecAddPfi", 5*time.Second)
+	stdout.end(t, 10*time.Second) // the program exited normally
+}

@@ -156,8 +156,10 @@ type Conn struct {
 	next uint32
 	wait map[uint32]chan reply
 	err  error // set once the connection is dead
-	// deadline, when set (SetDeadline), is when every answer must be in.
-	deadline time.Time
+	// deadline, when set (SetDeadline), is when every answer must be in;
+	// newDeadline is closed when it changes, for requests already waiting.
+	deadline    time.Time
+	newDeadline chan struct{}
 
 	notes   chan Notification
 	qmu     sync.Mutex
@@ -405,16 +407,25 @@ func (c *Conn) deliver() {
 	}
 }
 
-// SetDeadline makes every request from now on fail unless answered by t,
-// and gives up on the agent when one is not: a tool winding up (Ctrl-C, -d)
-// bounds its last reads and its detach this way. The zero time removes it.
+// SetDeadline makes every request, those already waiting included, fail
+// unless answered by t, and gives up on the agent when one is not: a tool
+// winding up (Ctrl-C, -d) bounds its last reads and its detach this way.
+// The zero time removes it.
 func (c *Conn) SetDeadline(t time.Time) {
 	c.mu.Lock()
 	c.deadline = t
+	if c.newDeadline != nil {
+		close(c.newDeadline)
+	}
+	c.newDeadline = make(chan struct{})
 	c.mu.Unlock()
+	if !t.IsZero() {
+		c.uc.SetWriteDeadline(t) // a request being written: every request ends by t
+	}
 }
 
-// timeoutFor is how long a request may wait for its answer now.
+// timeoutFor is how long a request for op may wait for its answer when
+// sent now.
 func (c *Conn) timeoutFor(op agentproto.Op) time.Duration {
 	d := CallTimeout
 	switch {
@@ -423,13 +434,22 @@ func (c *Conn) timeoutFor(op agentproto.Op) time.Duration {
 	case op == agentproto.OpLoad:
 		d = LoadTimeout
 	}
+	return d
+}
+
+// until is when a request sent at start, allowed d, must be answered by,
+// given the deadline now; and a channel closed when that deadline changes.
+func (c *Conn) until(start time.Time, d time.Duration) (time.Time, <-chan struct{}) {
+	end := start.Add(d)
 	c.mu.Lock()
-	dl := c.deadline
-	c.mu.Unlock()
-	if !dl.IsZero() {
-		d = min(d, time.Until(dl))
+	defer c.mu.Unlock()
+	if !c.deadline.IsZero() && c.deadline.Before(end) {
+		end = c.deadline
 	}
-	return max(d, time.Millisecond)
+	if c.newDeadline == nil {
+		c.newDeadline = make(chan struct{})
+	}
+	return end, c.newDeadline
 }
 
 // call sends a request (with fds passed alongside) and decodes the reply
@@ -461,14 +481,13 @@ func (c *Conn) call(op agentproto.Op, req agentproto.Message, out agentproto.Mes
 		c.forget(id)
 		return fmt.Errorf("agent %s: request of %d bytes is over the 64 MiB frame limit", op, len(payload))
 	}
-	timeout := c.timeoutFor(op)
-	timer := time.NewTimer(timeout)
-	defer timer.Stop()
+	start, allowed := time.Now(), c.timeoutFor(op)
+	end, changed := c.until(start, allowed)
 	frame := agentproto.AppendFrame(nil, op, id, payload)
 	c.wmu.Lock()
 	// An agent that stopped reading fills the socket buffer: the write
 	// itself must not wait longer than the answer may.
-	c.uc.SetWriteDeadline(time.Now().Add(timeout))
+	c.uc.SetWriteDeadline(end)
 	var err error
 	if len(fds) > 0 {
 		_, _, err = c.uc.WriteMsgUnix(frame, unix.UnixRights(fds...), nil)
@@ -480,7 +499,7 @@ func (c *Conn) call(op agentproto.Op, req agentproto.Message, out agentproto.Mes
 	if err != nil {
 		c.forget(id)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return c.giveUp(op, timeout)
+			return c.giveUp(op, end.Sub(start))
 		}
 		// A partly written frame leaves the stream unusable.
 		c.fail(err)
@@ -488,11 +507,20 @@ func (c *Conn) call(op agentproto.Op, req agentproto.Message, out agentproto.Mes
 		return c.connErr(op, err)
 	}
 	var r reply
-	select {
-	case r = <-ch:
-	case <-timer.C:
-		c.forget(id)
-		return c.giveUp(op, timeout)
+	timer := time.NewTimer(time.Until(end))
+	defer timer.Stop()
+wait:
+	for {
+		select {
+		case r = <-ch:
+			break wait
+		case <-changed: // SetDeadline while waiting
+			end, changed = c.until(start, allowed)
+			timer.Reset(time.Until(end))
+		case <-timer.C:
+			c.forget(id)
+			return c.giveUp(op, end.Sub(start))
+		}
 	}
 	if r.err != nil {
 		return c.connErr(op, r.err)

@@ -153,6 +153,9 @@ func TestStoppedProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Kill(pid, unix.SIGCONT)
+	for i := 0; i < 500 && !stopped(pid); i++ { // the signal is delivered a little later
+		time.Sleep(2 * time.Millisecond)
+	}
 	err = timed(t, "a read from a stopped process", 2*time.Second, func() error {
 		_, err := c.Stats()
 		return err
@@ -199,4 +202,37 @@ func TestHoldIsBounded(t *testing.T) {
 	if d := time.Since(t0); d < 250*time.Millisecond || d > 3*time.Second {
 		t.Errorf("an unload waited %v for a tool that never released it, want about 300ms", d)
 	}
+}
+
+// A deadline set while a request already waits (Ctrl-C during a long JIT)
+// applies to it too.
+func TestSetDeadlineWhileWaiting(t *testing.T) {
+	c := stuckAgent(t, Options{}, true)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		c.SetDeadline(time.Now().Add(100 * time.Millisecond))
+	}()
+	err := timed(t, "a load waiting when the deadline was set", time.Second, func() error {
+		_, err := c.LoadPTX(OnDevice(0), []byte(".entry x ("), "x")
+		return err
+	})
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "did not answer load") {
+		t.Fatalf("load: %v", err)
+	}
+}
+
+// stopped reports whether every thread of pid is stopped (state T).
+func stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		i := strings.LastIndexByte(string(b), ')')
+		if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
