@@ -128,3 +128,19 @@ func TestLoadKernelSideReal(t *testing.T) {
 		t.Fatal("CPU program not loaded")
 	}
 }
+
+// A GPU program using a map the GPU cannot hold is refused by Open, with the
+// map, its type and what to use instead, before anything is loaded or
+// attached (it used to surface only as skipped kernels at attach time).
+func TestOpenRefusesUnplaceableGPUMaps(t *testing.T) {
+	for typ, want := range map[ebpf.MapType]string{
+		ebpf.LRUHash: `GPU program p (section "kprobe/k"): map m is an LRU hash (type 9), which the GPU cannot hold: use BPF_MAP_TYPE_HASH`,
+		1512:         `GPU program p (section "kprobe/k"): map m is bpftime's per-thread array in host memory`,
+		1513:         `map m is bpftime's GPU array in host memory (BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP, type 1513), which the GPU cannot hold: use BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)`,
+	} {
+		_, err := Open(specWith(map[string]ebpf.MapType{"m": typ}, prog("p", "kprobe/k", "m")), Options{})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("type %d: %v\nwant %q", typ, err, want)
+		}
+	}
+}

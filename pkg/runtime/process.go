@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -31,9 +32,13 @@ type Process struct {
 	hold  bool
 	start time.Time
 
-	mu       sync.Mutex
-	links    []link.Link
-	upErr    error           // last failure to attach uprobes (retried at module loads)
+	mu    sync.Mutex
+	links []link.Link
+	upErr error // last failure to attach uprobes (retried at module loads)
+	// upFinal: uprobes failed where the process's libraries were all in
+	// (a running process, or after a module load); the user was told, and
+	// the trace ends with the error unless a later try succeeds.
+	upFinal  bool
 	upDone   map[string]bool // with OptionalUprobes: the programs attached...
 	upTries  map[string]int  // ...and the attempts at the others
 	devs     map[agentproto.Target]*device
@@ -70,6 +75,9 @@ type AttachOptions struct {
 	// Wait bounds how long to wait for the process's agent to come up (a
 	// command the tool just started); 0 means it must be there now.
 	Wait time.Duration
+	// Context ends the wait for the agent and the instrumenting of the
+	// modules loaded so far (Ctrl-C, -d); nil never ends.
+	Context context.Context
 }
 
 // Attach attaches the session to process pid: GPU programs through the
@@ -88,6 +96,9 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 	if opts.Start.IsZero() {
 		opts.Start = time.Now()
 	}
+	if opts.Context == nil {
+		opts.Context = context.Background()
+	}
 	p := &Process{PID: pid, s: s, hold: opts.Hold, start: opts.Start,
 		devs: map[agentproto.Target]*device{}, modules: map[uint64]bool{}, launches: map[probeKey]uint64{}, failures: map[probeKey]uint64{}, stop: make(chan struct{}),
 		used: map[int32]agentproto.Device{}, placedOn: map[placeKey]bool{}}
@@ -95,11 +106,23 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 	// program at its first module load, after exec, so uprobes go on the
 	// real program); a running process needs one only for GPU programs.
 	if len(s.gpu) > 0 || opts.Hold {
-		conn, err := dialAgent(pid, agentclient.Options{Client: s.opts.Client, Hold: opts.Hold, ManualDeviceReady: true}, opts.Wait)
+		conn, err := dialAgent(opts.Context, pid, agentclient.Options{Client: s.opts.Client, Hold: opts.Hold, ManualDeviceReady: true}, opts.Wait)
 		if err != nil {
 			return nil, err
 		}
 		p.conn = conn
+		// Ctrl-C or -d while attaching: what attaching still asks of the
+		// agent (a module's JIT may take LoadTimeout) must not hold the
+		// tool longer than its wind-up.
+		attaching := make(chan struct{})
+		defer close(attaching)
+		go func() {
+			select {
+			case <-opts.Context.Done():
+				conn.SetDeadline(time.Now().Add(windUpTime))
+			case <-attaching:
+			}
+		}()
 		info := conn.Info()
 		for _, d := range info.Devices {
 			if d.Ordinal >= 0 && d.Ordinal < 64 && info.DevicesUsed&(1<<d.Ordinal) != 0 {
@@ -109,9 +132,12 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 		s.logf("process %d: agent %s, driver %d, %d device(s), %d in use", pid, info.AgentVersion, info.DriverVersion, len(info.Devices), len(p.used))
 	}
 	if len(s.cpu) > 0 {
-		if err := p.attachUprobes(); err != nil && p.conn == nil {
+		// A command just started has not loaded libcuda yet: its uprobes
+		// are tried again at each module load. A running process has its
+		// libraries: a failure now is worth saying.
+		if err := p.attachUprobes(!opts.Hold); err != nil && p.conn == nil {
 			return nil, err
-		} // with an agent, retried at each module load (libcuda comes late)
+		}
 	}
 	s.mu.Lock()
 	s.procs[pid] = p
@@ -125,6 +151,9 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 			return nil, fmt.Errorf("process %d: listing its CUDA modules: %w", pid, err)
 		}
 		for _, m := range inv.Modules {
+			if opts.Context.Err() != nil {
+				break // Ctrl-C or -d: the trace ends, instrumented so far
+			}
 			if !m.Unloaded {
 				p.instrumentModule(m, inv)
 			}
@@ -142,8 +171,9 @@ func (s *Session) forget(pid int) {
 	s.mu.Unlock()
 }
 
-// dialAgent connects to pid's agent, waiting up to wait for it to appear.
-func dialAgent(pid int, opts agentclient.Options, wait time.Duration) (*agentclient.Conn, error) {
+// dialAgent connects to pid's agent, waiting up to wait for it to appear,
+// or until ctx ends.
+func dialAgent(ctx context.Context, pid int, opts agentclient.Options, wait time.Duration) (*agentclient.Conn, error) {
 	deadline := time.Now().Add(wait)
 	for {
 		conn, err := agentclient.DialWith(pid, opts)
@@ -156,29 +186,48 @@ func dialAgent(pid int, opts agentclient.Options, wait time.Duration) (*agentcli
 		if processExited(pid) { // gone, or our child that exited (a zombie)
 			return nil, fmt.Errorf("process %d exited before its gpubpf agent answered: %w", pid, err)
 		}
-		time.Sleep(2 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return nil, &NoAgentYetError{PID: pid}
+		case <-time.After(2 * time.Millisecond):
+		}
 	}
 }
 
-func (p *Process) attachUprobes() error {
+// NoAgentYetError: the trace ended (Ctrl-C, -d) while waiting for the
+// agent of a command the tool started; the command runs on untraced.
+type NoAgentYetError struct{ PID int }
+
+func (e *NoAgentYetError) Error() string {
+	return fmt.Sprintf("the trace ended before the gpubpf agent of process %d answered: nothing was traced, and the process runs on untraced; give it longer with -d, or attach later with -p %d", e.PID, e.PID)
+}
+
+// attachUprobes attaches the session's CPU programs not attached yet.
+// final: the process's libraries are all in by now, so a failure is said
+// (once) and ends the trace with an error unless a later try succeeds.
+func (p *Process) attachUprobes(final bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	var err error
 	if p.s.opts.OptionalUprobes {
-		return p.attachSomeUprobes()
+		err = p.attachSomeUprobes()
+	} else if p.links == nil {
+		var links []link.Link
+		if links, err = p.s.kern.attachUprobes(p.s.cpu, p.PID); err != nil {
+			p.upErr = err
+		} else {
+			p.links, p.upErr = links, nil
+			if links == nil {
+				p.links = []link.Link{}
+			}
+			p.s.logf("process %d: %d uprobe(s) attached", p.PID, len(links))
+		}
 	}
-	if p.links != nil {
-		return nil
+	if err != nil && final && !p.upFinal {
+		p.upFinal = true
+		p.s.warnf("process %d: %v; tried again as the process loads CUDA modules", p.PID, err)
 	}
-	links, err := p.s.kern.attachUprobes(p.s.cpu, p.PID)
-	if err != nil {
-		p.upErr = err
-		return err
-	}
-	p.links, p.upErr = links, nil
-	if links == nil {
-		p.links = []link.Link{}
-	}
-	return nil
+	return err
 }
 
 const maxUprobeTries = 4
@@ -235,7 +284,7 @@ func (p *Process) watch() {
 			case n.ModuleLoaded != nil:
 				m := *n.ModuleLoaded
 				if len(p.s.cpu) > 0 {
-					p.attachUprobes() // libraries are mapped by now
+					p.attachUprobes(true) // libcuda is mapped by now
 				}
 				inv, err := p.conn.Inventory(true)
 				if err == nil {

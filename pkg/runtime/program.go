@@ -39,10 +39,19 @@ type GPUProgram struct {
 type CPUProgram struct {
 	Spec   *ebpf.ProgramSpec
 	Return bool
-	// Path and Symbol come from "uprobe/PATH:SYMBOL"; both may be empty
-	// ("uprobe" with the target chosen at run time by the tool).
+	// Path and Symbol come from "uprobe/PATH:SYMBOL", or for a bare
+	// "uprobe"/"uretprobe" section from Options.UprobeTargets (Path "exe":
+	// the traced executable). Both are empty in a bare section no target
+	// was given for (Open refuses those).
 	Path, Symbol string
+	// Flag is the --attach value that gave a bare section its target, for
+	// messages ("" when the section names it).
+	Flag string
 }
+
+// Bare reports a "uprobe" or "uretprobe" section without a target: libbpf
+// loaders pick the function at run time.
+func (c CPUProgram) Bare() bool { return !strings.Contains(c.Spec.SectionName, "/") }
 
 // SplitPrograms sorts the programs of a collection into GPU programs and
 // CPU programs, following bpftime's conventions (kprobe/<kernel>,
@@ -63,18 +72,20 @@ func SplitPrograms(spec *ebpf.CollectionSpec) (gpu []GPUProgram, cpu []CPUProgra
 			if _, target, ok := strings.Cut(sec, "/"); ok {
 				i := strings.LastIndexByte(target, ':')
 				if i <= 0 || i == len(target)-1 {
-					return nil, nil, fmt.Errorf("program %s: section %q: want uprobe/PATH:SYMBOL", name, sec)
+					kind, _, _ := strings.Cut(sec, "/")
+					return nil, nil, fmt.Errorf("program %s (section %q) names no PATH:SYMBOL: write it as SEC(\"%s/PATH:SYMBOL\"), e.g. SEC(\"%s/libcudart.so:cudaLaunchKernel\"), or as a bare SEC(\"%s\") with --attach %s=SYMBOL[@PATH]",
+						name, sec, kind, kind, kind, name)
 				}
 				c.Path, c.Symbol = target[:i], target[i+1:]
 			}
 			cpu = append(cpu, c)
 		default:
-			return nil, nil, fmt.Errorf("program %s: section %q is neither a GPU probe (kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL) nor a uprobe", name, sec)
+			return nil, nil, fmt.Errorf("program %s (section %q) is neither a GPU probe (kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL) nor a uprobe (uprobe/PATH:SYMBOL, uretprobe/PATH:SYMBOL): put it in one of those sections, or leave it out by naming the others with --program", name, sec)
 		}
 	}
 	for _, g := range gpu {
 		if g.Kernel == "" {
-			return nil, nil, fmt.Errorf("program %s: section %q names no CUDA kernel", g.Spec.Name, g.Spec.SectionName)
+			return nil, nil, fmt.Errorf("program %s (section %q) names no CUDA kernel: write it as SEC(\"kprobe/KERNEL\") with the kernel's mangled or demangled name (gpubpf kernels BINARY lists them), or retarget it with -k PATTERN", g.Spec.Name, g.Spec.SectionName)
 		}
 	}
 	return gpu, cpu, nil

@@ -56,8 +56,8 @@ func TestSplitProgramsRefuses(t *testing.T) {
 	for sec, want := range map[string]string{
 		"xdp":              "neither a GPU probe",
 		"kprobe/":          "names no CUDA kernel",
-		"uprobe/nocolon":   "want uprobe/PATH:SYMBOL",
-		"uretprobe/path:":  "want uprobe/PATH:SYMBOL",
+		"uprobe/nocolon":   `names no PATH:SYMBOL: write it as SEC("uprobe/PATH:SYMBOL")`,
+		"uretprobe/path:":  `or as a bare SEC("uretprobe") with --attach`,
 		"tracepoint/sched": "neither a GPU probe",
 	} {
 		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"p": {Name: "p", SectionName: sec}}}

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -339,13 +340,18 @@ func (p *Process) readMap(d *device, m *placedMap) ([]byte, error) {
 		if b := p.finalCopy(d.target, m.name); b != nil {
 			return b, nil
 		}
+		if processExited(p.PID) { // before the connection said so
+			return nil, errExitedBeforeRead
+		}
 		return nil, err
 	}
 	if b := p.finalCopy(d.target, m.name); b != nil {
 		return b, nil
 	}
-	return nil, fmt.Errorf("the process exited before its maps could be read")
+	return nil, errExitedBeforeRead
 }
+
+var errExitedBeforeRead = errors.New("the process exited before its maps could be read")
 
 func (p *Process) finalCopy(t agentproto.Target, name string) []byte {
 	p.mu.Lock()

@@ -48,6 +48,14 @@ type Options struct {
 	// out instead of failing the attach; it is tried again as libraries
 	// load. Attaching fails only when none of them attaches.
 	OptionalUprobes bool
+	// UprobeTargets name, by program, the function a bare uprobe or
+	// uretprobe program (section "uprobe"/"uretprobe": its own loader
+	// would pick the target at run time) attaches to: gpubpf run's
+	// --attach PROG=SYMBOL[@PATH].
+	UprobeTargets map[string]UprobeTarget
+	// Warn receives what the user must hear during a trace even without
+	// -v (a uprobe that cannot be attached); nil sends it to Log.
+	Warn io.Writer
 	// Clocks: calibrate each context's %globaltimer against the CPU clock
 	// as its maps are placed and again at the process's last look (before
 	// it exits), besides Calibrate; ClockSamples returns them all, so even
@@ -110,6 +118,8 @@ type Session struct {
 	kernelIdx []string
 	gone      []*Process // detached, kept for their counters
 	closed    bool
+	running   int  // CommandRunning
+	woundUp   bool // windUp
 	stats     Stats
 	clocks    []ClockSample
 }
@@ -212,13 +222,14 @@ type Stats struct {
 // program once with placeholder map addresses so that a program the GPU
 // compiler refuses is reported now, before anything is attached.
 func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
+	all := spec
 	if len(opts.Programs) > 0 {
 		keep := spec.Copy()
 		keep.Programs = map[string]*ebpf.ProgramSpec{}
 		for _, name := range opts.Programs {
 			p := spec.Programs[name]
 			if p == nil {
-				return nil, fmt.Errorf("the object has no program %s (it has %s)", name, strings.Join(sortedKeys(spec.Programs), ", "))
+				return nil, fmt.Errorf("--program %s: the object has no program %s; its programs are %s", name, name, strings.Join(sortedKeys(spec.Programs), ", "))
 			}
 			keep.Programs[name] = p
 		}
@@ -233,7 +244,13 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		return nil, err
 	}
 	if len(gpu) == 0 && len(cpu) == 0 {
-		return nil, fmt.Errorf("the object has no programs")
+		return nil, fmt.Errorf("the object has no programs: put each in a GPU section (SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\")) or a uprobe section (SEC(\"uprobe/PATH:SYMBOL\")) and rebuild it")
+	}
+	if err := bindUprobes(all, cpu, opts.UprobeTargets); err != nil {
+		return nil, err
+	}
+	if err := CheckGPUMaps(spec, gpu); err != nil {
+		return nil, err
 	}
 	if len(opts.Kernels) > 0 {
 		for i := range gpu {
@@ -322,6 +339,17 @@ func (s *Session) logf(format string, args ...any) {
 	}
 }
 
+// warnf says what the user must hear even without -v (Options.Warn).
+func (s *Session) warnf(format string, args ...any) {
+	w := s.opts.Warn
+	if w == nil {
+		w = s.opts.Log
+	}
+	if w != nil {
+		fmt.Fprintf(w, format+"\n", args...)
+	}
+}
+
 var nonIdent = regexp.MustCompile(`[^A-Za-z0-9_]`)
 
 func probeFuncName(prog string) string { return "gpubpf_" + nonIdent.ReplaceAllString(prog, "_") }
@@ -333,6 +361,24 @@ func (s *Session) compile(g GPUProgram, maps map[string]gpumap.Placement, printk
 		return nil, fmt.Errorf("GPU program %s (section %s): %w", g.Spec.Name, g.Spec.SectionName, err)
 	}
 	return f, nil
+}
+
+// CheckGPUMaps refuses, before anything is loaded or started, a map a GPU
+// program uses that the GPU cannot hold (an LRU hash, bpftime's host-memory
+// maps 1512/1513): at attach time it would only skip every kernel.
+func CheckGPUMaps(spec *ebpf.CollectionSpec, gpu []GPUProgram) error {
+	for _, g := range gpu {
+		for _, name := range sortedKeys(referencedMaps(g.Spec)) {
+			m := spec.Maps[name]
+			if m == nil {
+				return fmt.Errorf("GPU program %s (section %q) uses map %s, which the object does not define; rebuild the object from its source", g.Spec.Name, g.Spec.SectionName, name)
+			}
+			if _, err := gpumap.KindOf(m); err != nil {
+				return fmt.Errorf("GPU program %s (section %q): %w", g.Spec.Name, g.Spec.SectionName, err)
+			}
+		}
+	}
+	return nil
 }
 
 // placeholderPlacements gives every map program g uses a distinct fake
@@ -347,7 +393,7 @@ func placeholderPlacements(spec *ebpf.CollectionSpec, g GPUProgram) map[string]g
 		}
 		kind, err := gpumap.KindOf(m)
 		if err != nil {
-			continue // reported with the real placement at attach time
+			continue // refused by CheckGPUMaps before the compile check
 		}
 		out[name] = gpumap.Placement{Kind: kind, Addr: addr, HostResident: kind == gpumap.RingBuf || kind == gpumap.HostArray,
 			KeySize: m.KeySize, ValueSize: m.ValueSize, MaxEntries: m.MaxEntries}
@@ -422,6 +468,7 @@ func (s *Session) Detach(pid int) error {
 
 // Close detaches from every process and unloads the CPU programs.
 func (s *Session) Close() error {
+	s.windUp()
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()

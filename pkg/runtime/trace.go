@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"sort"
+	"syscall"
 	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
@@ -42,12 +44,12 @@ func (t Targets) Describe() string {
 func (t Targets) Check() error {
 	for _, pid := range t.PIDs {
 		if !processAlive(pid) {
-			return fmt.Errorf("no process %d is running", pid)
+			return fmt.Errorf("no process %d is running: check the PID (pgrep -a NAME lists a program's)", pid)
 		}
 	}
 	if len(t.Command) > 0 {
 		if _, err := exec.LookPath(t.Command[0]); err != nil {
-			return fmt.Errorf("cannot run %s: %w", t.Command[0], err)
+			return fmt.Errorf("cannot run %s (%w): check the command's name, or give its path", t.Command[0], err)
 		}
 		if _, err := agentlib.Path(); err != nil {
 			return err
@@ -63,13 +65,19 @@ type NoCUDAError struct {
 	Command string
 	Code    int
 	Before  bool // it exited before the tool could reach its agent
+	// PID is set when the command was still running as the trace ended
+	// (-d, Ctrl-C): it runs on, untraced.
+	PID int
 }
 
 func (e *NoCUDAError) Error() string {
-	if e.Before {
-		return fmt.Sprintf("%s exited (status %d) before it used CUDA: nothing was traced", e.Command, e.Code)
+	switch {
+	case e.PID != 0:
+		return fmt.Sprintf("%s (PID %d) loaded no CUDA kernel before the trace ended: nothing was traced, and it runs on untraced; give it longer with -d, or attach later with -p %d", e.Command, e.PID, e.PID)
+	case e.Before:
+		return fmt.Sprintf("%s exited (status %d) before it used CUDA: nothing was traced; is it the CUDA program you meant? (gpubpf kernels %s lists the kernels a binary holds)", e.Command, e.Code, e.Command)
 	}
-	return fmt.Sprintf("%s exited (status %d) without loading any CUDA kernel: nothing was traced", e.Command, e.Code)
+	return fmt.Sprintf("%s exited (status %d) without loading any CUDA kernel: nothing was traced; is it the CUDA program you meant? (gpubpf kernels %s lists the kernels a binary holds)", e.Command, e.Code, e.Command)
 }
 
 // agentWait bounds how long a started command may take to bring its agent up.
@@ -78,18 +86,39 @@ const agentWait = 10 * time.Second
 // allScanInterval is how often tracing "all" looks for new agents.
 const allScanInterval = 250 * time.Millisecond
 
+// ctrlCGrace is how long a traced command has to exit after Ctrl-C (it got
+// the signal too, from the same terminal) before the tool stops waiting
+// for its exit status and lets it run on.
+const ctrlCGrace = 2 * time.Second
+
+// windUpTime bounds what the tool still asks of the agents once tracing
+// has ended (Ctrl-C, -d, the command's exit): the last map reads, the final
+// ring drains and the detach. A healthy agent does all of it in
+// milliseconds (tens of them for a 1 GiB per-thread array); an agent that
+// has not answered in 5 s will not (its process is stopped, or a kernel
+// never ends), and a tool that takes longer to quit looks hung.
+const windUpTime = 5 * time.Second
+
 // Trace attaches to the targets and traces until ctx is done or, with a
 // command, until the command exits. It returns the command's exit status
 // (0 without a command). Errors attaching to a process the user named are
-// returned; in "all" mode they are logged and the process skipped.
-func (s *Session) Trace(ctx context.Context, t Targets) (int, error) {
+// returned; in "all" mode they are logged and the process skipped. A CPU
+// program that could not be attached where the process had all its
+// libraries is an error too, once the trace is over.
+func (s *Session) Trace(ctx context.Context, t Targets) (code int, err error) {
 	start := time.Now()
+	defer func() {
+		s.windUp()
+		if err == nil {
+			err = s.uprobeError()
+		}
+	}()
 	switch {
 	case len(t.Command) > 0:
 		return s.traceCommand(ctx, t.Command, start)
 	case len(t.PIDs) > 0:
 		for _, pid := range t.PIDs {
-			if _, err := s.Attach(pid, AttachOptions{Start: start}); err != nil {
+			if _, err := s.Attach(pid, AttachOptions{Start: start, Context: ctx}); err != nil {
 				return 0, err
 			}
 		}
@@ -110,6 +139,45 @@ func (s *Session) Trace(ctx context.Context, t Targets) (int, error) {
 	default:
 		return 0, s.traceAll(ctx, start)
 	}
+}
+
+// windUp gives every agent windUpTime to answer what the tool still asks
+// (once: the trace's end, or Close for a tool that never traced).
+func (s *Session) windUp() {
+	s.mu.Lock()
+	if s.woundUp {
+		s.mu.Unlock()
+		return
+	}
+	s.woundUp = true
+	s.mu.Unlock()
+	dl := time.Now().Add(windUpTime)
+	for _, p := range s.Processes() {
+		if p.conn != nil {
+			p.conn.SetDeadline(dl)
+		}
+	}
+}
+
+// uprobeError is the first CPU program failure the user was warned of that
+// no later try made good.
+func (s *Session) uprobeError() error {
+	s.mu.Lock()
+	procs := append([]*Process(nil), s.gone...)
+	for _, p := range s.procs {
+		procs = append(procs, p)
+	}
+	s.mu.Unlock()
+	sort.Slice(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
+	for _, p := range procs {
+		p.mu.Lock()
+		err, final := p.upErr, p.upFinal
+		p.mu.Unlock()
+		if err != nil && final {
+			return fmt.Errorf("process %d: %w", p.PID, err)
+		}
+	}
+	return nil
 }
 
 func (s *Session) allGone() bool {
@@ -139,36 +207,67 @@ func (s *Session) traceCommand(ctx context.Context, argv []string, start time.Ti
 		cmd.Wait()
 		return 0, err
 	}
-	if _, err := s.Attach(cmd.PID(), AttachOptions{Hold: true, Start: start, Wait: agentWait}); err != nil {
-		// The program runs on untraced rather than being killed: it is the
-		// user's work. Say why and wait for it.
-		s.logf("not tracing %s: %v", argv[0], err)
-		gone := processExited(cmd.PID())
-		code := waitCode(cmd.Wait())
-		if gone {
-			return code, &NoCUDAError{Command: argv[0], Code: code, Before: true}
-		}
-		return code, err
-	}
+	pid := cmd.PID()
 	done := make(chan error, 1)
+	if _, err := s.Attach(pid, AttachOptions{Hold: true, Start: start, Wait: agentWait, Context: ctx}); err != nil {
+		// The program runs on untraced rather than being killed: it is the
+		// user's work. Say why now, and wait for it while the trace lasts.
+		gone := processExited(pid)
+		var noAgent *NoAgentYetError
+		if !errors.As(err, &noAgent) && !gone {
+			s.warnf("not tracing %s: %v; it runs on untraced", argv[0], err)
+		}
+		go func() { done <- cmd.Wait() }()
+		select {
+		case werr := <-done:
+			code := waitCode(werr)
+			if gone {
+				return code, &NoCUDAError{Command: argv[0], Code: code, Before: true}
+			}
+			return code, err
+		case <-ctx.Done():
+			return 0, err
+		}
+	}
 	go func() { done <- cmd.Cmd.Wait() }()
 	select {
 	case err := <-done:
 		return waitCode(err), nil
 	case <-ctx.Done():
-		// Ctrl-C: the program got it too (same terminal); give it a moment.
+		// Ctrl-C: the program got it too (same terminal); give it a
+		// moment. At -d's end it got nothing and runs on.
+		grace := ctrlCGrace
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			grace = 0
+		}
 		select {
 		case err := <-done:
 			return waitCode(err), nil
-		case <-time.After(2 * time.Second):
+		case <-time.After(grace):
+			s.mu.Lock()
+			s.running = pid
+			s.mu.Unlock()
 			return 0, nil
 		}
 	}
 }
 
+// CommandRunning is the PID of the command the tool started if it was
+// still running when the trace ended (it runs on, detached), else 0.
+func (s *Session) CommandRunning() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.running
+}
+
+// waitCode is the exit status the tool passes on for a command: the
+// shell's 128+N for one killed by signal N.
 func waitCode(err error) int {
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
 		return ee.ExitCode()
 	}
 	if err != nil {
@@ -191,7 +290,7 @@ func (s *Session) traceAll(ctx context.Context, start time.Time) error {
 				continue
 			}
 			tried[a.PID] = true
-			if _, err := s.Attach(a.PID, AttachOptions{Start: start}); err != nil {
+			if _, err := s.Attach(a.PID, AttachOptions{Start: start, Context: ctx}); err != nil {
 				s.logf("process %d: %v", a.PID, err)
 			}
 		}

@@ -129,7 +129,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 	if err != nil {
 		return err
 	}
-	sess, err := runtime.Open(t.Spec, runtime.Options{Programs: t.Programs, Kernels: KernelPatterns(c), Client: t.Name, Log: LogOf(c)})
+	sess, err := runtime.Open(t.Spec, runtime.Options{Programs: t.Programs, Kernels: KernelPatterns(c), Client: t.Name, Log: LogOf(c), Warn: WarnOf(t.Name)})
 	if err != nil {
 		return err
 	}
@@ -368,7 +368,7 @@ func NothingTraced(t runtime.Targets, s *runtime.Session, st runtime.Stats, code
 	if len(t.Command) == 0 || len(s.GPUPrograms()) == 0 || len(st.KernelsSeen) > 0 || len(st.KernelsMatched) > 0 || len(st.KernelsSkipped) > 0 {
 		return nil
 	}
-	return &runtime.NoCUDAError{Command: t.Command[0], Code: code}
+	return &runtime.NoCUDAError{Command: t.Command[0], Code: code, PID: s.CommandRunning()}
 }
 
 // NoKernelMatched is the error of CLI.md for GPU programs whose patterns

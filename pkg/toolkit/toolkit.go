@@ -102,7 +102,9 @@ func RunArgs(app *cli.App, args []string, stderr io.Writer) int {
 	if err == nil {
 		return 0
 	}
-	fmt.Fprintf(stderr, "%s: %v\n", app.Name, err)
+	if msg := err.Error(); msg != "" { // cli.Exit("", code) passes a status on
+		fmt.Fprintf(stderr, "%s: %s\n", app.Name, msg)
+	}
 	var ue *UsageError
 	if errors.As(err, &ue) {
 		return ExitUsage

@@ -26,13 +26,21 @@ func TargetsOf(c *cli.Context, command []string) (runtime.Targets, error) {
 	if len(t.Command) > 0 && len(t.PIDs) > 0 {
 		return t, Usagef("give either -p PID or -- CMD, not both")
 	}
-	if d := c.Float64(FlagDuration); d < 0 {
-		return t, Usagef("--duration %g: want a positive number of seconds", d)
-	}
-	if iv := c.Float64(FlagInterval); iv < 0 {
-		return t, Usagef("--interval %g: want a positive number of seconds", iv)
+	if err := CheckTimes(c); err != nil {
+		return t, err
 	}
 	return t, t.Check()
+}
+
+// CheckTimes refuses a negative -d or -i.
+func CheckTimes(c *cli.Context) error {
+	if d := c.Float64(FlagDuration); d < 0 {
+		return Usagef("--duration %g: want a positive number of seconds", d)
+	}
+	if iv := c.Float64(FlagInterval); iv < 0 {
+		return Usagef("--interval %g: want a positive number of seconds", iv)
+	}
+	return nil
 }
 
 // KernelPatterns is -k, or every kernel when it is not given.
@@ -59,15 +67,38 @@ func LogOf(c *cli.Context) io.Writer {
 	return nil
 }
 
-// TraceContext ends at Ctrl-C, SIGTERM or after -d; its cancel also stops
-// catching the signals.
-func TraceContext(c *cli.Context) (context.Context, context.CancelFunc) {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	if d := c.Float64(FlagDuration); d > 0 {
-		tctx, cancel := context.WithTimeout(ctx, time.Duration(d*float64(time.Second)))
-		return tctx, func() { cancel(); stop() }
+// WarnOf is where a tool says what the user must hear during a trace even
+// without -v: stderr, each line prefixed with the tool's name.
+func WarnOf(tool string) io.Writer { return &prefixWriter{prefix: tool + ": ", w: os.Stderr} }
+
+type prefixWriter struct {
+	prefix string
+	w      io.Writer
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	if _, err := io.WriteString(p.w, p.prefix+string(b)); err != nil {
+		return 0, err
 	}
-	return ctx, stop
+	return len(b), nil
+}
+
+// TraceContext ends at Ctrl-C, SIGTERM or after -d; its cancel also stops
+// catching the signals. Once it has ended, the signals are no longer caught:
+// the tool winds up in bounded time (the runtime's deadlines), and a second
+// Ctrl-C ends it at once (the agents then restore the kernels by
+// themselves, as when a tool is killed).
+func TraceContext(c *cli.Context) (context.Context, context.CancelFunc) {
+	sctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := sctx, context.CancelFunc(func() {})
+	if d := c.Float64(FlagDuration); d > 0 {
+		ctx, cancel = context.WithTimeout(sctx, time.Duration(d*float64(time.Second)))
+	}
+	go func() {
+		<-ctx.Done()
+		stopSignals()
+	}()
+	return ctx, func() { cancel(); stopSignals() }
 }
 
 // Finish is the end of a trace once the tool has printed its report and

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
 	"github.com/gpubpf/gpubpf/pkg/runtime/verify"
@@ -42,6 +44,9 @@ func ptxCmd(c *cli.Context) error {
 	file, spec, gpu, err := gpuObject(c)
 	if err != nil {
 		return err
+	}
+	if err := runtime.CheckGPUMaps(spec, gpu); err != nil {
+		return fmt.Errorf("%s: %w", file, err)
 	}
 	want := c.String("program")
 	for _, g := range gpu {
@@ -81,10 +86,14 @@ func ptxCmd(c *cli.Context) error {
 		fmt.Fprint(w, jit.TestModuleAll(fns, c.String("sm")))
 	}
 	if n == 0 {
-		if want != "" {
-			return fmt.Errorf("%s has no GPU program named %q", file, want)
+		var names []string
+		for _, g := range gpu {
+			names = append(names, g.Spec.Name)
 		}
-		return fmt.Errorf("%s has no GPU programs (sections kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL)", file)
+		if want != "" && len(names) > 0 {
+			return fmt.Errorf("--program %s: %s has no GPU program %s; its GPU programs are %s", want, file, want, strings.Join(names, ", "))
+		}
+		return fmt.Errorf("%s has no GPU programs: gpubpf ptx compiles programs in SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\"), SEC(\"gpu/entry/KERNEL\") and SEC(\"gpu/exit/KERNEL\") sections", file)
 	}
 	return nil
 }

@@ -31,8 +31,10 @@ func init() {
 		ArgsUsage: "PROG.bpf.o [-- CMD [ARGS...]]",
 		Description: `Programs in kprobe/KERNEL, kretprobe/KERNEL (optionally cuda_-prefixed) and
 gpu/entry|exit/KERNEL sections run inside the named CUDA kernels; uprobe and
-uretprobe[/PATH:SYMBOL] programs run in the Linux kernel. bpftime objects run
-unchanged. With -j, output is JSON lines: {"type":"record","pid","device","map",
+uretprobe[/PATH:SYMBOL] programs run in the Linux kernel. A program in a bare
+SEC("uprobe") or SEC("uretprobe") gets its function from --attach
+PROG=SYMBOL[@PATH] (PATH: absolute, or a library name such as libcudart.so;
+none: the traced executable). bpftime objects run unchanged. With -j, output is JSON lines: {"type":"record","pid","device","map",
 "data"(hex),"text"}, {"type":"printk","pid","device","text"}, {"type":"map",
 "map","pid","device","key","value"} and a final {"type":"summary",...}.`,
 		Flags: append(toolkit.CommonFlags(),
@@ -40,6 +42,7 @@ unchanged. With -j, output is JSON lines: {"type":"record","pid","device","map",
 			&cli.StringFlag{Name: "record-type", Usage: "BTF struct `NAME` to print ring-buffer records as (default: the object's only struct of the record's size)"},
 			&cli.UintFlag{Name: "threads", Usage: "per-GPU-thread array capacity in `THREADS` (default: as many as fit in 1 GiB, at most 1M)"},
 			&cli.BoolFlag{Name: "summary", Usage: "count ring-buffer records instead of printing them (maps, printk lines and the record account still print)"},
+			&cli.StringSliceFlag{Name: "attach", Usage: "attach the bare uprobe/uretprobe program PROG to function SYMBOL of PATH (absolute or a library name; default: the traced executable) as `PROG=SYMBOL[@PATH]` (may repeat)"},
 			&cli.UintFlag{Name: "ring-mb", Usage: "data size of each GPU ring buffer per device in `MiB`, a power of two (default: the map's max_entries, at least 32)"},
 		),
 		Action: runAction,
@@ -59,7 +62,7 @@ func runAction(c *cli.Context) error {
 		}
 		cmdArgs = cmdArgs[1:]
 		if len(cmdArgs) == 0 {
-			return toolkit.Usagef("no command after --")
+			return toolkit.Usagef("no command after --: gpubpf run %s -- CMD [ARGS...]", obj)
 		}
 	}
 	if len(cmdArgs) > 0 && len(c.IntSlice(toolkit.FlagPID)) > 0 {
@@ -69,17 +72,26 @@ func runAction(c *cli.Context) error {
 	if ringMB != 0 && (ringMB&(ringMB-1) != 0 || ringMB > 1<<14) {
 		return toolkit.Usagef("--ring-mb %d: want a power of two of at most 16384", ringMB)
 	}
-	spec, err := ebpf.LoadCollectionSpec(obj)
+	uprobes, err := parseAttach(c.StringSlice("attach"))
 	if err != nil {
-		return fmt.Errorf("%s is not a BPF object gpubpf can read: %w", obj, err)
+		return err
+	}
+	if err := toolkit.CheckTimes(c); err != nil {
+		return err
+	}
+	spec, err := loadObject(obj)
+	if err != nil {
+		return err
 	}
 	sess, err := runtime.Open(spec, runtime.Options{
-		Programs:  c.StringSlice("program"),
-		Kernels:   c.StringSlice(toolkit.FlagKernel),
-		Client:    "gpubpf run",
-		Threads:   uint32(c.Uint("threads")),
-		RingBytes: ringMB << 20,
-		Log:       toolkit.LogOf(c),
+		Programs:      c.StringSlice("program"),
+		Kernels:       c.StringSlice(toolkit.FlagKernel),
+		Client:        "gpubpf run",
+		Threads:       uint32(c.Uint("threads")),
+		RingBytes:     ringMB << 20,
+		Log:           toolkit.LogOf(c),
+		Warn:          toolkit.WarnOf("gpubpf"),
+		UprobeTargets: uprobes,
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", obj, err)
@@ -91,7 +103,7 @@ func runAction(c *cli.Context) error {
 		}
 	}
 	targets := runtime.Targets{PIDs: c.IntSlice(toolkit.FlagPID), Command: cmdArgs}
-	if err := targets.Check(); err != nil {
+	if err := sess.CheckTargets(targets); err != nil {
 		return err
 	}
 	out := newRunOutput(os.Stdout, spec, c.Bool(toolkit.FlagJSON), c.Bool(toolkit.FlagTimestamp), c.String("record-type"))
@@ -135,6 +147,26 @@ func runAction(c *cli.Context) error {
 	}
 	out.summary(st)
 	return toolkit.Finish("gpubpf", targets, sess, st, code, traceErr, closeErr)
+}
+
+// parseAttach reads --attach PROG=SYMBOL[@PATH] values.
+func parseAttach(vals []string) (map[string]runtime.UprobeTarget, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	out := map[string]runtime.UprobeTarget{}
+	for _, v := range vals {
+		prog, target, ok := strings.Cut(v, "=")
+		sym, path, _ := strings.Cut(target, "@")
+		if !ok || prog == "" || sym == "" || strings.HasSuffix(target, "@") {
+			return nil, toolkit.Usagef("--attach %s: want PROG=SYMBOL or PROG=SYMBOL@PATH, e.g. --attach my_probe=cudaLaunchKernel@libcudart.so", v)
+		}
+		if _, dup := out[prog]; dup {
+			return nil, toolkit.Usagef("--attach %s: program %s is named twice; a program attaches to one function", v, prog)
+		}
+		out[prog] = runtime.UprobeTarget{Symbol: sym, Path: path, Flag: v}
+	}
+	return out, nil
 }
 
 func describePrograms(s *runtime.Session, retarget []string) string {

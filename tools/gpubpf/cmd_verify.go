@@ -73,12 +73,12 @@ func verifyCmd(c *cli.Context) error {
 // programs.
 func gpuObject(c *cli.Context) (string, *ebpf.CollectionSpec, []runtime.GPUProgram, error) {
 	if c.NArg() != 1 {
-		return "", nil, nil, toolkit.Usagef("gpubpf %s: name one eBPF object file", c.Command.Name)
+		return "", nil, nil, toolkit.Usagef("gpubpf %s needs one BPF object: gpubpf %s PROG.bpf.o", c.Command.Name, c.Command.Name)
 	}
 	file := c.Args().First()
-	spec, err := ebpf.LoadCollectionSpec(file)
+	spec, err := loadObject(file)
 	if err != nil {
-		return "", nil, nil, fmt.Errorf("reading %s: %w", file, err)
+		return "", nil, nil, err
 	}
 	gpu, _, err := runtime.SplitPrograms(spec)
 	if err != nil {

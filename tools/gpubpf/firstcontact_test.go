@@ -33,7 +33,7 @@ func TestFirstContactMessages(t *testing.T) {
 		banner bool
 	}{
 		// Flags after the object are taken, as bcc tools take them.
-		{"missing pid, flag after the object", []string{"run", obj, "-p", "999999"}, "gpubpf: no process 999999 is running\n", false},
+		{"missing pid, flag after the object", []string{"run", obj, "-p", "999999"}, "gpubpf: no process 999999 is running: check the PID", false},
 		{"missing command", []string{"run", obj, "--", "/nonexistent/cmd"}, "cannot run /nonexistent/cmd", false},
 		{"not a CUDA program", []string{"run", obj, "--", "/bin/true"}, "/bin/true exited (status 0)", true},
 		{"not a CUDA program, still running at attach", []string{"run", obj, "--", "/bin/sleep", "0.3"}, "/bin/sleep exited (status 0) without loading any CUDA kernel: nothing was traced", true},

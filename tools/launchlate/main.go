@@ -101,7 +101,7 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading the embedded BPF object: %w", err)
 	}
-	sess, err := runtime.Open(spec, runtime.Options{Kernels: toolkit.KernelPatterns(c), Client: "launchlate", Log: toolkit.LogOf(c),
+	sess, err := runtime.Open(spec, runtime.Options{Kernels: toolkit.KernelPatterns(c), Client: "launchlate", Log: toolkit.LogOf(c), Warn: toolkit.WarnOf("launchlate"),
 		LaunchWords: "launch_stamps", OptionalUprobes: true, Clocks: true})
 	if err != nil {
 		return err

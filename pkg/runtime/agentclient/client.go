@@ -90,14 +90,39 @@ type Options struct {
 	// for it (or the agent's timeout passes), so that the first launch of
 	// a kernel can already be instrumented.
 	Hold bool
-	// Timeout bounds connecting and the hello exchange (default 5 s).
+	// Timeout bounds connecting and the hello exchange (default
+	// HelloTimeout).
 	Timeout time.Duration
+	// CallTimeout, when set, bounds every request's answer instead of
+	// CallTimeout and LoadTimeout (tests use it to meet a stuck agent
+	// quickly).
+	CallTimeout time.Duration
 	// ManualDeviceReady: the tool answers each DeviceUsed notification
 	// with DeviceReady itself, once it has set up on that device. Without
 	// it the client answers at once, so a tool that places nothing per
 	// device never holds the application.
 	ManualDeviceReady bool
 }
+
+// How long the agent may take to answer. It answers from its own thread with
+// a few driver calls on its own stream: milliseconds (a clone's JIT 6-10 ms, a
+// ring drain well under one). An answer that takes far longer means the
+// process is stopped (SIGSTOP, a debugger) or the agent is stuck in a driver
+// call; the tool then gives up on that agent instead of hanging (see call).
+const (
+	// HelloTimeout bounds connecting and the hello exchange: the agent
+	// answers hello without touching the driver.
+	HelloTimeout = 5 * time.Second
+	// CallTimeout bounds most requests. Reads, ring drains, frees, unloads
+	// and detach are ordered after the instrumented launches in flight, so
+	// it must cover a long kernel too; a stuck agent costs this once, as
+	// the connection is given up at the first timeout.
+	CallTimeout = 30 * time.Second
+	// LoadTimeout bounds a clone's load: the driver JIT compiles the whole
+	// module's PTX, which took the older C++ system 27.9 s for llama.cpp's
+	// first fatbin.
+	LoadTimeout = 2 * time.Minute
+)
 
 // Notification is an asynchronous message from the agent: exactly one
 // field is set.
@@ -119,6 +144,7 @@ type Notification struct {
 // original kernels and free what the session set up.
 type Conn struct {
 	autoDeviceReady bool
+	callTimeout     time.Duration // Options.CallTimeout
 
 	pid   int
 	addr  string
@@ -130,6 +156,10 @@ type Conn struct {
 	next uint32
 	wait map[uint32]chan reply
 	err  error // set once the connection is dead
+	// deadline, when set (SetDeadline), is when every answer must be in;
+	// newDeadline is closed when it changes, for requests already waiting.
+	deadline    time.Time
+	newDeadline chan struct{}
 
 	notes   chan Notification
 	qmu     sync.Mutex
@@ -190,7 +220,7 @@ func DialPath(path string, opts Options) (*Conn, error) {
 
 func dial(path string, timeout time.Duration) (*net.UnixConn, error) {
 	if timeout <= 0 {
-		timeout = 5 * time.Second
+		timeout = HelloTimeout
 	}
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.Dial("unix", path)
@@ -202,13 +232,13 @@ func dial(path string, timeout time.Duration) (*net.UnixConn, error) {
 
 func newConn(uc *net.UnixConn, pid int, path string, opts Options) (*Conn, error) {
 	c := &Conn{pid: pid, addr: path, uc: uc, wait: map[uint32]chan reply{}, notes: make(chan Notification),
-		done: make(chan struct{}), autoDeviceReady: !opts.ManualDeviceReady}
+		done: make(chan struct{}), autoDeviceReady: !opts.ManualDeviceReady, callTimeout: opts.CallTimeout}
 	c.qcond = sync.NewCond(&c.qmu)
 	go c.readLoop()
 	go c.deliver()
 	timeout := opts.Timeout
 	if timeout <= 0 {
-		timeout = 5 * time.Second
+		timeout = HelloTimeout
 	}
 	var flags uint32
 	if opts.Hold {
@@ -232,7 +262,7 @@ func newConn(uc *net.UnixConn, pid int, path string, opts Options) (*Conn, error
 	select {
 	case r = <-ch:
 	case <-time.After(timeout):
-		r.err = fmt.Errorf("no answer within %v", timeout)
+		r.err = fmt.Errorf("no answer within %v (is the process stopped?)", timeout)
 	}
 	if r.err != nil {
 		c.Close()
@@ -377,8 +407,56 @@ func (c *Conn) deliver() {
 	}
 }
 
-// call sends a request (with fd when >= 0... passed through fds) and
-// decodes the reply into out.
+// SetDeadline makes every request, those already waiting included, fail
+// unless answered by t, and gives up on the agent when one is not: a tool
+// winding up (Ctrl-C, -d) bounds its last reads and its detach this way.
+// The zero time removes it.
+func (c *Conn) SetDeadline(t time.Time) {
+	c.mu.Lock()
+	c.deadline = t
+	if c.newDeadline != nil {
+		close(c.newDeadline)
+	}
+	c.newDeadline = make(chan struct{})
+	c.mu.Unlock()
+	if !t.IsZero() {
+		c.uc.SetWriteDeadline(t) // a request being written: every request ends by t
+	}
+}
+
+// timeoutFor is how long a request for op may wait for its answer when
+// sent now.
+func (c *Conn) timeoutFor(op agentproto.Op) time.Duration {
+	d := CallTimeout
+	switch {
+	case c.callTimeout > 0:
+		d = c.callTimeout
+	case op == agentproto.OpLoad:
+		d = LoadTimeout
+	}
+	return d
+}
+
+// until is when a request sent at start, allowed d, must be answered by,
+// given the deadline now; and a channel closed when that deadline changes.
+func (c *Conn) until(start time.Time, d time.Duration) (time.Time, <-chan struct{}) {
+	end := start.Add(d)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.deadline.IsZero() && c.deadline.Before(end) {
+		end = c.deadline
+	}
+	if c.newDeadline == nil {
+		c.newDeadline = make(chan struct{})
+	}
+	return end, c.newDeadline
+}
+
+// call sends a request (with fds passed alongside) and decodes the reply
+// into out. An agent that does not answer in time is given up: the
+// connection is closed, which makes the agent restore the original kernels
+// once it runs again, and every later request fails at once instead of
+// waiting in turn.
 func (c *Conn) call(op agentproto.Op, req agentproto.Message, out agentproto.Message, fds []int) error {
 	ch := make(chan reply, 1)
 	c.mu.Lock()
@@ -400,27 +478,50 @@ func (c *Conn) call(op agentproto.Op, req agentproto.Message, out agentproto.Mes
 		payload = agentproto.Marshal(req)
 	}
 	if len(payload) > agentproto.MaxFrame {
-		c.mu.Lock()
-		delete(c.wait, id)
-		c.mu.Unlock()
+		c.forget(id)
 		return fmt.Errorf("agent %s: request of %d bytes is over the 64 MiB frame limit", op, len(payload))
 	}
+	start, allowed := time.Now(), c.timeoutFor(op)
+	end, changed := c.until(start, allowed)
 	frame := agentproto.AppendFrame(nil, op, id, payload)
 	c.wmu.Lock()
+	// An agent that stopped reading fills the socket buffer: the write
+	// itself must not wait longer than the answer may.
+	c.uc.SetWriteDeadline(end)
 	var err error
 	if len(fds) > 0 {
 		_, _, err = c.uc.WriteMsgUnix(frame, unix.UnixRights(fds...), nil)
 	} else {
 		_, err = c.uc.Write(frame)
 	}
+	c.uc.SetWriteDeadline(time.Time{})
 	c.wmu.Unlock()
 	if err != nil {
-		c.mu.Lock()
-		delete(c.wait, id)
-		c.mu.Unlock()
+		c.forget(id)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return c.giveUp(op, end.Sub(start))
+		}
+		// A partly written frame leaves the stream unusable.
+		c.fail(err)
+		c.uc.Close()
 		return c.connErr(op, err)
 	}
-	r := <-ch
+	var r reply
+	timer := time.NewTimer(time.Until(end))
+	defer timer.Stop()
+wait:
+	for {
+		select {
+		case r = <-ch:
+			break wait
+		case <-changed: // SetDeadline while waiting
+			end, changed = c.until(start, allowed)
+			timer.Reset(time.Until(end))
+		case <-timer.C:
+			c.forget(id)
+			return c.giveUp(op, end.Sub(start))
+		}
+	}
 	if r.err != nil {
 		return c.connErr(op, r.err)
 	}
@@ -430,8 +531,41 @@ func (c *Conn) call(op agentproto.Op, req agentproto.Message, out agentproto.Mes
 	return agentproto.UnmarshalReply(op, r.p, out)
 }
 
+func (c *Conn) forget(id uint32) {
+	c.mu.Lock()
+	delete(c.wait, id)
+	c.mu.Unlock()
+}
+
+// giveUp ends the connection to an agent that did not answer op within
+// timeout.
+func (c *Conn) giveUp(op agentproto.Op, timeout time.Duration) error {
+	err := &NoAnswerError{PID: c.pid, Op: op, After: timeout}
+	c.fail(err)
+	c.uc.Close()
+	return err
+}
+
+// NoAnswerError is a request the agent did not answer in time; the
+// connection was given up. It matches os.ErrDeadlineExceeded.
+type NoAnswerError struct {
+	PID   int
+	Op    agentproto.Op
+	After time.Duration
+}
+
+func (e *NoAnswerError) Error() string {
+	return fmt.Sprintf("the gpubpf agent of process %d did not answer %s within %v (is the process stopped, or stuck in a CUDA call?); "+
+		"the tool let go of it, and the agent puts the original kernels back when it runs again", e.PID, e.Op, e.After.Round(time.Millisecond))
+}
+
+func (e *NoAnswerError) Unwrap() error { return os.ErrDeadlineExceeded }
+
 func (c *Conn) connErr(op agentproto.Op, err error) error {
-	if errors.Is(err, net.ErrClosed) {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return err // it names the request that was not answered
+	case errors.Is(err, net.ErrClosed):
 		return fmt.Errorf("agent %s: connection closed: %w", op, err)
 	}
 	return fmt.Errorf("agent %s: the connection to the agent of process %d ended (did the process exit?): %w", op, c.pid, err)

@@ -132,6 +132,7 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"strings"
 
 	"github.com/cilium/ebpf"
 )
@@ -252,7 +253,42 @@ func KindOf(spec *ebpf.MapSpec) (Kind, error) {
 	case TypeSharedArray:
 		return HostArray, nil
 	}
-	return Invalid, fmt.Errorf("map %q: type %v cannot be used from GPU code (use array, hash, ringbuf or the GPU types 1501-1504/1527)", spec.Name, spec.Type)
+	what, use := unplaceable(spec.Type)
+	return Invalid, fmt.Errorf("map %s is %s, which the GPU cannot hold: use %s", spec.Name, what, use)
+}
+
+// bpftime's host-memory GPU maps, which gpubpf keeps in device memory
+// instead (bpftime's GPU_MAP_OFFSET 1500 + ARRAY 2 + 10 or 11).
+const (
+	typePerThreadHost ebpf.MapType = 1512
+	typeGPUArrayHost  ebpf.MapType = 1513
+)
+
+// unplaceable names a map type the GPU cannot hold, in the words of the
+// program's source, and what to declare instead.
+func unplaceable(t ebpf.MapType) (what, use string) {
+	const usual = "BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_RINGBUF or a GPU map type of bpf/gpu.h (1501-1504, 1527)"
+	switch t {
+	case typePerThreadHost:
+		return "bpftime's per-thread array in host memory (BPF_MAP_TYPE_PERGPUTD_ARRAY_HOST_MAP, type 1512)",
+			"BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502), the same per-thread array in device memory (gpubpf run prints it at the end)"
+	case typeGPUArrayHost:
+		return "bpftime's GPU array in host memory (BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP, type 1513)",
+			"BPF_MAP_TYPE_GPU_ARRAY_MAP (1503) in device memory, or BPF_MAP_TYPE_GPU_KERNEL_SHARED_ARRAY_MAP (1504) for an array that CPU programs read while the kernels run"
+	case ebpf.LRUHash, ebpf.LRUCPUHash:
+		return fmt.Sprintf("an LRU hash (type %d)", t),
+			"BPF_MAP_TYPE_HASH or BPF_MAP_TYPE_GPU_HASH_MAP (1501); a GPU hash evicts nothing, so give it max_entries for every key (inserts into a full one are refused and counted)"
+	case ebpf.PerCPUHash:
+		return fmt.Sprintf("a per-CPU hash (type %d)", t),
+			"BPF_MAP_TYPE_HASH (GPU threads run on no CPU), or BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502) for a value per GPU thread"
+	case ebpf.PerCPUArray:
+		return fmt.Sprintf("a per-CPU array (type %d)", t),
+			"BPF_MAP_TYPE_ARRAY (GPU threads run on no CPU), or BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502) for a value per GPU thread"
+	}
+	if name := t.String(); !strings.HasPrefix(name, "MapType(") {
+		return fmt.Sprintf("a %s map (type %d)", name, t), usual
+	}
+	return fmt.Sprintf("of map type %d", t), usual
 }
 
 // Stride is the distance between array values (value size rounded to 8).

@@ -2,6 +2,7 @@ package gpumap
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -17,8 +18,28 @@ func TestKindOf(t *testing.T) {
 			t.Errorf("KindOf(%v) = %v, %v; want %v", typ, got, err, want)
 		}
 	}
-	if _, err := KindOf(&ebpf.MapSpec{Name: "m", Type: ebpf.LRUHash}); err == nil {
-		t.Error("LRU hash accepted")
+	// Refused with the map's name, its type and what to declare instead.
+	for typ, want := range map[ebpf.MapType][]string{
+		ebpf.LRUHash:     {"map m is an LRU hash (type 9)", "use BPF_MAP_TYPE_HASH or BPF_MAP_TYPE_GPU_HASH_MAP (1501)"},
+		1512:             {"map m is bpftime's per-thread array in host memory", "type 1512", "use BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502)"},
+		1513:             {"type 1513", "use BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)", "(1504)"},
+		ebpf.PerCPUArray: {"a per-CPU array (type 6)", "use BPF_MAP_TYPE_ARRAY"},
+		ebpf.StackTrace:  {"a StackTrace map (type 7)", "use BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH"},
+		1600:             {"map m is of map type 1600", "use BPF_MAP_TYPE_ARRAY"},
+	} {
+		_, err := KindOf(&ebpf.MapSpec{Name: "m", Type: typ})
+		if err == nil {
+			t.Errorf("type %d accepted", typ)
+			continue
+		}
+		for _, w := range want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("type %d: %q does not say %q", typ, err, w)
+			}
+		}
+		if strings.Contains(err.Error(), "MapType(") {
+			t.Errorf("type %d: %q names a Go type", typ, err)
+		}
 	}
 }
 

@@ -69,3 +69,29 @@ func TestStartPreloadsOnlyTheCommand(t *testing.T) {
 		t.Fatalf("command saw LD_PRELOAD|GPUBPF_PRELOAD|GPUBPF_AGENT_HOLD = %q, want %q", got, "/dev/null||1")
 	}
 }
+
+// The command waits at the gate only while the tool is there: a tool that
+// dies (or fails) before Release leaves it running, untraced, not stuck.
+func TestStartRunsWhenToolGoesAway(t *testing.T) {
+	marker := filepath.Join(t.TempDir(), "ran")
+	c, err := Start([]string{"sh", "-c", "echo ran > " + marker, "x"}, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.release.Close() // what the tool's death does to the gate's pipe
+	c.release = nil
+	done := make(chan error, 1)
+	go func() { done <- c.Cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		c.Cmd.Process.Kill()
+		t.Fatal("the command is still held at the gate")
+	}
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatal("the command did not run")
+	}
+}

@@ -135,6 +135,10 @@ CUresult cuModuleGetGlobal(uint64_t *p, size_t *s, void *m, const char *name) { 
 CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, int *o, void **v)
 {
 	const char *t = img;
+	/* FAKECUDA_JIT_STALL_MS=N: a JIT that takes N ms (a huge module) */
+	const char *stall = getenv("FAKECUDA_JIT_STALL_MS");
+	if (stall)
+		usleep((useconds_t)atol(stall) * 1000);
 	if (strstr(t, "SYNTAX_ERROR")) {
 		for (unsigned i = 0; i < n; i++)
 			if (o[i] == 5)

@@ -1,0 +1,238 @@
+package agentclient
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
+)
+
+// stuckAgent is the tool's end of a socketpair whose other end behaves like
+// an agent that answers hello and then stops answering: its process was
+// stopped, or its thread is stuck in a driver call. With read false the peer
+// does not even read (its socket buffer fills).
+func stuckAgent(t *testing.T, opts Options, read bool) *Conn {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unixConn := func(fd int) *net.UnixConn {
+		f := os.NewFile(uintptr(fd), "socketpair")
+		defer f.Close()
+		c, err := net.FileConn(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.(*net.UnixConn)
+	}
+	mine, peer := unixConn(fds[0]), unixConn(fds[1])
+	t.Cleanup(func() { peer.Close() })
+	go func() {
+		h, _, err := agentproto.ReadFrame(peer)
+		if err != nil || h.Op != agentproto.OpHello {
+			return
+		}
+		hello := agentproto.MarshalReply(&agentproto.Hello{Version: agentproto.Version, PID: 4242})
+		peer.Write(agentproto.AppendFrame(nil, agentproto.OpHello, h.Req, hello))
+		for read {
+			if _, _, err := agentproto.ReadFrame(peer); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := newConn(mine, 4242, "socketpair", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// timed runs f and fails the test unless it returns within limit.
+func timed(t *testing.T, what string, limit time.Duration, f func() error) error {
+	t.Helper()
+	t0 := time.Now()
+	err := f()
+	if d := time.Since(t0); d > limit {
+		t.Errorf("%s took %v, want at most %v", what, d, limit)
+	}
+	return err
+}
+
+// A request the agent never answers fails within the deadline, names the
+// request and the process, and gives the agent up: the next request fails
+// at once instead of waiting its turn, and Done is closed.
+func TestCallDeadline(t *testing.T) {
+	c := stuckAgent(t, Options{CallTimeout: 200 * time.Millisecond}, true)
+	err := timed(t, "an unanswered list", time.Second, func() error {
+		_, err := c.Inventory(true)
+		return err
+	})
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("unanswered list: %v, want a deadline error", err)
+	}
+	for _, want := range []string{"process 4242", "did not answer list within 200ms", "stopped"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Error("the connection to the stuck agent is still open")
+	}
+	err = timed(t, "a request after the agent was given up", 50*time.Millisecond, func() error {
+		_, err := c.Stats()
+		return err
+	})
+	if err == nil || !strings.Contains(err.Error(), "did not answer list") {
+		t.Errorf("request after giving up: %v", err)
+	}
+}
+
+// A tool winding up (Ctrl-C, -d) sets a deadline for its last requests,
+// shorter than the per-request one.
+func TestSetDeadline(t *testing.T) {
+	c := stuckAgent(t, Options{}, true)
+	c.SetDeadline(time.Now().Add(150 * time.Millisecond))
+	err := timed(t, "detach from a stuck agent", time.Second, c.Detach)
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "did not answer detach") {
+		t.Fatalf("detach: %v", err)
+	}
+}
+
+// An agent that stopped reading its socket: the request cannot even be
+// written; the write is bounded by the same deadline.
+func TestWriteDeadline(t *testing.T) {
+	c := stuckAgent(t, Options{CallTimeout: 200 * time.Millisecond}, false)
+	err := timed(t, "a 32 MiB write to an agent that reads nothing", time.Second, func() error {
+		return c.Write(OnDevice(0), 0x1000, make([]byte, 32<<20))
+	})
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "did not answer write") {
+		t.Fatalf("write: %v", err)
+	}
+}
+
+// The real agent in a process that gets stopped (SIGSTOP, a debugger): the
+// tool's request fails within the deadline, and once the process runs again
+// its agent sees the tool gone and launches run the original kernel.
+func TestStoppedProcess(t *testing.T) {
+	f := build(t)
+	a := f.start(t)
+	pid := a.cmd.Process.Pid
+	c, err := DialWith(pid, Options{CallTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	inv, err := c.Inventory(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := findKernel(inv, "_Z6vecAddPfi", agentproto.KindKernel)
+	lr, err := c.LoadPTX(OnDevice(0), []byte(".visible .entry probe_vecAdd (\n)"), "probe_vecAdd")
+	if err != nil || k == nil {
+		t.Fatalf("load: %v (kernel %v)", err, k)
+	}
+	if err := c.Activate(k.Handle, lr.CloneID, lr.Functions[0].Handle); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.launch("launch"); got != "probe_vecAdd" {
+		t.Fatalf("with the probe active the app ran %s", got)
+	}
+	if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Kill(pid, unix.SIGCONT)
+	for i := 0; i < 500 && !stopped(pid); i++ { // the signal is delivered a little later
+		time.Sleep(2 * time.Millisecond)
+	}
+	err = timed(t, "a read from a stopped process", 2*time.Second, func() error {
+		_, err := c.Stats()
+		return err
+	})
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "process "+strconv.Itoa(pid)) {
+		t.Fatalf("stats of a stopped process: %v", err)
+	}
+	unix.Kill(pid, unix.SIGCONT)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := a.launch("launch")
+		if got == "_Z6vecAddPfi" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the tool let go, the app still runs %s", got)
+		}
+		time.Sleep(20 * time.Millisecond) // the agent notices the closed socket
+	}
+}
+
+// A program started held (TOOL -- CMD sets GPUBPF_AGENT_HOLD) whose tool
+// never comes, or a tool that never lets a module unload go on (its last
+// look at its maps): the agent releases the program after
+// GPUBPF_AGENT_HOLD_MS by itself.
+func TestHoldIsBounded(t *testing.T) {
+	f := build(t)
+	t0 := time.Now()
+	a := f.start(t, "GPUBPF_AGENT_HOLD=1", "GPUBPF_AGENT_HOLD_MS=300") // start waits for READY
+	if d := time.Since(t0); d < 250*time.Millisecond || d > 3*time.Second {
+		t.Errorf("with no tool the first module load was held %v, want about 300ms", d)
+	}
+	c, err := DialWith(a.cmd.Process.Pid, Options{Hold: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Alloc(OnDevice(0), 64); err != nil { // state here: the tool is owed a last look
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	fmt.Fprintln(a.in, "unload")
+	a.expect("UNLOADED")
+	if d := time.Since(t0); d < 250*time.Millisecond || d > 3*time.Second {
+		t.Errorf("an unload waited %v for a tool that never released it, want about 300ms", d)
+	}
+}
+
+// A deadline set while a request already waits (Ctrl-C during a long JIT)
+// applies to it too.
+func TestSetDeadlineWhileWaiting(t *testing.T) {
+	c := stuckAgent(t, Options{}, true)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		c.SetDeadline(time.Now().Add(100 * time.Millisecond))
+	}()
+	err := timed(t, "a load waiting when the deadline was set", time.Second, func() error {
+		_, err := c.LoadPTX(OnDevice(0), []byte(".entry x ("), "x")
+		return err
+	})
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "did not answer load") {
+		t.Fatalf("load: %v", err)
+	}
+}
+
+// stopped reports whether every thread of pid is stopped (state T).
+func stopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		i := strings.LastIndexByte(string(b), ')')
+		if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
+}
