@@ -500,6 +500,10 @@ static int send_frame(struct session *s, uint16_t type, uint32_t req, struct wbu
 	return write_all(s->fd, body->p, body->n);
 }
 
+/* What send_error returns once its reply is out: the request is answered
+ * and handle() must not send the reply buffer as well. */
+#define REPLIED 2
+
 static int send_error(struct session *s, uint16_t type, uint32_t req, int st, int cu, const char *fmt, ...)
 	__attribute__((format(printf, 6, 7)));
 static int send_error(struct session *s, uint16_t type, uint32_t req, int st, int cu, const char *fmt, ...)
@@ -515,7 +519,7 @@ static int send_error(struct session *s, uint16_t type, uint32_t req, int st, in
 	wb_str(&w, msg);
 	int r = send_frame(s, type, req, &w);
 	free(w.p);
-	return r;
+	return r < 0 ? -1 : REPLIED;
 }
 
 /* Reads one frame; an fd passed with it lands in s->pending_fd. */
@@ -2076,15 +2080,12 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 		ret = send_error(s, type, req, ST_UNSUPPORTED, 0, "unknown operation %u (agent %s, protocol %u)", type,
 				 AGENT_VERSION, PROTO_VERSION);
 	}
-	if (ret == 0) {
-		if (w.oom)
-			ret = send_error(s, type, req, ST_INTERNAL, 0, "reply too large or out of memory");
-		else
-			ret = send_frame(s, type, req, &w);
-	} else if (ret > 0) {
+	/* ret: 0 or 1, the reply is in w; REPLIED, an error went out instead
+	 * (and nothing more may: one reply per request); < 0, the connection
+	 * failed. */
+	if (ret >= 0 && ret != REPLIED)
 		ret = w.oom ? send_error(s, type, req, ST_INTERNAL, 0, "reply too large or out of memory")
 			    : send_frame(s, type, req, &w);
-	}
 	free(w.p);
 	return ret < 0 ? -1 : 0;
 }
@@ -2176,6 +2177,12 @@ static void *session_main(void *arg)
 				break;
 			int r = handle(s, type, req, body, len);
 			free(body);
+			if (s->pending_fd >= 0) {
+				/* it came with a request that takes none: a later
+				 * register-host must not pick it up */
+				close(s->pending_fd);
+				s->pending_fd = -1;
+			}
 			if (r < 0)
 				break;
 		}
