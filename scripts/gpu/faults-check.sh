@@ -762,7 +762,7 @@ group8() {
 		run "g8-$c" 60 gpubpf run "$obj" -- "$S/vec_add" 1000 10 256 4
 		if [ "${RC[g8-$c]}" != 1 ]; then
 			verdict "8-corrupt-object-$c" FAIL "gpubpf run exit status ${RC[g8-$c]} (want 1): $(last_line "$L/g8-$c.err")"
-		elif ! grep -qF "$obj is not a BPF object gpubpf can read" "$L/g8-$c.err"; then
+		elif ! grep -qE "$obj is not (a BPF object gpubpf can read|an ELF file, so not a BPF object)" "$L/g8-$c.err"; then
 			verdict "8-corrupt-object-$c" FAIL "no error naming the file: $(last_line "$L/g8-$c.err")"
 		elif grep -q '^RESULT' "$L/g8-$c.out"; then
 			verdict "8-corrupt-object-$c" FAIL "the app was started although the object is unreadable"
@@ -784,7 +784,7 @@ group8() {
 	app_check g8p "$L/g8p.app.out" "${RC[g8p.app]}"
 	if [ -n "$APPWHY" ]; then
 		verdict 8-corrupt-object-with-p FAIL "app: $APPWHY"
-	elif [ "${RC[g8p]}" != 1 ] || ! grep -qF "$D/truncated.o is not a BPF object gpubpf can read" "$L/g8p.err"; then
+	elif [ "${RC[g8p]}" != 1 ] || ! grep -qE "$D/truncated.o is not (a BPF object gpubpf can read|an ELF file, so not a BPF object)" "$L/g8p.err"; then
 		verdict 8-corrupt-object-with-p FAIL "rc ${RC[g8p]}: $(last_line "$L/g8p.err")"
 	else
 		verdict 8-corrupt-object-with-p PASS "$(last_line "$L/g8p.err"); the running app unharmed"

@@ -36,26 +36,27 @@ func TestRunCorruptObject(t *testing.T) {
 	rng.Read(random)
 	elfGarbage := append([]byte("\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00\x01\x00\xf7\x00"), random[:2048]...)
 	dir := t.TempDir()
+	const notELF, unreadable = " is not an ELF file, so not a BPF object", " is not a BPF object gpubpf can read"
 	for _, tc := range []struct {
-		name string
-		data []byte
+		name, want string
+		data       []byte
 	}{
-		{"empty", nil},
-		{"truncated-16", good[:16]},
-		{"truncated-64", good[:64]},
-		{"truncated-half", good[:len(good)/2]},
-		{"truncated-1", good[:len(good)-1]},
-		{"random", random},
-		{"elf-header-then-garbage", elfGarbage},
-		{"text", []byte("this is not an ELF file\n")},
+		{"empty", notELF, nil},
+		{"truncated-16", unreadable, good[:16]},
+		{"truncated-64", unreadable, good[:64]},
+		{"truncated-half", unreadable, good[:len(good)/2]},
+		{"truncated-1", unreadable, good[:len(good)-1]},
+		{"random", notELF, random},
+		{"elf-header-then-garbage", unreadable, elfGarbage},
+		{"text", notELF, []byte("this is not an ELF file\n")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obj := filepath.Join(dir, tc.name+".o")
 			os.WriteFile(obj, tc.data, 0o644)
 			marker := filepath.Join(dir, tc.name+".started")
 			errs, rc := runRun(t, obj, "--", "sh", "-c", "touch "+marker)
-			if rc != toolkit.ExitError || !strings.Contains(errs, obj+" is not a BPF object gpubpf can read") {
-				t.Errorf("rc %d, stderr %q; want 1 and %q", rc, errs, obj+" is not a BPF object gpubpf can read")
+			if rc != toolkit.ExitError || !strings.Contains(errs, obj+tc.want) {
+				t.Errorf("rc %d, stderr %q; want 1 and %q", rc, errs, obj+tc.want)
 			}
 			if _, err := os.Stat(marker); err == nil {
 				t.Errorf("the command was started although the object is unreadable")
