@@ -95,3 +95,14 @@ func TestWithVariables(t *testing.T) {
 		t.Fatal("a variable outside its section was accepted")
 	}
 }
+
+func TestPidList(t *testing.T) {
+	for _, c := range []struct {
+		pids []int
+		want string
+	}{{[]int{12}, "process 12"}, {[]int{12, 13}, "processes 12, 13"}} {
+		if got := pidList(c.pids); got != c.want {
+			t.Errorf("pidList(%v) = %q, want %q", c.pids, got, c.want)
+		}
+	}
+}

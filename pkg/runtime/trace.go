@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os/exec"
 	"sort"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -132,6 +134,7 @@ func (s *Session) Trace(ctx context.Context, t Targets) (code int, err error) {
 				return 0, nil
 			case <-tick.C:
 				if s.allGone() {
+					s.warnf("%s exited; the trace ends with what it recorded", pidList(t.PIDs))
 					return 0, nil
 				}
 			}
@@ -300,4 +303,16 @@ func (s *Session) traceAll(ctx context.Context, start time.Time) error {
 		case <-tick.C:
 		}
 	}
+}
+
+// pidList names the traced processes: "process 12", "processes 12, 13".
+func pidList(pids []int) string {
+	if len(pids) == 1 {
+		return fmt.Sprintf("process %d", pids[0])
+	}
+	s := make([]string, len(pids))
+	for i, p := range pids {
+		s[i] = strconv.Itoa(p)
+	}
+	return "processes " + strings.Join(s, ", ")
 }
