@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -658,6 +659,7 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 		fn[f.Name] = f.Handle
 	}
 	activated := 0
+	var busy []string
 	for _, k := range inv.Kernels {
 		if k.ModuleID != m.ID || fn[k.Name] == 0 {
 			continue
@@ -670,12 +672,26 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 			lw = dev.launchWords(lay)
 		}
 		if err := p.conn.ActivateWith(k.Handle, lr.CloneID, fn[k.Name], lw); err != nil {
+			var ae *agentproto.Error
+			if errors.As(err, &ae) && ae.Status == agentproto.StatusUnsupported {
+				// Another tool has this kernel: the others of the
+				// module are still ours.
+				busy = append(busy, k.Name)
+				p.s.mu.Lock()
+				p.s.stats.KernelsSkipped[k.Name] = ae.Message
+				p.s.mu.Unlock()
+				p.s.warnf("process %d: %s", p.PID, ae.Message)
+				continue
+			}
 			return fmt.Errorf("activating the probe on %s: %w", k.Name, err)
 		}
 		activated++
 	}
 	if activated == 0 {
 		p.conn.Unload(lr.CloneID)
+		if len(busy) > 0 {
+			return fmt.Errorf("%s instrumented by another tool already", strings.Join(busy, ", "))
+		}
 		return fmt.Errorf("the agent has no launch handle for %s yet", strings.Join(kernels, ", "))
 	}
 	now := time.Now()
@@ -684,6 +700,9 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 	p.mu.Unlock()
 	p.s.mu.Lock()
 	for _, k := range res.Kernels {
+		if slices.Contains(busy, k) {
+			continue
+		}
 		p.s.stats.KernelsMatched[k] = true
 		delete(p.s.stats.KernelsSkipped, k)
 	}

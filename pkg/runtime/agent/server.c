@@ -1661,6 +1661,23 @@ static int op_activate(struct session *s, uint32_t req, struct rbuf *r, struct w
 	a->slots = slots;
 	pthread_rwlock_wrlock(&g_rw);
 	pthread_mutex_lock(&g_mu);
+	/* One tool per kernel: a second tool's clone would silently take the
+	 * launches from the first (the newest activation wins), so the first
+	 * would stop counting mid-trace without knowing. */
+	for (struct activation *o = g_acts; o; o = o->next) {
+		if (o->owner != s && o->handle == a->handle && o->ctx == a->ctx) {
+			char name[160];
+			snprintf(name, sizeof(name), "%s", k->name ? k->name : "?");
+			pthread_mutex_unlock(&g_mu);
+			pthread_rwlock_unlock(&g_rw);
+			free(a);
+			return send_error(s, OP_ACTIVATE, req, ST_UNSUPPORTED, 0,
+					  "kernel %s is already instrumented by another gpubpf tool attached to this "
+					  "process; one tool per kernel: end the other tool, or trace other kernels "
+					  "(--kernel)",
+					  name);
+		}
+	}
 	/* replace an earlier activation of the same handle in that context */
 	struct activation **pp = &g_acts;
 	while (*pp) {

@@ -267,6 +267,20 @@ func TestAgentEndToEnd(t *testing.T) {
 			t.Fatalf("%s with probe active ran %s", cmd, got)
 		}
 	}
+	// A second tool cannot take the kernel from the first.
+	other, err := Dial(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lrOther, err := other.LoadPTX(OnDevice(0), []byte(".visible .entry probe_vecAdd (\n)"), "probe_vecAdd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Activate(k.Handle, lrOther.CloneID, lrOther.Functions[0].Handle); err == nil ||
+		!strings.Contains(err.Error(), "kernel _Z6vecAddPfi is already instrumented by another gpubpf tool") {
+		t.Fatalf("second tool's activation: want refused, got %v", err)
+	}
+	other.Close()
 	st, err := c.Stats()
 	if err != nil || len(st) != 1 || st[0].Launches != 2 {
 		t.Fatalf("stats %+v %v", st, err)
