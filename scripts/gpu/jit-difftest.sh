@@ -19,7 +19,7 @@ NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
 export GPUBPF_DIFFTEST_HARNESS="$WORK/harness" GPUBPF_DIFFTEST_N="$N" GPUBPF_DIFFTEST_DUMP="$WORK"
 export GPUBPF_CUDA_BIN=${GPUBPF_CUDA_BIN:-$(dirname "$NVCC")}
 rc=0
-"$BIN/difftest.test" -test.run 'TestDifferential|TestGPUMaps' -test.v -test.timeout 250s >"$WORK/difftest.log" 2>&1 || rc=$?
+"$BIN/difftest.test" -test.run 'TestDifferential|TestGPUMaps|TestProbeRead' -test.v -test.timeout 250s >"$WORK/difftest.log" 2>&1 || rc=$?
 grep -E '^difftest:|^(---|ok|FAIL|PASS)|harness:|gpumaps_test|kernel side|compile:|module 0:' "$WORK/difftest.log" | cut -c1-300 || true
 if [ "$rc" != 0 ]; then
 	grep -B2 -A30 -E 'differs|Error|error' "$WORK/difftest.log" | head -150 || true
