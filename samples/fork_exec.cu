@@ -26,6 +26,7 @@
 // Kernels (extern "C"): forkParent, execBefore, forkChild, each
 // (unsigned *out, int n, unsigned salt).
 #include "common.h"
+#include "gates.h"
 
 #include <cstring>
 #include <string>
@@ -44,33 +45,6 @@ static const int kThreads = 256, kBlocks = 4, kN = kThreads * kBlocks;
 FILL(forkParent)
 FILL(execBefore)
 FILL(forkChild)
-
-// DIR "-": no gates (every wait passes at once, '*' rounds run one step).
-static bool no_gates;
-
-static bool exists(const std::string &p) { return no_gates || access(p.c_str(), F_OK) == 0; }
-
-static void touch(const std::string &p)
-{
-	if (no_gates)
-		return;
-	FILE *f = fopen(p.c_str(), "w");
-	if (!f) {
-		perror(p.c_str());
-		result(false, "reason=cannot_create file=%s", p.c_str());
-	}
-	fclose(f);
-}
-
-static void wait_for(const std::string &p)
-{
-	for (long i = 0; i < 150000; i++) { // 300 s
-		if (exists(p))
-			return;
-		usleep(2000);
-	}
-	result(false, "reason=gate_timeout file=%s", p.c_str());
-}
 
 // launches runs kernel k STEPS times (salt = base + step), checks the last
 // output and returns its sum.

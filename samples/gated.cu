@@ -29,6 +29,7 @@
 //   gatedA(unsigned *a, int n, unsigned salt)
 //   gatedB(const unsigned *a, unsigned *b, int n, unsigned salt)
 #include "common.h"
+#include "gates.h"
 
 #include <string>
 #include <thread>
@@ -50,33 +51,6 @@ extern "C" __global__ void gatedB(const unsigned *a, unsigned *b, int n, unsigne
 }
 
 static unsigned salt_of(int round, int host) { return (unsigned)round * 65537u + (unsigned)host; }
-
-// DIR "-": no gates (every wait passes at once, '*' rounds run one step).
-static bool no_gates;
-
-static bool exists(const std::string &p) { return no_gates || access(p.c_str(), F_OK) == 0; }
-
-static void touch(const std::string &p)
-{
-	if (no_gates)
-		return;
-	FILE *f = fopen(p.c_str(), "w");
-	if (!f) {
-		perror(p.c_str());
-		result(false, "reason=cannot_create file=%s", p.c_str());
-	}
-	fclose(f);
-}
-
-static void wait_for(const std::string &p)
-{
-	for (long i = 0; i < 150000; i++) { // 300 s
-		if (exists(p))
-			return;
-		usleep(2000);
-	}
-	result(false, "reason=gate_timeout file=%s", p.c_str());
-}
 
 struct host {
 	cudaStream_t s;
