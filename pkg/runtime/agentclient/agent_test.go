@@ -83,6 +83,23 @@ func findKernel(inv *agentproto.Inventory, name string, kind agentproto.KernelKi
 	return nil
 }
 
+// loadVecAddProbe loads a probe module with function fn through c and
+// returns the app's vecAdd kernel and the load's reply: how most agent
+// tests start.
+func loadVecAddProbe(t *testing.T, c *Conn, ptx, fn string) (*agentproto.Kernel, *agentproto.LoadReply) {
+	t.Helper()
+	inv, err := c.Inventory(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := findKernel(inv, "_Z6vecAddPfi", agentproto.KindKernel)
+	lr, err := c.LoadPTX(OnDevice(0), []byte(ptx), fn)
+	if err != nil || k == nil {
+		t.Fatalf("load %s: %v (kernel %v)", fn, err, k)
+	}
+	return k, lr
+}
+
 type fixture struct {
 	dir, agent, app, cudaDir, sockDir string
 }

@@ -134,15 +134,7 @@ func TestStoppedProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	inv, err := c.Inventory(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := findKernel(inv, "_Z6vecAddPfi", agentproto.KindKernel)
-	lr, err := c.LoadPTX(OnDevice(0), []byte(".visible .entry probe_vecAdd (\n)"), "probe_vecAdd")
-	if err != nil || k == nil {
-		t.Fatalf("load: %v (kernel %v)", err, k)
-	}
+	k, lr := loadVecAddProbe(t, c, ".visible .entry probe_vecAdd (\n)", "probe_vecAdd")
 	if err := c.Activate(k.Handle, lr.CloneID, lr.Functions[0].Handle); err != nil {
 		t.Fatal(err)
 	}

@@ -122,15 +122,7 @@ func stillServes(t *testing.T, a *app, pid int) {
 	if err != nil {
 		t.Fatalf("a normal client after the faults: %v", err)
 	}
-	inv, err := c.Inventory(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := findKernel(inv, "_Z6vecAddPfi", agentproto.KindKernel)
-	lr, err := c.LoadPTX(OnDevice(0), []byte(".visible .entry after_faults (\n)"), "after_faults")
-	if err != nil || k == nil {
-		t.Fatalf("load after the faults: %v (kernel %v)", err, k)
-	}
+	k, lr := loadVecAddProbe(t, c, ".visible .entry after_faults (\n)", "after_faults")
 	if err := c.Activate(k.Handle, lr.CloneID, lr.Functions[0].Handle); err != nil {
 		t.Fatal(err)
 	}

@@ -57,15 +57,7 @@ func TestLaunchWords(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	inv, err := c.Inventory(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := findKernel(inv, "_Z6vecAddPfi", agentproto.KindKernel)
-	lr, err := c.LoadPTX(OnDevice(0), []byte(".visible .entry probe_lw (.param .u64 a, .param .u32 n, .param .u64 h0, .param .u64 h1)\n{\n}\n"), "probe_lw")
-	if err != nil || k == nil {
-		t.Fatalf("load: %v (kernel %v)", err, k)
-	}
+	k, lr := loadVecAddProbe(t, c, ".visible .entry probe_lw (.param .u64 a, .param .u32 n, .param .u64 h0, .param .u64 h1)\n{\n}\n", "probe_lw")
 	fn := lr.Functions[0].Handle
 	mfd, err := unix.MemfdCreate("gpubpf-lw", unix.MFD_CLOEXEC)
 	if err != nil {
@@ -292,15 +284,7 @@ func graphWordsSetup(t *testing.T, f fixture, env ...string) (a *app, c *Conn, k
 	if err != nil {
 		t.Fatal(err)
 	}
-	inv, err := c.Inventory(true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := findKernel(inv, "_Z6vecAddPfi", agentproto.KindKernel)
-	lr, err := c.LoadPTX(OnDevice(0), []byte(".visible .entry probe_lw (.param .u64 a, .param .u32 n, .param .u64 h0, .param .u64 h1)\n{\n}\n"), "probe_lw")
-	if err != nil || k == nil {
-		t.Fatalf("load: %v (kernel %v)", err, k)
-	}
+	k, lr := loadVecAddProbe(t, c, ".visible .entry probe_lw (.param .u64 a, .param .u32 n, .param .u64 h0, .param .u64 h1)\n{\n}\n", "probe_lw")
 	mfd, err := unix.MemfdCreate("gpubpf-lw", unix.MFD_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
