@@ -15,6 +15,7 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
 	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
+	"github.com/gpubpf/gpubpf/pkg/runtime/verify"
 )
 
 // perThreadBudget caps the device memory one per-thread array may take when
@@ -102,7 +103,7 @@ func (p *Process) device(t agentproto.Target) (*device, error) {
 	}()
 	used := map[string]bool{}
 	for _, g := range p.s.gpu {
-		for m := range referencedMaps(g.Spec) {
+		for _, m := range verify.ReferencedMaps(g.Spec) {
 			used[m] = true
 		}
 	}

@@ -5,7 +5,8 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/verify"
 )
 
 // bpftime's map type numbers (bpf/gpu.h).
@@ -29,27 +30,15 @@ type mapUsers struct {
 	gpu, cpu map[string][]string // map name -> program names
 }
 
-func referencedMaps(p *ebpf.ProgramSpec) map[string]bool {
-	refs := map[string]bool{}
-	for _, ins := range p.Instructions {
-		if ins.OpCode.IsDWordLoad() && (ins.Src == asm.PseudoMapFD || ins.Src == asm.PseudoMapValue) {
-			if r := ins.Reference(); r != "" {
-				refs[r] = true
-			}
-		}
-	}
-	return refs
-}
-
 func usersOf(gpu []GPUProgram, cpu []CPUProgram) mapUsers {
 	u := mapUsers{gpu: map[string][]string{}, cpu: map[string][]string{}}
 	for _, g := range gpu {
-		for m := range referencedMaps(g.Spec) {
+		for _, m := range verify.ReferencedMaps(g.Spec) {
 			u.gpu[m] = append(u.gpu[m], g.Spec.Name)
 		}
 	}
 	for _, c := range cpu {
-		for m := range referencedMaps(c.Spec) {
+		for _, m := range verify.ReferencedMaps(c.Spec) {
 			u.cpu[m] = append(u.cpu[m], c.Spec.Name)
 		}
 	}

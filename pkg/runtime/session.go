@@ -368,7 +368,7 @@ func (s *Session) compile(g GPUProgram, maps map[string]gpumap.Placement, printk
 // maps 1512/1513): at attach time it would only skip every kernel.
 func CheckGPUMaps(spec *ebpf.CollectionSpec, gpu []GPUProgram) error {
 	for _, g := range gpu {
-		for _, name := range sortedKeys(referencedMaps(g.Spec)) {
+		for _, name := range verify.ReferencedMaps(g.Spec) {
 			m := spec.Maps[name]
 			if m == nil {
 				return fmt.Errorf("GPU program %s (section %q) uses map %s, which the object does not define; rebuild the object from its source", g.Spec.Name, g.Spec.SectionName, name)
@@ -386,7 +386,7 @@ func CheckGPUMaps(spec *ebpf.CollectionSpec, gpu []GPUProgram) error {
 func placeholderPlacements(spec *ebpf.CollectionSpec, g GPUProgram) map[string]gpumap.Placement {
 	out := map[string]gpumap.Placement{}
 	addr := uint64(0x7e0000000000)
-	for name := range referencedMaps(g.Spec) {
+	for _, name := range verify.ReferencedMaps(g.Spec) {
 		m := spec.Maps[name]
 		if m == nil {
 			continue

@@ -338,7 +338,7 @@ func build(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) (*twin, error) {
 		Types:     spec.Types,
 		ByteOrder: spec.ByteOrder,
 	}
-	for _, name := range referencedMaps(p) {
+	for _, name := range ReferencedMaps(p) {
 		ms := spec.Maps[name]
 		if ms == nil {
 			return nil, fmt.Errorf("GPU program %s uses map %s, which the object does not define", p.Name, name)
@@ -398,8 +398,9 @@ func setJumpOffset(ins *asm.Instruction, off int) error {
 	return nil
 }
 
-// referencedMaps lists the maps p references, sorted.
-func referencedMaps(p *ebpf.ProgramSpec) []string {
+// ReferencedMaps lists the maps p references (ld_imm64 of a map or of a
+// map value), sorted.
+func ReferencedMaps(p *ebpf.ProgramSpec) []string {
 	seen := map[string]bool{}
 	for _, ins := range p.Instructions {
 		if ins.OpCode.IsDWordLoad() && (ins.Src == asm.PseudoMapFD || ins.Src == asm.PseudoMapValue) {
