@@ -402,15 +402,21 @@ func placeholderPlacements(spec *ebpf.CollectionSpec, g GPUProgram) map[string]g
 	return out
 }
 
-// Stats returns a copy of the session's accounting, with the agents' launch
-// counts and the rings' drop counters read now.
-func (s *Session) Stats() Stats {
-	s.mu.Lock()
+// everyProcessLocked is every process of the session, attached or gone
+// (s.mu held).
+func (s *Session) everyProcessLocked() []*Process {
 	procs := make([]*Process, 0, len(s.procs)+len(s.gone))
 	for _, p := range s.procs {
 		procs = append(procs, p)
 	}
-	procs = append(procs, s.gone...)
+	return append(procs, s.gone...)
+}
+
+// Stats returns a copy of the session's accounting, with the agents' launch
+// counts and the rings' drop counters read now.
+func (s *Session) Stats() Stats {
+	s.mu.Lock()
+	procs := s.everyProcessLocked()
 	st := s.stats
 	st.KernelsMatched = copyMap(s.stats.KernelsMatched)
 	st.KernelsSkipped = copyMap(s.stats.KernelsSkipped)

@@ -166,10 +166,7 @@ func (s *Session) windUp() {
 // no later try made good.
 func (s *Session) uprobeError() error {
 	s.mu.Lock()
-	procs := append([]*Process(nil), s.gone...)
-	for _, p := range s.procs {
-		procs = append(procs, p)
-	}
+	procs := s.everyProcessLocked()
 	s.mu.Unlock()
 	sort.Slice(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
 	for _, p := range procs {
