@@ -1,0 +1,196 @@
+package inject
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
+)
+
+type target struct {
+	t     *testing.T
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	lines chan string
+}
+
+func gcc(t *testing.T, args ...string) {
+	t.Helper()
+	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %v: %v\n%s", args, err, out)
+	}
+}
+
+// fixture builds the target program and the test library once per test.
+func fixture(t *testing.T) (dir string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("injection needs root (ptrace of a process this test did not start as its tracer)")
+	}
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("gcc not found")
+	}
+	dir = t.TempDir()
+	gcc(t, "-O2", "-pthread", "-o", filepath.Join(dir, "target"), "testdata/target.c")
+	gcc(t, "-O2", "-fPIC", "-shared", "-o", filepath.Join(dir, "lib.so"), "testdata/lib.c")
+	return dir
+}
+
+func start(t *testing.T, exe string, env []string, args ...string) *target {
+	t.Helper()
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), env...)
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	tg := &target{t: t, cmd: cmd, in: in, lines: make(chan string, 16)}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			tg.lines <- sc.Text()
+		}
+		close(tg.lines)
+	}()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	tg.expect("READY")
+	time.Sleep(50 * time.Millisecond) // let its threads get going
+	return tg
+}
+
+func (tg *target) expect(prefix string) string {
+	tg.t.Helper()
+	select {
+	case l, ok := <-tg.lines:
+		if !ok {
+			tg.t.Fatalf("target exited; wanted %q", prefix)
+		}
+		if !strings.HasPrefix(l, prefix) {
+			tg.t.Fatalf("target said %q, want %q...", l, prefix)
+		}
+		return l
+	case <-time.After(10 * time.Second):
+		tg.t.Fatalf("target said nothing in 10 s; wanted %q", prefix)
+	}
+	return ""
+}
+
+func (tg *target) say(s string) { io.WriteString(tg.in, s+"\n") }
+
+func TestInjectLibrary(t *testing.T) {
+	dir := fixture(t)
+	lib := filepath.Join(dir, "lib.so")
+	for _, mode := range []string{"wait", "spin", "churn"} {
+		t.Run(mode, func(t *testing.T) {
+			tg := start(t, filepath.Join(dir, "target"), nil, mode)
+			res, err := Inject(tg.cmd.Process.Pid, lib, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tg.expect("LIB LOADED")
+			t.Logf("%s: thread %d stopped %v (dlopen %v), %d unsafe stops first", mode, res.Thread, res.Stopped, res.Call, res.Tries)
+			if mode == "spin" && res.Thread != tg.cmd.Process.Pid {
+				t.Errorf("injected in thread %d, want the spinning main thread %d (outside libc, a safe place)", res.Thread, tg.cmd.Process.Pid)
+			}
+			// The program goes on as before: it answers, and its
+			// register-held computation never changed.
+			tg.say("ping")
+			tg.expect("pong")
+			time.Sleep(200 * time.Millisecond)
+			tg.say("check")
+			if l := tg.expect(""); !strings.HasPrefix(l, "ok ") {
+				t.Fatalf("after injection the target says %q: its registers were not restored", l)
+			}
+			again, err := Inject(tg.cmd.Process.Pid, lib, Options{})
+			if err != nil || !again.AlreadyLoaded {
+				t.Fatalf("second injection: %+v, %v; want AlreadyLoaded", again, err)
+			}
+		})
+	}
+}
+
+// TestInjectAgent loads the real agent into a program started without it
+// and talks to it over its socket.
+func TestInjectAgent(t *testing.T) {
+	dir := fixture(t)
+	src, _ := filepath.Abs("../runtime/agent")
+	if out, err := exec.Command("make", "-s", "-C", src, "OUT="+dir, "CC=gcc").CombinedOutput(); err != nil {
+		t.Fatalf("building the agent: %v\n%s", err, out)
+	}
+	sock := filepath.Join(dir, "sock")
+	os.MkdirAll(sock, 0o755)
+	t.Setenv("GPUBPF_AGENT_SOCKET_DIR", sock)
+	tg := start(t, filepath.Join(dir, "target"), []string{"GPUBPF_AGENT_SOCKET_DIR=" + sock}, "wait")
+	pid := tg.cmd.Process.Pid
+	res, err := Inject(pid, filepath.Join(dir, "libgpubpf-agent.so"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("agent: thread %d stopped %v (dlopen %v)", res.Thread, res.Stopped, res.Call)
+	var c *agentclient.Conn
+	for i := 0; i < 200; i++ {
+		if c, err = agentclient.Dial(pid); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("no agent socket after injection: %v", err)
+	}
+	defer c.Close()
+	if c.Info().PID != uint32(pid) {
+		t.Errorf("agent says pid %d, want %d", c.Info().PID, pid)
+	}
+	tg.say("ping")
+	tg.expect("pong")
+}
+
+func TestRefusesStatic(t *testing.T) {
+	dir := fixture(t)
+	exe := filepath.Join(dir, "static")
+	if out, err := exec.Command("gcc", "-O2", "-static", "-DSTATIC_TARGET", "-o", exe, "testdata/target.c").CombinedOutput(); err != nil {
+		t.Skipf("no static C library here: %v\n%s", err, out)
+	}
+	tg := start(t, exe, nil)
+	_, err := Inject(tg.cmd.Process.Pid, filepath.Join(dir, "lib.so"), Options{})
+	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "statically linked") {
+		t.Fatalf("got %v, want a refusal naming a statically linked program", err)
+	}
+}
+
+func TestChecks(t *testing.T) {
+	for _, tc := range []struct {
+		name, yama, status, want string
+	}{
+		{"fine", "1\n", "Name:\tapp\nTracerPid:\t0\nSeccomp:\t0\n", ""},
+		{"yama 3", "3\n", "TracerPid:\t0\n", "ptrace_scope = 3"},
+		{"traced", "0", "TracerPid:\t4242\n", "already traced by process 4242"},
+		{"seccomp filter", "0", "TracerPid:\t0\nSeccomp:\t2\n", "seccomp (mode 2)"},
+		{"strict seccomp", "0", "Seccomp:\t1\n", "seccomp (mode 1)"},
+		{"no seccomp line", "0", "Name:\tapp\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := yamaAllows(tc.yama)
+			if err == nil {
+				err = statusAllows(7, tc.status)
+			}
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, ErrUnsupported)):
+				t.Fatalf("got %v, want an ErrUnsupported naming %q", err, tc.want)
+			case err != nil && !strings.Contains(err.Error(), "LD_PRELOAD") && !strings.Contains(err.Error(), "detach"):
+				t.Errorf("%v: says no next step", err)
+			}
+		})
+	}
+}
