@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 )
 
 type target struct {
@@ -69,19 +70,20 @@ func start(t *testing.T, exe string, env []string, args ...string) *target {
 
 func (tg *target) expect(prefix string) string {
 	tg.t.Helper()
-	select {
-	case l, ok := <-tg.lines:
-		if !ok {
-			tg.t.Fatalf("target exited; wanted %q", prefix)
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case l, ok := <-tg.lines:
+			if !ok {
+				tg.t.Fatalf("target exited; wanted %q", prefix)
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			tg.t.Fatalf("target said nothing in 10 s; wanted %q", prefix)
 		}
-		if !strings.HasPrefix(l, prefix) {
-			tg.t.Fatalf("target said %q, want %q...", l, prefix)
-		}
-		return l
-	case <-time.After(10 * time.Second):
-		tg.t.Fatalf("target said nothing in 10 s; wanted %q", prefix)
 	}
-	return ""
 }
 
 func (tg *target) say(s string) { io.WriteString(tg.in, s+"\n") }
@@ -192,5 +194,104 @@ func TestChecks(t *testing.T) {
 				t.Errorf("%v: says no next step", err)
 			}
 		})
+	}
+}
+
+// TestLateInterposition injects the agent into a program that reached the
+// (fake) driver as cudart does, with its entry points cached in static data
+// before the agent existed: once a tool connects, the program's launches
+// go through the agent, the kernel it launches is learnt at its first
+// launch, and a probe activated on it runs from then on.
+func TestLateInterposition(t *testing.T) {
+	for _, global := range []bool{false, true} {
+		name := "cudart-style"
+		if global {
+			name = "libcuda-in-global-scope"
+		}
+		t.Run(name, func(t *testing.T) { testLate(t, global) })
+	}
+}
+
+func testLate(t *testing.T, global bool) {
+	dir := fixture(t)
+	src, _ := filepath.Abs("../runtime/agent")
+	cuda := filepath.Join(dir, "cuda")
+	os.MkdirAll(cuda, 0o755)
+	for _, args := range [][]string{
+		{"-O1", "-fPIC", "-shared", "-pthread", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(cuda, "libcuda.so.1"), filepath.Join(src, "testdata/fakecuda.c")},
+		{"-o", filepath.Join(dir, "app"), filepath.Join(src, "testdata/app.c"), "-ldl"},
+	} {
+		gcc(t, args...)
+	}
+	if out, err := exec.Command("make", "-s", "-C", src, "OUT="+dir, "CC=gcc").CombinedOutput(); err != nil {
+		t.Fatalf("building the agent: %v\n%s", err, out)
+	}
+	sock := filepath.Join(dir, "sock")
+	os.MkdirAll(sock, 0o755)
+	t.Setenv("GPUBPF_AGENT_SOCKET_DIR", sock)
+	env := []string{"GPUBPF_AGENT_SOCKET_DIR=" + sock, "LD_LIBRARY_PATH=" + cuda}
+	if global {
+		env = append(env, "APP_CUDA_GLOBAL=1")
+	}
+	tg := start(t, filepath.Join(dir, "app"), env)
+	pid := tg.cmd.Process.Pid
+	launch := func() string {
+		t.Helper()
+		tg.say("launch")
+		l := tg.expect("LAUNCH ")
+		tg.expect("DONE")
+		return strings.TrimPrefix(l, "LAUNCH ")
+	}
+	if got := launch(); got != "_Z6vecAddPfi" {
+		t.Fatalf("before injection the app launched %q", got)
+	}
+	if _, err := Inject(pid, filepath.Join(dir, "libgpubpf-agent.so"), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	var c *agentclient.Conn
+	var err error
+	for i := 0; i < 200; i++ {
+		if c, err = agentclient.Dial(pid); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("no agent socket after injection: %v", err)
+	}
+	defer c.Close()
+	// The module was loaded before the agent: nothing is known of it
+	// until its kernel is launched.
+	if got := launch(); got != "_Z6vecAddPfi" {
+		t.Fatalf("first launch after injection ran %q", got)
+	}
+	inv, err := c.Inventory(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k *agentproto.Kernel
+	for i := range inv.Kernels {
+		if inv.Kernels[i].Name == "_Z6vecAddPfi" && inv.Kernels[i].Kind == agentproto.KindKernel {
+			k = &inv.Kernels[i]
+		}
+	}
+	if k == nil {
+		t.Fatalf("the launched kernel was not learnt: inventory %+v", inv)
+	}
+	lr, err := c.LoadPTX(agentclient.OnDevice(0), []byte(".entry probe_vecAdd ("), "probe_vecAdd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Activate(k.Handle, lr.CloneID, lr.Functions[0].Handle); err != nil {
+		t.Fatal(err)
+	}
+	if got := launch(); got != "probe_vecAdd" {
+		t.Fatalf("with the probe active the app launched %q, want probe_vecAdd: its cached cuLaunchKernel was not swapped", got)
+	}
+	// The tool leaves: the program's pointers are its own again.
+	c.Close()
+	time.Sleep(300 * time.Millisecond)
+	if got := launch(); got != "_Z6vecAddPfi" {
+		t.Fatalf("after the tool left the app launched %q", got)
 	}
 }

@@ -50,6 +50,8 @@ struct drv {
 	CUresult (*cuLibraryGetGlobal)(CUdeviceptr *, size_t *, CUlibrary, const char *);
 	CUresult (*cuKernelGetName)(const char **, CUkernel);
 	CUresult (*cuFuncGetName)(const char **, CUfunction);
+	CUresult (*cuKernelGetLibrary)(CUlibrary *, CUkernel); /* late.c; optional */
+	CUresult (*cuFuncGetModule)(CUmodule *, CUfunction);    /* late.c; optional */
 	CUresult (*cuKernelGetAttribute)(int *, int, CUkernel, CUdevice);
 	CUresult (*cuFuncGetAttribute)(int *, int, CUfunction);
 	CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
@@ -186,7 +188,9 @@ struct activation {
 				 * driver call has not been reached yet */
 #define LW_MAX_AGE_NS 1000000ull /* an older stamp is not this launch's */
 
-extern int g_active; /* fast-path flag: any activation present */
+extern int g_active; /* fast-path flags: */
+#define ACTIVE_PROBES 1   /* an activation is present */
+#define ACTIVE_DISCOVER 2 /* loaded late: learn the kernels launched (late.c) */
 extern pthread_rwlock_t g_rw;
 HIDDEN CUfunction probe_lookup(void *f, struct activation **out); /* g_rw read held */
 HIDDEN void probe_rebuild(void);                                  /* g_rw write held, g_mu held */
@@ -241,5 +245,26 @@ HIDDEN void server_atfork_child(void);
 /* ---- interposition (interpose.c) ---- */
 extern void *(*real_dlsym)(void *, const char *);
 HIDDEN void *libcuda_handle(void);
+EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status);
+
+/* ---- late interposition (late.c) ---- */
+/* libcuda's address of a wrapped entry point, and the wrapper for it */
+struct late_target {
+	uintptr_t real, wrapper;
+};
+HIDDEN size_t late_targets(struct late_target **out); /* interpose.c; malloc'ed */
+HIDDEN int late_mode(void);     /* loaded into a running process (not preloaded) */
+HIDDEN int late_scan(void);     /* swap the program's cached driver pointers; returns how many */
+HIDDEN void late_restore(void); /* put them back (the last tool left) */
+/* A launch of handle h (CUfunction or CUkernel) while ACTIVE_DISCOVER is
+ * set: an unknown handle gets its module and kernels inventoried and the
+ * tools told (which may hold the launch until they have instrumented it).
+ * Call with no agent lock held. */
+HIDDEN void late_discover(void *h);
+static inline void late_seen(void *h)
+{
+	if (UNLIKELY(__atomic_load_n(&g_active, __ATOMIC_RELAXED) & ACTIVE_DISCOVER))
+		late_discover(h);
+}
 
 #endif

@@ -127,6 +127,8 @@ int drv_init(void)
 	G(cuLibraryGetGlobal);
 	G(cuKernelGetName);
 	G(cuFuncGetName);
+	G(cuKernelGetLibrary);
+	G(cuFuncGetModule);
 	G(cuKernelGetAttribute);
 	G(cuFuncGetAttribute);
 	G(cuFuncSetAttribute);
@@ -622,6 +624,7 @@ static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds
 						      unsigned gy, unsigned gz, unsigned bx, unsigned by,
 						      unsigned bz, unsigned sh, CUstream s, void **p, void **e)
 {
+	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
 	CUfunction c = probe_lookup(f, &a);
@@ -664,6 +667,7 @@ static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int pt
 						    unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 						    unsigned sh, CUstream s, void **p)
 {
+	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
 	CUfunction c = probe_lookup(f, &a);
@@ -705,6 +709,7 @@ COOP_WRAPPER(cuLaunchCooperativeKernel_ptsz, 1)
 static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, const CUlaunchConfig *cfg,
 						  CUfunction f, void **p, void **e)
 {
+	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
 	CUfunction c = probe_lookup(f, &a);
@@ -774,6 +779,7 @@ static const void *graph_params(const void *params, int v2, struct graph_tmp *tm
 		return params;
 	const void *out = params;
 	struct activation *a = NULL;
+	late_seen(h);
 	pthread_rwlock_rdlock(&g_rw);
 	CUfunction c = probe_lookup(h, &a);
 	void **cp = c ? in->kernelParams : NULL, **ce = c ? in->extra : NULL;
@@ -1074,6 +1080,60 @@ EXPORT CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, uint64_t 
 			*pfn = swap_in(i, *pfn);
 	}
 	return r;
+}
+
+/* ---------------- late interposition (late.c) ---------------- */
+
+static void add_target(struct late_target *t, size_t *n, size_t cap, int i, void *realp)
+{
+	if (!realp || i < 0 || *n == cap)
+		return;
+	void *w = swap_in(i, realp);
+	if (w == realp)
+		return; /* ours already, or an ABI we do not wrap */
+	for (size_t k = 0; k < *n; k++)
+		if (t[k].real == (uintptr_t)realp)
+			return;
+	t[(*n)++] = (struct late_target){(uintptr_t)realp, (uintptr_t)w};
+}
+
+/* Every libcuda address a program may hold for an entry point the agent
+ * wraps: its exports, and what cuGetProcAddress hands out for each name at
+ * the versions and flags cudart asks with (the driver may give internal
+ * addresses there). */
+size_t late_targets(struct late_target **out)
+{
+	static const int vers[] = {11030, 12000, 12080, 13000};
+	static const uint64_t flags[] = {0, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM};
+	size_t cap = R_COUNT * 10, n = 0;
+	struct late_target *t = calloc(cap, sizeof(*t));
+	*out = t;
+	if (!t || !cuda_loaded())
+		return 0;
+	gpa2_t g = LOADP(real_gpa2);
+	if (!g)
+		g = (gpa2_t)cuda_sym("cuGetProcAddress_v2");
+	for (int i = 0; i < R_COUNT; i++) {
+		add_target(t, &n, cap, i, cuda_sym(real_names[i]));
+		if (!g)
+			continue;
+		/* the name cudart asks for: without the ABI suffix */
+		char base[64];
+		snprintf(base, sizeof(base), "%s", real_names[i]);
+		for (const char *suf = NULL; (suf = strrchr(base, '_')) != NULL;) {
+			if (strcmp(suf, "_ptsz") && strcmp(suf, "_v2") && strcmp(suf, "_v3") && strcmp(suf, "_v4"))
+				break;
+			base[suf - base] = 0;
+		}
+		for (size_t v = 0; v < sizeof(vers) / sizeof(vers[0]); v++)
+			for (size_t f = 0; f < sizeof(flags) / sizeof(flags[0]); f++) {
+				void *p = NULL;
+				int st = 0;
+				if (g(base, &p, vers[v], flags[f], &st) == CUDA_SUCCESS && p)
+					add_target(t, &n, cap, gpa_index(base, vers[v], flags[f]), p);
+			}
+	}
+	return n;
 }
 
 /* ---------------- dlsym ---------------- */

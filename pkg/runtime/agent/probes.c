@@ -47,7 +47,7 @@ void probe_rebuild(void)
 			n++;
 	probe_lw_refresh();
 	if (n == 0) {
-		__atomic_store_n(&g_active, 0, __ATOMIC_RELEASE);
+		__atomic_and_fetch(&g_active, ~ACTIVE_PROBES, __ATOMIC_RELEASE);
 		free(g_tab);
 		g_tab = NULL;
 		g_tabcap = 0;
@@ -64,7 +64,7 @@ void probe_rebuild(void)
 	struct slot *t = calloc(cap, sizeof(*t));
 	if (!t) {
 		/* cannot route safely: switch everything off */
-		__atomic_store_n(&g_active, 0, __ATOMIC_RELEASE);
+		__atomic_and_fetch(&g_active, ~ACTIVE_PROBES, __ATOMIC_RELEASE);
 		free(g_tab);
 		g_tab = NULL;
 		g_tabcap = 0;
@@ -90,7 +90,7 @@ void probe_rebuild(void)
 	free(g_tab);
 	g_tab = t;
 	g_tabcap = cap;
-	__atomic_store_n(&g_active, 1, __ATOMIC_RELEASE);
+	__atomic_or_fetch(&g_active, ACTIVE_PROBES, __ATOMIC_RELEASE);
 }
 
 CUfunction probe_lookup(void *f, struct activation **out)

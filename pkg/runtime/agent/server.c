@@ -782,6 +782,9 @@ static void op_hello(struct session *s, struct rbuf *r, struct wbuf *w)
 	(void)ver;
 	if (inv_module_count() > 0)
 		register_exit_hold();
+	/* Loaded into a running process: reach its driver calls now, before
+	 * the tool goes on to instrument them. */
+	late_scan();
 	pthread_mutex_lock(&g_mu);
 	s->hello = 1;
 	s->hold = (flags & 1) != 0;
@@ -1692,7 +1695,7 @@ static int op_activate(struct session *s, uint32_t req, struct rbuf *r, struct w
 	a->next = g_acts;
 	g_acts = a;
 	probe_rebuild();
-	int on = g_active;
+	int on = g_active & ACTIVE_PROBES;
 	pthread_mutex_unlock(&g_mu);
 	pthread_rwlock_unlock(&g_rw);
 	if (!on)
@@ -2213,8 +2216,11 @@ static void *session_main(void *arg)
 			*pp = s->next;
 			break;
 		}
+	int last = g_sessions == NULL;
 	pthread_cond_broadcast(&g_cond);
 	pthread_mutex_unlock(&g_mu);
+	if (last)
+		late_restore(); /* the program goes on exactly as before */
 	close(s->fd);
 	close(s->efd);
 	if (s->pending_fd >= 0)

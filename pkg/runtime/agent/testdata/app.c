@@ -93,10 +93,26 @@ static void *get(const char *n, uint64_t flags)
 	return p;
 }
 
+/* The driver entry points, kept in static data as cudart keeps its table
+ * (the agent's late interposition finds them there). */
+static CUresult (*init)(unsigned);
+static CUresult (*retain)(void **, int);
+static CUresult (*setcur)(void *);
+static CUresult (*libload)(void **, const void *, void *, void *, unsigned, void *, void *, unsigned);
+static CUresult (*getk)(void **, void *, const char *);
+static launch_t launch, launchp;
+static CUresult (*libunload)(void *);
+static CUresult (*graphadd)(void **, void *, const void *, size_t, const struct node_params *);
+static CUresult (*instantiate)(void **, void *, unsigned long long);
+static CUresult (*glaunch)(void *, void *);
+static CUresult (*glaunchp)(void *, void *);
+
 int main(void)
 {
 	use_fatbin_file();
-	void *h = dlopen("libcuda.so.1", RTLD_NOW);
+	/* APP_CUDA_GLOBAL=1: the driver in the global scope, as for a
+	 * program linked with -lcuda */
+	void *h = dlopen("libcuda.so.1", getenv("APP_CUDA_GLOBAL") ? RTLD_NOW | RTLD_GLOBAL : RTLD_NOW);
 	if (!h) {
 		fprintf(stderr, "app: %s\n", dlerror());
 		return 2;
@@ -104,20 +120,18 @@ int main(void)
 	gpa_t g0 = (gpa_t)dlsym(h, "cuGetProcAddress_v2");
 	if (!g0 || g0("cuGetProcAddress", (void **)&gpa, 12080, 0, NULL) != 0)
 		return 2;
-	CUresult (*init)(unsigned) = get("cuInit", 0);
-	CUresult (*retain)(void **, int) = get("cuDevicePrimaryCtxRetain", 0);
-	CUresult (*setcur)(void *) = get("cuCtxSetCurrent", 0);
-	CUresult (*libload)(void **, const void *, void *, void *, unsigned, void *, void *, unsigned) =
-		get("cuLibraryLoadData", 0);
-	CUresult (*getk)(void **, void *, const char *) = get("cuLibraryGetKernel", 0);
-	launch_t launch = get("cuLaunchKernel", 0);
-	launch_t launchp = get("cuLaunchKernel", 2);
-	CUresult (*libunload)(void *) = get("cuLibraryUnload", 0);
-	CUresult (*graphadd)(void **, void *, const void *, size_t, const struct node_params *) =
-		get("cuGraphAddKernelNode", 0);
-	CUresult (*instantiate)(void **, void *, unsigned long long) = get("cuGraphInstantiate", 0);
-	CUresult (*glaunch)(void *, void *) = get("cuGraphLaunch", 0);
-	CUresult (*glaunchp)(void *, void *) = get("cuGraphLaunch", 2);
+	init = get("cuInit", 0);
+	retain = get("cuDevicePrimaryCtxRetain", 0);
+	setcur = get("cuCtxSetCurrent", 0);
+	libload = get("cuLibraryLoadData", 0);
+	getk = get("cuLibraryGetKernel", 0);
+	launch = get("cuLaunchKernel", 0);
+	launchp = get("cuLaunchKernel", 2);
+	libunload = get("cuLibraryUnload", 0);
+	graphadd = get("cuGraphAddKernelNode", 0);
+	instantiate = get("cuGraphInstantiate", 0);
+	glaunch = get("cuGraphLaunch", 0);
+	glaunchp = get("cuGraphLaunch", 2);
 	/* vecAdd(float *, int)'s arguments, as kernelParams and packed */
 	uint64_t a_ptr = 0x1234;
 	int a_n = 77;

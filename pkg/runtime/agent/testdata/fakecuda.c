@@ -111,7 +111,28 @@ CUresult cuLibraryEnumerateKernels(void **ks, unsigned n, void *lib)
 		ks[i] = &kerns[i];
 	return 0;
 }
-CUresult cuKernelGetName(const char **n, void *k) { *n = ((obj *)k)->name; return 0; }
+CUresult cuKernelGetName(const char **n, void *k)
+{
+	if (((obj *)k)->magic != 3)
+		return 400; /* CUDA_ERROR_INVALID_HANDLE, as the driver says for a CUfunction */
+	*n = ((obj *)k)->name;
+	return 0;
+}
+CUresult cuKernelGetLibrary(void **lib, void *k)
+{
+	if (((obj *)k)->magic != 3)
+		return 400;
+	*lib = &lib0;
+	return 0;
+}
+static obj mod0 = {5, "mod0"}; /* the per-context module of lib0's functions */
+CUresult cuFuncGetModule(void **m, void *f)
+{
+	if (((obj *)f)->magic != 4)
+		return 400;
+	*m = &mod0;
+	return 0;
+}
 CUresult cuKernelGetFunction(void **f, void *k) { *f = &funcs[(obj *)k - kerns]; return 0; }
 CUresult cuKernelGetAttribute(int *v, int a, void *k, int d) { *v = 0; return 0; }
 CUresult cuFuncGetAttribute(int *v, int a, void *f) { *v = 0; return 0; }
@@ -390,7 +411,7 @@ static const struct {
 	E(cuInit), E(cuDriverGetVersion), E(cuDeviceGetCount), E(cuDeviceGet), E(cuDeviceGetName),
 	E(cuDeviceGetAttribute), E(cuDevicePrimaryCtxRetain), E(cuDevicePrimaryCtxRelease), E(cuCtxGetCurrent),
 	E(cuCtxSetCurrent), E(cuCtxGetDevice), E(cuCtxSynchronize), E(cuLibraryLoadData), E(cuLibraryUnload),
-	E(cuLibraryGetKernel), E(cuLibraryGetKernelCount), E(cuLibraryEnumerateKernels), E(cuKernelGetName),
+	E(cuLibraryGetKernel), E(cuLibraryGetKernelCount), E(cuLibraryEnumerateKernels), E(cuKernelGetName), E(cuKernelGetLibrary), E(cuFuncGetModule),
 	E(cuKernelGetFunction), E(cuKernelGetAttribute), E(cuFuncGetAttribute), E(cuFuncSetAttribute),
 	E(cuFuncGetName), E(cuLibraryGetGlobal), E(cuModuleGetGlobal), E(cuModuleLoadDataEx), E(cuModuleLoadData),
 	E(cuModuleGetFunction), E(cuModuleUnload), E(cuLaunchKernel), E(cuMemAlloc), E(cuMemFree), E(cuMemsetD8),
