@@ -107,7 +107,7 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 	// program at its first module load, after exec, so uprobes go on the
 	// real program); a running process needs one only for GPU programs.
 	if len(s.gpu) > 0 || opts.Hold {
-		conn, err := dialAgent(opts.Context, pid, agentclient.Options{Client: s.opts.Client, Hold: opts.Hold, ManualDeviceReady: true}, opts.Wait)
+		conn, err := s.dialOrInject(p, opts, agentclient.Options{Client: s.opts.Client, Hold: opts.Hold, ManualDeviceReady: true})
 		if err != nil {
 			return nil, err
 		}
@@ -477,15 +477,30 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 	if inv != nil && !p.anyTargeted(m.ID, inv) {
 		return
 	}
-	img, err := p.moduleImage(m)
-	if err != nil {
-		p.s.logf("process %d: module %d: %v", p.PID, m.ID, err)
-		return
-	}
-	mc, err := parseModule(m, img)
-	if err != nil {
-		p.s.logf("process %d: module %d (%s): %v", p.PID, m.ID, m.Format, err)
-		return
+	var mc *moduleCode
+	if m.Size == 0 && m.Path == "" && inv != nil {
+		// Loaded before the agent was (injected later): the code is
+		// in the files the process maps.
+		fbs, err := p.lateFatbins(m, inv)
+		if err != nil {
+			p.s.warnf("process %d: %v", p.PID, err)
+			return
+		}
+		mc = &moduleCode{fatbins: fbs}
+		if mc.kernels, err = fatbin.Inventory(fbs...); err != nil && len(mc.kernels) == 0 {
+			p.s.logf("process %d: module %d: %v", p.PID, m.ID, err)
+			return
+		}
+	} else {
+		img, err := p.moduleImage(m)
+		if err != nil {
+			p.s.logf("process %d: module %d: %v", p.PID, m.ID, err)
+			return
+		}
+		if mc, err = parseModule(m, img); err != nil {
+			p.s.logf("process %d: module %d (%s): %v", p.PID, m.ID, m.Format, err)
+			return
+		}
 	}
 	names := make([]string, 0, len(mc.kernels))
 	pm := &preparedModule{m: m, inv: inv, mc: mc, byName: map[string]fatbin.Kernel{}, sets: map[string]probeSet{},

@@ -56,6 +56,9 @@ type Options struct {
 	// Warn receives what the user must hear during a trace even without
 	// -v (a uprobe that cannot be attached); nil sends it to Log.
 	Warn io.Writer
+	// NoInject: a running process without the agent is refused (the
+	// tools' --no-inject) instead of getting it loaded with ptrace.
+	NoInject bool
 	// Clocks: calibrate each context's %globaltimer against the CPU clock
 	// as its maps are placed and again at the process's last look (before
 	// it exits), besides Calibrate; ClockSamples returns them all, so even
@@ -117,6 +120,7 @@ type Session struct {
 	kernels   map[string]uint32
 	kernelIdx []string
 	gone      []*Process // detached, kept for their counters
+	fatbins   fatbinCache // device code of mapped files (late.go)
 	closed    bool
 	running   int  // CommandRunning
 	woundUp   bool // windUp

@@ -47,6 +47,7 @@ const (
 	FlagTimestamp = "timestamp"
 	FlagJSON      = "json"
 	FlagVerbose   = "verbose"
+	FlagNoInject  = "no-inject"
 )
 
 // CommonFlags returns the flags every tool accepts (CLI.md "Invocation").
@@ -60,6 +61,14 @@ func CommonFlags() []cli.Flag {
 		&cli.BoolFlag{Name: FlagJSON, Aliases: []string{"j"}, Usage: "one JSON object per line, no decoration"},
 		&cli.BoolFlag{Name: FlagVerbose, Aliases: []string{"v"}, Usage: "say more about what the tool does"},
 	}
+}
+
+// GPUFlags are CommonFlags plus what tools with GPU probes add: a running
+// process (-p) started without the agent gets it loaded unless
+// --no-inject.
+func GPUFlags() []cli.Flag {
+	return append(CommonFlags(),
+		&cli.BoolFlag{Name: FlagNoInject, Usage: "with -p, refuse a process started without the gpubpf agent instead of loading the agent into it (ptrace)"})
 }
 
 // NewApp returns a urfave/cli app with gpubpf's conventions: version, an

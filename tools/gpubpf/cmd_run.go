@@ -37,7 +37,7 @@ PROG=SYMBOL[@PATH] (PATH: absolute, or a library name such as libcudart.so;
 none: the traced executable). bpftime objects run unchanged. With -j, output is JSON lines: {"type":"record","pid","device","map",
 "data"(hex),"text"}, {"type":"printk","pid","device","text"}, {"type":"map",
 "map","pid","device","key","value"} and a final {"type":"summary",...}.`,
-		Flags: append(toolkit.CommonFlags(),
+		Flags: append(toolkit.GPUFlags(),
 			&cli.StringSliceFlag{Name: "program", Aliases: []string{"P"}, Usage: "only run program `NAME` of the object (may repeat)"},
 			&cli.StringFlag{Name: "record-type", Usage: "BTF struct `NAME` to print ring-buffer records as (default: the object's only struct of the record's size)"},
 			&cli.UintFlag{Name: "threads", Usage: "per-GPU-thread array capacity in `THREADS` (default: as many as fit in 1 GiB, at most 1M)"},
@@ -92,6 +92,7 @@ func runAction(c *cli.Context) error {
 		Log:           toolkit.LogOf(c),
 		Warn:          toolkit.WarnOf("gpubpf"),
 		UprobeTargets: uprobes,
+		NoInject:      c.Bool(toolkit.FlagNoInject),
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", obj, err)

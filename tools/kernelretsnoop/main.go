@@ -24,7 +24,7 @@ kernelretsnoop --events -- ./app       # one line per thread exit`
 func main() {
 	app := toolkit.NewApp("kernelretsnoop", "GPU thread exit times: per-lane lateness and launch exit spread, aggregated on the GPU", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
-	app.Flags = append(toolkit.CommonFlags(),
+	app.Flags = append(toolkit.GPUFlags(),
 		&cli.BoolFlag{Name: "events", Usage: "also print every thread exit (Thread (x, y, z) timestamp: N)"},
 	)
 	app.Description = `Every exit of every instrumented kernel (also predicated and early returns)

@@ -43,7 +43,7 @@ const (
 func main() {
 	app := toolkit.NewApp("launchlate", "CPU launch call to GPU kernel start latency of CUDA kernels", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
-	app.Flags = append(toolkit.CommonFlags(),
+	app.Flags = append(toolkit.GPUFlags(),
 		&cli.BoolFlag{Name: "stream", Usage: "one histogram per kernel and stream"},
 		&cli.BoolFlag{Name: "milliseconds", Aliases: []string{"m"}, Usage: "histogram (and --events' LAT column) in milliseconds (default microseconds)"},
 		&cli.BoolFlag{Name: "events", Usage: "also print one line per timed launch as it is resolved (before the summary)"},
@@ -101,7 +101,7 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading the embedded BPF object: %w", err)
 	}
-	sess, err := runtime.Open(spec, runtime.Options{Kernels: toolkit.KernelPatterns(c), Client: "launchlate", Log: toolkit.LogOf(c), Warn: toolkit.WarnOf("launchlate"),
+	sess, err := runtime.Open(spec, runtime.Options{Kernels: toolkit.KernelPatterns(c), Client: "launchlate", Log: toolkit.LogOf(c), Warn: toolkit.WarnOf("launchlate"), NoInject: c.Bool(toolkit.FlagNoInject),
 		LaunchWords: "launch_stamps", OptionalUprobes: true, Clocks: true})
 	if err != nil {
 		return err

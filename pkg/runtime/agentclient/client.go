@@ -178,6 +178,16 @@ type reply struct {
 // Dial connects to the agent in process pid.
 func Dial(pid int) (*Conn, error) { return DialWith(pid, Options{}) }
 
+// NoAgentError: the process runs, but no agent listens in it.
+type NoAgentError struct {
+	PID    int
+	Socket string
+}
+
+func (e *NoAgentError) Error() string {
+	return fmt.Sprintf("process %d has no gpubpf agent (no %s): start it with `LD_PRELOAD=%s CMD` or run the tool as `TOOL -- CMD`", e.PID, e.Socket, agentPathForAdvice())
+}
+
 // DialWith connects to the agent in process pid with options.
 func DialWith(pid int, opts Options) (*Conn, error) {
 	if pid <= 0 {
@@ -195,7 +205,7 @@ func DialWith(pid int, opts Options) (*Conn, error) {
 			case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM):
 				return nil, fmt.Errorf("cannot connect to the gpubpf agent of process %d at %s: permission denied; run the tool as root or as the process's user: %w", pid, path, err)
 			case errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED):
-				return nil, fmt.Errorf("process %d has no gpubpf agent (no %s): start it with `LD_PRELOAD=%s CMD` or run the tool as `TOOL -- CMD`", pid, path, agentPathForAdvice())
+				return nil, &NoAgentError{PID: pid, Socket: path}
 			}
 			return nil, fmt.Errorf("cannot connect to the gpubpf agent of process %d at %s: %w", pid, path, err)
 		}

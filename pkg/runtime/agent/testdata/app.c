@@ -31,6 +31,19 @@ static struct {
  * instead, so the runtime's whole pipeline can run against this driver. */
 static void use_fatbin_file(void)
 {
+	/* GPUBPF_TEST_FATBIN_SO=LIB: the fatbin is LIB's gpubpf_test_fatbin,
+	 * in its .nv_fatbin section, as nvcc places device code in a file */
+	const char *so = getenv("GPUBPF_TEST_FATBIN_SO");
+	if (so) {
+		void *h = dlopen(so, RTLD_NOW);
+		void *fb = h ? dlsym(h, "gpubpf_test_fatbin") : NULL;
+		if (!fb) {
+			fprintf(stderr, "app: %s: %s\n", so, dlerror());
+			exit(2);
+		}
+		wrapper.data = fb;
+		return;
+	}
 	const char *path = getenv("GPUBPF_TEST_FATBIN");
 	if (!path)
 		return;

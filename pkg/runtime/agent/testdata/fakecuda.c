@@ -409,7 +409,7 @@ static const struct {
 	void *p;
 } table[] = {
 	E(cuInit), E(cuDriverGetVersion), E(cuDeviceGetCount), E(cuDeviceGet), E(cuDeviceGetName),
-	E(cuDeviceGetAttribute), E(cuDevicePrimaryCtxRetain), E(cuDevicePrimaryCtxRelease), E(cuCtxGetCurrent),
+	E(cuDeviceGetAttribute), E(cuDevicePrimaryCtxRetain), E(cuDevicePrimaryCtxRelease), E(cuDevicePrimaryCtxGetState), E(cuCtxGetCurrent),
 	E(cuCtxSetCurrent), E(cuCtxGetDevice), E(cuCtxSynchronize), E(cuLibraryLoadData), E(cuLibraryUnload),
 	E(cuLibraryGetKernel), E(cuLibraryGetKernelCount), E(cuLibraryEnumerateKernels), E(cuKernelGetName), E(cuKernelGetLibrary), E(cuFuncGetModule),
 	E(cuKernelGetFunction), E(cuKernelGetAttribute), E(cuFuncGetAttribute), E(cuFuncSetAttribute),

@@ -1,0 +1,153 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
+)
+
+// TestRunPIDInjects attaches `gpubpf run -p PID` to an application that was
+// started without the agent and had loaded its device code (a real fatbin,
+// in the .nv_fatbin section of a library it maps) and cached its driver
+// entry points, as cudart does, long before: the tool loads the agent into
+// it (ptrace), the agent reaches the cached launch path, learns the kernel
+// at its next launch, the tool finds its code in the mapped file, and the
+// launches after that run the instrumented clone. --no-inject refuses, as
+// before. (The stand-in driver does not run PTX: the GPU check counts.)
+func TestRunPIDInjects(t *testing.T) {
+	testenv.Root(t)
+	gcc := testenv.Tool(t, "gcc")
+	fatbinary := testenv.Tool(t, "fatbinary")
+	dir := t.TempDir()
+	agentSrc, _ := filepath.Abs("../../pkg/runtime/agent")
+	cudaDir := filepath.Join(dir, "cuda")
+	sockDir := filepath.Join(dir, "sock")
+	os.MkdirAll(cudaDir, 0o755)
+	os.MkdirAll(sockDir, 0o755)
+	run := func(name string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	run("make", "-s", "-C", agentSrc, "OUT="+dir, "CC="+gcc)
+	run(gcc, "-O1", "-fPIC", "-shared", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(cudaDir, "libcuda.so.1"), filepath.Join(agentSrc, "testdata/fakecuda.c"))
+	run(gcc, "-o", filepath.Join(dir, "app"), filepath.Join(agentSrc, "testdata/app.c"), "-ldl")
+	ptxFile := filepath.Join(dir, "k.ptx")
+	os.WriteFile(ptxFile, []byte(testPTX), 0o644)
+	fb := filepath.Join(dir, "k.fatbin")
+	run(fatbinary, "--create="+fb, "--image=profile=compute_90,file="+ptxFile)
+	// The device code in a library's .nv_fatbin section, where nvcc puts it.
+	asm := filepath.Join(dir, "fb.s")
+	os.WriteFile(asm, []byte(fmt.Sprintf(".section .nv_fatbin,\"a\"\n.balign 8\n.globl gpubpf_test_fatbin\n.type gpubpf_test_fatbin,@object\ngpubpf_test_fatbin:\n.incbin %q\n", fb)), 0o644)
+	fbLib := filepath.Join(dir, "libkernels.so")
+	run(gcc, "-shared", "-o", fbLib, asm)
+	tool := filepath.Join(dir, "gpubpf")
+	run("go", "build", "-o", tool, ".")
+
+	app := exec.Command(filepath.Join(dir, "app"))
+	app.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN_SO="+fbLib, "GPUBPF_AGENT_SOCKET_DIR="+sockDir)
+	in, _ := app.StdinPipe()
+	out, _ := app.StdoutPipe()
+	app.Stderr = os.Stderr
+	if err := app.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { app.Process.Kill(); app.Wait() })
+	lines := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	expect := func(prefix string) string {
+		t.Helper()
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("app exited, wanted %q", prefix)
+				}
+				if strings.HasPrefix(l, prefix) {
+					return l
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatalf("app said nothing in 10 s, wanted %q", prefix)
+			}
+		}
+	}
+	launch := func() string {
+		io.WriteString(in, "launch\n")
+		l := expect("LAUNCH ")
+		expect("DONE")
+		return l
+	}
+	expect("READY")
+	launch() // long before any tool
+	pid := app.Process.Pid
+	gpubpf := func(args ...string) *exec.Cmd {
+		cmd := exec.Command(tool, append([]string{"run", "-j", "-k", "_Z6vecAddPfi"}, append(args, "-p", fmt.Sprint(pid), "../../bpf/examples/counter_bpfel.o")...)...)
+		cmd.Env = append(os.Environ(), "GPUBPF_AGENT_SOCKET_DIR="+sockDir)
+		return cmd
+	}
+
+	t.Run("--no-inject refuses", func(t *testing.T) {
+		var stderr bytes.Buffer
+		cmd := gpubpf("--no-inject", "-d", "2")
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(stderr.String(), "has no gpubpf agent") {
+			t.Fatalf("exit %v, want 1 and 'has no gpubpf agent':\n%s", err, stderr.String())
+		}
+	})
+
+	var stdout, stderr bytes.Buffer
+	cmd := gpubpf("-d", "4")
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// Launch until the tool has attached, then some more.
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		launch()
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("gpubpf run -p: %v\n%s", err, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), fmt.Sprintf("process %d had no gpubpf agent: loaded", pid)) {
+		t.Errorf("the tool did not say it loaded the agent:\n%s", stderr.String())
+	}
+	var summary map[string]any
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		var o map[string]any
+		if json.Unmarshal([]byte(line), &o) == nil && o["type"] == "summary" {
+			summary = o
+		}
+	}
+	if summary == nil {
+		t.Fatalf("no summary:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	if n, _ := summary["instrumented_launches"].(float64); n < 5 {
+		t.Errorf("instrumented launches %v, want most of the ~30 launched after attaching; stderr:\n%s", summary["instrumented_launches"], stderr.String())
+	}
+	// The tool is gone: the program runs on, untouched.
+	if l := launch(); l != "LAUNCH _Z6vecAddPfi" {
+		t.Errorf("after the tool left the app launched %q", l)
+	}
+}
