@@ -119,7 +119,7 @@ type Session struct {
 	// first seen: what bpf_gpu_kernel_index returns there.
 	kernels   map[string]uint32
 	kernelIdx []string
-	gone      []*Process // detached, kept for their counters
+	gone      []*Process  // detached, kept for their counters
 	fatbins   fatbinCache // device code of mapped files (late.go)
 	closed    bool
 	running   int  // CommandRunning
