@@ -25,13 +25,13 @@ func loadGPU(t *testing.T, path string) (map[string]*ebpf.ProgramSpec, Options) 
 	opts := Options{Maps: map[string]gpumap.Placement{}, Printk: testPrintk, PID: 42}
 	i := uint64(0)
 	for name, ms := range spec.Maps {
-		k, err := gpumap.KindOf(ms)
+		pl, err := gpumap.PlacementOf(ms)
 		if err != nil {
 			continue
 		}
 		i++
-		opts.Maps[name] = gpumap.Placement{Kind: k, Addr: 0x7f0000000000 + i<<28, HostResident: k == gpumap.HostArray || k == gpumap.RingBuf,
-			KeySize: ms.KeySize, ValueSize: ms.ValueSize, MaxEntries: ms.MaxEntries}
+		pl.Addr = 0x7f0000000000 + i<<28
+		opts.Maps[name] = pl
 	}
 	progs := map[string]*ebpf.ProgramSpec{}
 	for name, p := range spec.Programs {
