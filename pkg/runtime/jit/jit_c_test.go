@@ -45,7 +45,8 @@ func loadGPU(t *testing.T, path string) (map[string]*ebpf.ProgramSpec, Options) 
 // TestClangObjects compiles clang-built C programs (every map kind, helper,
 // atomics, loops, a subprogram, globals, ctx) and assembles them.
 func TestClangObjects(t *testing.T) {
-	for _, obj := range []string{"../../../bpf/testdata/jit_all.bpf.o", "../../../bpf/bench/probe_counter.bpf.o", "../../../bpf/examples/counter_bpfel.o", "../../../bpf/examples/trace_bpfel.o"} {
+	for _, obj := range []string{"../../../bpf/testdata/jit_all.bpf.o", "../../../bpf/bench/probe_counter.bpf.o", "../../../bpf/examples/counter_bpfel.o", "../../../bpf/examples/trace_bpfel.o",
+		"../../../bpf/examples/host_map_bpfel.o"} {
 		progs, opts := loadGPU(t, obj)
 		if len(progs) == 0 {
 			t.Fatalf("%s: no GPU programs", obj)
