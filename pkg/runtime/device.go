@@ -236,11 +236,12 @@ func eachContent(name string, spec *ebpf.MapSpec, fn func(off uint64, v []byte) 
 }
 
 // planHostMaps sizes the host-backed maps (1512, 1513) the GPU programs
-// use, in name order, within hostMapBudget: a per-thread array gets threads
-// slots, or with threads 0 as many as the budget still allows (at most
-// gpumap.DefaultThreads and at least 1024, as 1502 arrays get in device
-// memory). Every context gets this plan, so a map that cannot fit is
-// refused when the session opens, before anything is attached.
+// use within hostMapBudget. Per-thread arrays get threads slots, or with
+// threads 0 as many as let them all fit (at most gpumap.DefaultThreads and
+// at least 1024, as 1502 arrays get in device memory), the same number for
+// each, so one thread's slots in two maps go together. Every context gets
+// this plan, so maps that cannot fit are refused when the session opens,
+// before anything is attached.
 func planHostMaps(spec *ebpf.CollectionSpec, gpu []GPUProgram, threads uint32) (map[string]gpumap.Placement, error) {
 	used := map[string]bool{}
 	for _, g := range gpu {
@@ -249,7 +250,6 @@ func planHostMaps(spec *ebpf.CollectionSpec, gpu []GPUProgram, threads uint32) (
 		}
 	}
 	out := map[string]gpumap.Placement{}
-	var total uint64
 	for _, name := range sortedKeys(used) {
 		ms := spec.Maps[name]
 		if ms == nil || (ms.Type != gpumap.TypePerThreadHost && ms.Type != gpumap.TypeGPUArrayHost) {
@@ -259,42 +259,62 @@ func planHostMaps(spec *ebpf.CollectionSpec, gpu []GPUProgram, threads uint32) (
 		if err != nil {
 			return nil, err
 		}
-		left := uint64(hostMapBudget) - total
-		if pl.Kind == gpumap.PerThreadArray {
-			pl.Threads = threads
-			if pl.Threads == 0 {
-				pl.Threads = gpumap.DefaultThreads
-				for pl.Threads > 1024 && pageRound(gpumap.SizeOf(pl)) > left {
-					pl.Threads /= 2
-				}
-			}
-		}
-		size := pageRound(gpumap.SizeOf(pl))
-		if size > left {
-			return nil, hostBudgetError(name, pl, size, total)
-		}
-		total += size
 		out[name] = pl
+	}
+	total := func(t uint32) (n uint64) {
+		for name, pl := range out {
+			if pl.Kind == gpumap.PerThreadArray {
+				pl.Threads = t
+				out[name] = pl
+			}
+			n += pageRound(gpumap.SizeOf(pl))
+		}
+		return n
+	}
+	t := threads
+	if t == 0 {
+		t = gpumap.DefaultThreads
+		for t > 1024 && total(t) > hostMapBudget {
+			t /= 2
+		}
+	}
+	if total(t) > hostMapBudget {
+		return nil, hostBudgetError(out)
 	}
 	return out, nil
 }
 
-// hostBudgetError says that host-backed map name does not fit what
-// gpubpf pins, and how to make it fit.
-func hostBudgetError(name string, pl gpumap.Placement, size, before uint64) error {
-	mib := func(n uint64) uint64 { return (n + 1<<20 - 1) >> 20 }
-	what := fmt.Sprintf("%d entries of %d bytes", pl.MaxEntries, gpumap.Stride(pl.ValueSize))
-	fix := "give it fewer entries, or declare it BPF_MAP_TYPE_GPU_ARRAY_MAP (1503) to keep it in device memory"
-	if pl.Kind == gpumap.PerThreadArray {
-		what = fmt.Sprintf("%d threads x %s", pl.Threads, what)
-		fix = "trace fewer threads (gpubpf run --threads N; threads past N are counted, not traced), give it fewer entries, " +
-			"or declare it BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502) to keep it in device memory"
+// hostBudgetError says that the host-backed maps of plan do not fit what
+// gpubpf pins, which take what, and how to make them fit.
+func hostBudgetError(plan map[string]gpumap.Placement) error {
+	mib := func(n uint64) uint64 { return max(1, (n+1<<19)>>20) } // nearest, a small map 1
+	var sum uint64
+	var parts, fixes []string
+	perThread, arrays := false, false
+	for _, name := range sortedKeys(plan) {
+		pl := plan[name]
+		size := pageRound(gpumap.SizeOf(pl))
+		sum += size
+		what := fmt.Sprintf("%d entries of %d bytes", pl.MaxEntries, gpumap.Stride(pl.ValueSize))
+		if pl.Kind == gpumap.PerThreadArray {
+			what = fmt.Sprintf("%d threads x %s", pl.Threads, what)
+			perThread = true
+		} else {
+			arrays = true
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s, %d MiB", name, what, mib(size)))
 	}
-	if before > 0 {
-		what += fmt.Sprintf(", on top of %d MiB for the host-backed maps before it", mib(before))
+	var types []string
+	if perThread {
+		fixes = append(fixes, "trace fewer threads (gpubpf run --threads N; threads past N are counted, not traced)")
+		types = append(types, "BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502)")
 	}
-	return fmt.Errorf("host-backed map %s needs %d MiB of pinned host memory (%s), over the %d MiB gpubpf pins in the application's RAM per GPU context: %s",
-		name, mib(size), what, mib(hostMapBudget), fix)
+	if arrays {
+		types = append(types, "BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)")
+	}
+	fixes = append(fixes, "give the maps fewer entries", "keep them in device memory as "+strings.Join(types, " and "))
+	return fmt.Errorf("the host-backed maps need %d MiB of pinned host memory (%s), over the %d MiB gpubpf pins in the application's RAM per GPU context: %s, or %s",
+		mib(sum), strings.Join(parts, "; "), mib(hostMapBudget), strings.Join(fixes[:len(fixes)-1], ", "), fixes[len(fixes)-1])
 }
 
 // hostMap places a host-backed map (1512, 1513): header and values in a

@@ -46,30 +46,45 @@ func TestPlanHostMaps(t *testing.T) {
 	if plan, _ := planHostMaps(spec, gpu, 4096); plan["per"].Threads != 4096 {
 		t.Errorf("Threads 4096: per gets %d threads", plan["per"].Threads)
 	}
-	// Too big for the budget by default: halved until it fits.
+	// Too big for the budget by default: halved until all fit, the same
+	// capacity in every per-thread map.
 	spec.Maps["per"].ValueSize = 1024
+	spec.Maps["more"] = &ebpf.MapSpec{Name: "more", Type: 1512, KeySize: 4, ValueSize: 8, MaxEntries: 1}
+	gpu = append(gpu, GPUProgram{Spec: prog("q", "kprobe/k", "more")})
 	plan, err = planHostMaps(spec, gpu, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := plan["per"].Threads; n >= gpumap.DefaultThreads || gpumap.SizeOf(plan["per"]) > hostMapBudget || gpumap.SizeOf(plan["per"]) <= hostMapBudget/4 {
-		t.Errorf("1 KiB values x 3: %d threads, %d bytes for a %d budget", n, gpumap.SizeOf(plan["per"]), hostMapBudget)
+	var sum uint64
+	for _, pl := range plan {
+		sum += gpumap.SizeOf(pl)
+	}
+	if n := plan["per"].Threads; n >= gpumap.DefaultThreads || n != plan["more"].Threads || sum > hostMapBudget || sum <= hostMapBudget/2 {
+		t.Errorf("1 KiB values x 3 and 8 bytes: %d and %d threads, %d bytes for a %d budget", n, plan["more"].Threads, sum, hostMapBudget)
 	}
 	// Asked for more than the budget: refused, saying what to do.
 	_, err = planHostMaps(spec, gpu, 1<<20)
-	for _, want := range []string{"host-backed map per needs 3073 MiB of pinned host memory", "1048576 threads x 3 entries of 1024 bytes",
-		"over the 1024 MiB", "--threads", "BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502)"} {
+	for _, want := range []string{"the host-backed maps need 3080 MiB of pinned host memory",
+		"more: 1048576 threads x 1 entries of 8 bytes, 8 MiB; per: 1048576 threads x 3 entries of 1024 bytes, 3072 MiB; shared: 2 entries of 8 bytes, 1 MiB",
+		"over the 1024 MiB", "--threads", "give the maps fewer entries",
+		"keep them in device memory as BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502) and BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("over budget: %v\nwant %q", err, want)
 		}
 	}
-	spec.Maps["per"].ValueSize = 8
+	// Maps no GPU program uses take nothing, whatever their size.
 	spec.Maps["shared"].MaxEntries = 200 << 20
-	_, err = planHostMaps(spec, gpu, 0)
-	for _, want := range []string{"host-backed map shared needs 1601 MiB", "on top of 25 MiB for the host-backed maps before it", "BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("shared over budget: %v\nwant %q", err, want)
-		}
+	if plan, err := planHostMaps(spec, gpu[:0], 0); err != nil || len(plan) != 0 {
+		t.Fatalf("no GPU program: %v, %v", plan, err)
+	}
+	// Shared arrays alone: nothing about threads.
+	only := specWith(map[string]ebpf.MapType{"big": 1513}, prog("p", "kprobe/k", "big"))
+	only.Maps["big"].MaxEntries = 200 << 20
+	g, _, _ := SplitPrograms(only)
+	_, err = planHostMaps(only, g, 0)
+	if err == nil || !strings.Contains(err.Error(), "big: 209715200 entries of 8 bytes, 1600 MiB") || strings.Contains(err.Error(), "threads") ||
+		!strings.Contains(err.Error(), "as BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)") {
+		t.Errorf("shared array over budget: %v", err)
 	}
 }
 
@@ -78,7 +93,7 @@ func TestPlanHostMaps(t *testing.T) {
 func TestOpenSizesHostMaps(t *testing.T) {
 	spec, _ := hostSpec()
 	spec.Maps["per"].ValueSize = 4096
-	if _, err := Open(spec, Options{Threads: 1 << 20}); err == nil || !strings.Contains(err.Error(), "host-backed map per needs") {
+	if _, err := Open(spec, Options{Threads: 1 << 20}); err == nil || !strings.Contains(err.Error(), "the host-backed maps need") {
 		t.Fatalf("Open with 4 GiB x 3 of per-thread host memory: %v", err)
 	}
 	testenv.Root(t) // the verifier twin loads into the kernel

@@ -89,7 +89,7 @@ func TestErrorMessages(t *testing.T) {
 		{"run: per-CPU array on the GPU", []string{"run", percpu, "--", app}, false, false,
 			[]string{base(percpu), `GPU program percpu_entry (section "kprobe/_Z6vecAddPfi")`, "map percpu is a per-CPU array", "use BPF_MAP_TYPE_ARRAY"}},
 		{"run: host-backed map over the pinned-memory budget", []string{"run", "--threads", "4194304", hostMap, "--", app}, false, false,
-			[]string{base(hostMap), "host-backed map perthread_counter needs 2049 MiB of pinned host memory", "4194304 threads",
+			[]string{base(hostMap), "the host-backed maps need 2048 MiB of pinned host memory", "perthread_counter: 4194304 threads",
 				"over the 1024 MiB", "--threads", "BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502)"}},
 		{"run: host-backed map shared with a CPU program", []string{"run", hostCPU, "--", app}, false, true,
 			[]string{base(hostCPU), "map shared_counter is a GPU-only map (type 1513) but CPU program cpu_side uses it", "BPF_MAP_TYPE_ARRAY or type 1504"}},
