@@ -40,6 +40,13 @@
 #define BPF_MAP_TYPE_GPU_ARRAY_MAP 1503
 /* A real kernel BPF array (BPF_F_MMAPABLE) that GPU and CPU programs share. */
 #define BPF_MAP_TYPE_GPU_KERNEL_SHARED_ARRAY_MAP 1504
+/* The same two arrays in pinned host memory (bpftime's types): the tool
+ * reads them live, while the kernels run, with no copy (gpubpf run -i N
+ * prints them every N seconds); every GPU access crosses PCIe, far slower
+ * than device memory, so keep them for values read often from the host.
+ * gpubpf pins at most 1 GiB of them per GPU context. */
+#define BPF_MAP_TYPE_PERGPUTD_ARRAY_HOST_MAP 1512 /* per-thread, like 1502 */
+#define BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP 1513	  /* shared, like 1503 */
 /* GPU ring buffer: events out through bpf_perf_event_output/bpf_ringbuf_*. */
 #define BPF_MAP_TYPE_GPU_RINGBUF_MAP 1527
 

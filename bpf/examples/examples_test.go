@@ -22,6 +22,9 @@ func TestObjectsKeepBpftimeConventions(t *testing.T) {
 		{"trace", loadTrace,
 			map[string]string{"cuda__probe": "_Z9vectorAddPKfS0_Pfi"},
 			map[string]ebpf.MapType{"events": 1527}},
+		{"host_map", loadHostMap,
+			map[string]string{"host_map_entry": "_Z9vectorAddPKfS0_Pfi", "host_map_exit": "_Z9vectorAddPKfS0_Pfi"},
+			map[string]ebpf.MapType{"thread_start": 1512, "per_thread": 1512, "shared_counter": 1513}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec, err := tc.load()

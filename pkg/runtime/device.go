@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -21,6 +22,12 @@ import (
 // perThreadBudget caps the device memory one per-thread array may take when
 // the tool does not say how many threads to expect.
 const perThreadBudget = 1 << 30
+
+// hostMapBudget caps the pinned host memory of the host-backed maps (1512,
+// 1513) in each GPU context: their pages stay locked in the application's
+// RAM for the whole trace, so unlike device memory they take from what the
+// application and the machine have to live on.
+const hostMapBudget = 1 << 30
 
 // printkRingBytes is the size of each device's trace_printk ring.
 const printkRingBytes = 1 << 20
@@ -62,10 +69,16 @@ type placedMap struct {
 	place gpumap.Placement
 	// rings: the host mirror (memfd, registered with the agent) and its
 	// reader; the control block (and data) at devAddr.
+	// host-backed maps (host): the map itself, header and values, which
+	// the GPU writes and the tool reads in place.
 	file   *os.File
 	mem    []byte
 	region uint64
 	ring   *ringState
+	host   bool
+	// mu: a reader of a host-backed map copies mem while the session may
+	// be closing; unmap waits for it instead of pulling the pages away.
+	mu sync.RWMutex
 	// kernel maps shared with the GPU
 	kmap *ebpf.Map
 	// device-resident maps
@@ -162,11 +175,14 @@ func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
 			Kind: gpumap.HostArray, Addr: r.DevAddr, HostResident: true,
 			KeySize: spec.KeySize, ValueSize: spec.ValueSize, MaxEntries: spec.MaxEntries}}, nil
 	}
-	kind, err := gpumap.KindOf(spec)
+	if pl, ok := d.p.s.hostMaps[name]; ok {
+		return d.hostMap(name, spec, pl)
+	}
+	pl, err := gpumap.PlacementOf(spec)
 	if err != nil {
 		return nil, err
 	}
-	pl := gpumap.Placement{Kind: kind, KeySize: spec.KeySize, ValueSize: spec.ValueSize, MaxEntries: spec.MaxEntries}
+	kind := pl.Kind
 	switch kind {
 	case gpumap.RingBuf:
 		pl.RingSize = d.p.s.opts.RingBytes
@@ -194,21 +210,163 @@ func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
 	// Global data (.rodata/.data: constants, format strings) and any
 	// initial contents the object declares.
 	if kind == gpumap.Array {
-		for _, kv := range spec.Contents {
-			k, kok := kv.Key.(uint32)
-			v, vok := kv.Value.([]byte)
-			if !kok || !vok || k >= spec.MaxEntries {
-				conn.Free(d.target, addr)
-				return nil, fmt.Errorf("initial contents of map %s: want uint32 keys below %d and []byte values, got %T/%T", name, spec.MaxEntries, kv.Key, kv.Value)
-			}
-			off := addr + gpumap.HeaderSize + uint64(k)*gpumap.Stride(spec.ValueSize)
-			if err := conn.Write(d.target, off, v); err != nil {
-				conn.Free(d.target, addr)
-				return nil, err
-			}
+		err := eachContent(name, spec, func(off uint64, v []byte) error { return conn.Write(d.target, addr+off, v) })
+		if err != nil {
+			conn.Free(d.target, addr)
+			return nil, err
 		}
 	}
 	return &placedMap{name: name, spec: spec, place: pl, devAddr: addr}, nil
+}
+
+// eachContent calls fn with the offset (from the map's header) and bytes of
+// each initial value an Array map's object declares.
+func eachContent(name string, spec *ebpf.MapSpec, fn func(off uint64, v []byte) error) error {
+	for _, kv := range spec.Contents {
+		k, kok := kv.Key.(uint32)
+		v, vok := kv.Value.([]byte)
+		if !kok || !vok || k >= spec.MaxEntries || len(v) > int(spec.ValueSize) {
+			return fmt.Errorf("initial contents of map %s: want uint32 keys below %d and []byte values of at most %d bytes, got %T/%T", name, spec.MaxEntries, spec.ValueSize, kv.Key, kv.Value)
+		}
+		if err := fn(gpumap.HeaderSize+uint64(k)*gpumap.Stride(spec.ValueSize), v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// planHostMaps sizes the host-backed maps (1512, 1513) the GPU programs
+// use within hostMapBudget. Per-thread arrays get threads slots, or with
+// threads 0 as many as let them all fit (at most gpumap.DefaultThreads and
+// at least 1024, as 1502 arrays get in device memory), the same number for
+// each, so one thread's slots in two maps go together. Every context gets
+// this plan, so maps that cannot fit are refused when the session opens,
+// before anything is attached.
+func planHostMaps(spec *ebpf.CollectionSpec, gpu []GPUProgram, threads uint32) (map[string]gpumap.Placement, error) {
+	used := map[string]bool{}
+	for _, g := range gpu {
+		for _, m := range verify.ReferencedMaps(g.Spec) {
+			used[m] = true
+		}
+	}
+	out := map[string]gpumap.Placement{}
+	for _, name := range sortedKeys(used) {
+		ms := spec.Maps[name]
+		if ms == nil || (ms.Type != gpumap.TypePerThreadHost && ms.Type != gpumap.TypeGPUArrayHost) {
+			continue
+		}
+		pl, err := gpumap.PlacementOf(ms)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = pl
+	}
+	total := func(t uint32) (n uint64) {
+		for name, pl := range out {
+			if pl.Kind == gpumap.PerThreadArray {
+				pl.Threads = t
+				out[name] = pl
+			}
+			n += pageRound(gpumap.SizeOf(pl))
+		}
+		return n
+	}
+	t := threads
+	if t == 0 {
+		t = gpumap.DefaultThreads
+		for t > 1024 && total(t) > hostMapBudget {
+			t /= 2
+		}
+	}
+	if total(t) > hostMapBudget {
+		return nil, hostBudgetError(out)
+	}
+	return out, nil
+}
+
+// hostBudgetError says that the host-backed maps of plan do not fit what
+// gpubpf pins, which take what, and how to make them fit.
+func hostBudgetError(plan map[string]gpumap.Placement) error {
+	mib := func(n uint64) uint64 { return max(1, (n+1<<19)>>20) } // nearest, a small map 1
+	var sum uint64
+	var parts, fixes []string
+	perThread, arrays := false, false
+	for _, name := range sortedKeys(plan) {
+		pl := plan[name]
+		size := pageRound(gpumap.SizeOf(pl))
+		sum += size
+		what := fmt.Sprintf("%d entries of %d bytes", pl.MaxEntries, gpumap.Stride(pl.ValueSize))
+		if pl.Kind == gpumap.PerThreadArray {
+			what = fmt.Sprintf("%d threads x %s", pl.Threads, what)
+			perThread = true
+		} else {
+			arrays = true
+		}
+		parts = append(parts, fmt.Sprintf("%s: %s, %d MiB", name, what, mib(size)))
+	}
+	var types []string
+	if perThread {
+		fixes = append(fixes, "trace fewer threads (gpubpf run --threads N; threads past N are counted, not traced)")
+		types = append(types, "BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502)")
+	}
+	if arrays {
+		types = append(types, "BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)")
+	}
+	fixes = append(fixes, "give the maps fewer entries", "keep them in device memory as "+strings.Join(types, " and "))
+	return fmt.Errorf("the host-backed maps need %d MiB of pinned host memory (%s), over the %d MiB gpubpf pins in the application's RAM per GPU context: %s, or %s",
+		mib(sum), strings.Join(parts, "; "), mib(hostMapBudget), strings.Join(fixes[:len(fixes)-1], ", "), fixes[len(fixes)-1])
+}
+
+// hostMap places a host-backed map (1512, 1513): header and values in a
+// memfd that the tool maps and the agent registers with the driver, so the
+// GPU works on host RAM and the tool reads the map in place whenever it
+// likes, with no agent round trip, also after the application has gone
+// (the mapping is the tool's own).
+func (d *device) hostMap(name string, spec *ebpf.MapSpec, pl gpumap.Placement) (pm *placedMap, err error) {
+	size := pageRound(gpumap.SizeOf(pl))
+	f, mem, err := sharedMemory(name, size)
+	if err != nil {
+		return nil, err
+	}
+	pm = &placedMap{name: name, spec: spec, file: f, mem: mem, host: true}
+	defer func() {
+		if err != nil {
+			pm.unmap()
+		}
+	}()
+	copy(mem, gpumap.InitHeader(pl))
+	if pl.Kind == gpumap.Array {
+		if err := eachContent(name, spec, func(off uint64, v []byte) error { copy(mem[off:], v); return nil }); err != nil {
+			return nil, err
+		}
+	}
+	r, err := d.p.conn.RegisterMemfd(d.target, f, size, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sharing %d MiB of host memory with the GPU: %w", size>>20, err)
+	}
+	pl.Addr = r.DevAddr
+	pm.region, pm.place = r.RegionID, pl
+	return pm, nil
+}
+
+// sharedMemory makes a memfd of size bytes named after map name and maps it
+// into the tool; the agent maps the same pages into the application.
+func sharedMemory(name string, size uint64) (*os.File, []byte, error) {
+	fd, err := unix.MemfdCreate("gpubpf-"+name, unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "gpubpf-"+name)
+	if err := f.Truncate(int64(size)); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("sizing %d MiB of host memory for map %s: %w", size>>20, name, err)
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("mapping the host memory of map %s: %w", name, err)
+	}
+	return f, mem, nil
 }
 
 // addStats adds the ring's counters as of its last drain (nil: no ring).
@@ -239,23 +397,16 @@ func (d *device) ring(name string, pl gpumap.Placement) (pm *placedMap, err erro
 	}
 	conn := d.p.conn
 	size := pageRound(gpumap.MirrorSize(pl))
-	fd, err := unix.MemfdCreate("gpubpf-"+name, unix.MFD_CLOEXEC)
+	f, mem, err := sharedMemory(name, size)
 	if err != nil {
-		return nil, fmt.Errorf("memfd_create: %w", err)
+		return nil, err
 	}
-	f := os.NewFile(uintptr(fd), "gpubpf-"+name)
-	pm = &placedMap{name: name, file: f}
+	pm = &placedMap{name: name, file: f, mem: mem}
 	defer func() {
 		if err != nil {
 			pm.unmap()
 		}
 	}()
-	if err := f.Truncate(int64(size)); err != nil {
-		return nil, err
-	}
-	if pm.mem, err = unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
-		return nil, fmt.Errorf("mapping the ring buffer's host memory: %w", err)
-	}
 	headers := gpumap.RingHeaders(pl)
 	copy(pm.mem, headers)
 	r, err := conn.RegisterMemfd(d.target, f, size, 0)
@@ -306,6 +457,8 @@ func (d *device) release() {
 }
 
 func (m *placedMap) unmap() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if m.mem != nil {
 		unix.Munmap(m.mem)
 		m.mem = nil

@@ -134,9 +134,9 @@ func TestLoadKernelSideReal(t *testing.T) {
 // attached (it used to surface only as skipped kernels at attach time).
 func TestOpenRefusesUnplaceableGPUMaps(t *testing.T) {
 	for typ, want := range map[ebpf.MapType]string{
-		ebpf.LRUHash: `GPU program p (section "kprobe/k"): map m is an LRU hash (type 9), which the GPU cannot hold: use BPF_MAP_TYPE_HASH`,
-		1512:         `GPU program p (section "kprobe/k"): map m is bpftime's per-thread array in host memory`,
-		1513:         `map m is bpftime's GPU array in host memory (BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP, type 1513), which the GPU cannot hold: use BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)`,
+		ebpf.LRUHash:     `GPU program p (section "kprobe/k"): map m is an LRU hash (type 9), which the GPU cannot hold: use BPF_MAP_TYPE_HASH`,
+		ebpf.PerCPUArray: `GPU program p (section "kprobe/k"): map m is a per-CPU array (type 6), which the GPU cannot hold: use BPF_MAP_TYPE_ARRAY`,
+		ebpf.PerCPUHash:  `map m is a per-CPU hash (type 5), which the GPU cannot hold: use BPF_MAP_TYPE_HASH`,
 	} {
 		_, err := Open(specWith(map[string]ebpf.MapType{"m": typ}, prog("p", "kprobe/k", "m")), Options{})
 		if err == nil || !strings.Contains(err.Error(), want) {

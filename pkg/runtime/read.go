@@ -205,9 +205,10 @@ type MapCopy struct {
 }
 
 // ReadMaps copies every map of the session: GPU maps from every process and
-// context they were placed in (device memory read through the agent), and
-// the kernel maps. Ring buffers are not included (their records arrive on
-// Records). With names, only those maps are read.
+// context they were placed in (device memory read through the agent,
+// host-backed maps straight from the tool's own mapping), and the kernel
+// maps. Ring buffers are not included (their records arrive on Records).
+// With names, only those maps are read.
 func (s *Session) ReadMaps(names ...string) ([]MapCopy, error) {
 	var out []MapCopy
 	var firstErr error
@@ -218,6 +219,9 @@ func (s *Session) ReadMaps(names ...string) ([]MapCopy, error) {
 				return
 			}
 			data, err := p.readMap(d, m)
+			if errors.Is(err, errDetached) {
+				return // the session let the process go as we read
+			}
 			if err != nil {
 				if firstErr == nil {
 					firstErr = fmt.Errorf("process %d: reading map %s: %w", p.PID, m.name, err)
@@ -327,9 +331,13 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// readMap reads a device-resident map: live through the agent, or, once the
-// application has gone, the copy taken at its last module unload.
+// readMap reads a GPU map: a host-backed one from the tool's mapping; one
+// in device memory live through the agent, or, once the application has
+// gone, the copy taken at its last module unload.
 func (p *Process) readMap(d *device, m *placedMap) ([]byte, error) {
+	if m.host {
+		return m.readHost()
+	}
 	select {
 	case <-p.conn.Done():
 	default:
@@ -352,6 +360,22 @@ func (p *Process) readMap(d *device, m *placedMap) ([]byte, error) {
 }
 
 var errExitedBeforeRead = errors.New("the process exited before its maps could be read")
+
+// errDetached: the map was released with its process (Detach, Close).
+var errDetached = errors.New("the map was released when the session detached from its process")
+
+// readHost copies a host-backed map from the tool's own mapping of it: no
+// agent round trip, and the mapping outlives the application. The GPU may
+// be writing as it copies, with nothing to order the two: a value can come
+// out torn (part old, part new), but the copy never reads outside the map.
+func (m *placedMap) readHost() ([]byte, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.mem == nil {
+		return nil, errDetached
+	}
+	return slices.Clone(m.mem[:gpumap.SizeOf(m.place)]), nil
+}
 
 func (p *Process) finalCopy(t agentproto.Target, name string) []byte {
 	p.mu.Lock()
@@ -381,6 +405,9 @@ func (p *Process) lastLook() {
 	}
 	var got []copied
 	p.deviceMaps(func(d *device, m *placedMap) {
+		if m.host {
+			return // the tool's mapping outlives the process
+		}
 		if data, err := p.readDevice(d.target, m.devAddr, gpumap.SizeOf(m.place)); err == nil {
 			got = append(got, copied{d.target, m.name, data})
 		} else if p.finalCopy(d.target, m.name) == nil {
@@ -412,9 +439,10 @@ func (p *Process) placed() []*device {
 	return devs
 }
 
-// deviceMaps calls fn for every map of p that lives in device memory and is
-// worth reading back: not rings (their records arrive on Records), not
-// kernel maps (read through the kernel), not constants (.rodata).
+// deviceMaps calls fn for every GPU map of p (in device memory or
+// host-backed) worth reading back: not rings (their records arrive on
+// Records), not kernel maps (read through the kernel), not constants
+// (.rodata).
 func (p *Process) deviceMaps(fn func(d *device, m *placedMap)) {
 	for _, d := range p.placed() {
 		for _, name := range sortedKeys(d.maps) {

@@ -104,6 +104,9 @@ type Session struct {
 	gpu  []GPUProgram
 	cpu  []CPUProgram
 	kern *kernelSide
+	// hostMaps: the sizes of the host-backed maps (1512, 1513), the same
+	// in every context (planHostMaps).
+	hostMaps map[string]gpumap.Placement
 
 	batches chan *Batch
 	// sendMu guards sending on batches against its close.
@@ -256,19 +259,24 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 	if err := CheckGPUMaps(spec, gpu); err != nil {
 		return nil, err
 	}
+	hostMaps, err := planHostMaps(spec, gpu, opts.Threads)
+	if err != nil {
+		return nil, err
+	}
 	if len(opts.Kernels) > 0 {
 		for i := range gpu {
 			gpu[i].Kernel = "" // retargeted: see kernelPatterns
 		}
 	}
 	s := &Session{
-		spec:    spec,
-		opts:    opts,
-		gpu:     gpu,
-		cpu:     cpu,
-		batches: make(chan *Batch, batchQueue),
-		procs:   map[int]*Process{},
-		stats:   Stats{KernelsMatched: map[string]bool{}, KernelsSkipped: map[string]string{}, KernelsSeen: map[string]bool{}, MapErrors: map[string]uint64{}},
+		spec:     spec,
+		opts:     opts,
+		gpu:      gpu,
+		cpu:      cpu,
+		hostMaps: hostMaps,
+		batches:  make(chan *Batch, batchQueue),
+		procs:    map[int]*Process{},
+		stats:    Stats{KernelsMatched: map[string]bool{}, KernelsSkipped: map[string]string{}, KernelsSeen: map[string]bool{}, MapErrors: map[string]uint64{}},
 	}
 	// The kernel's verifier judges every GPU program before anything is
 	// started: a program it refuses never reaches the GPU.
@@ -368,8 +376,8 @@ func (s *Session) compile(g GPUProgram, maps map[string]gpumap.Placement, printk
 }
 
 // CheckGPUMaps refuses, before anything is loaded or started, a map a GPU
-// program uses that the GPU cannot hold (an LRU hash, bpftime's host-memory
-// maps 1512/1513): at attach time it would only skip every kernel.
+// program uses that the GPU cannot hold (an LRU hash, a per-CPU map): at
+// attach time it would only skip every kernel.
 func CheckGPUMaps(spec *ebpf.CollectionSpec, gpu []GPUProgram) error {
 	for _, g := range gpu {
 		for _, name := range verify.ReferencedMaps(g.Spec) {
@@ -395,12 +403,12 @@ func placeholderPlacements(spec *ebpf.CollectionSpec, g GPUProgram) map[string]g
 		if m == nil {
 			continue
 		}
-		kind, err := gpumap.KindOf(m)
+		pl, err := gpumap.PlacementOf(m)
 		if err != nil {
 			continue // refused by CheckGPUMaps before the compile check
 		}
-		out[name] = gpumap.Placement{Kind: kind, Addr: addr, HostResident: kind == gpumap.RingBuf || kind == gpumap.HostArray,
-			KeySize: m.KeySize, ValueSize: m.ValueSize, MaxEntries: m.MaxEntries}
+		pl.Addr = addr
+		out[name] = pl
 		addr += 1 << 32
 	}
 	return out

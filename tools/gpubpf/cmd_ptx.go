@@ -110,15 +110,18 @@ func placeholderMaps(spec *ebpf.CollectionSpec) (map[string]gpumap.Placement, []
 	var notes []string
 	for i, name := range names {
 		ms := spec.Maps[name]
-		kind, err := gpumap.KindOf(ms)
+		p, err := gpumap.PlacementOf(ms)
 		if err != nil {
 			notes = append(notes, fmt.Sprintf("map %s: not placed (%v)", name, err))
 			continue
 		}
-		p := gpumap.Placement{Kind: kind, Addr: placeholderBase + uint64(i)*0x10000000, KeySize: ms.KeySize, ValueSize: ms.ValueSize, MaxEntries: ms.MaxEntries}
-		p.HostResident = kind == gpumap.HostArray || kind == gpumap.RingBuf
+		p.Addr = placeholderBase + uint64(i)*0x10000000
 		out[name] = p
-		notes = append(notes, fmt.Sprintf("map %s (%v): %#x", name, kind, p.Addr))
+		where := ""
+		if p.HostResident {
+			where = ", host memory"
+		}
+		notes = append(notes, fmt.Sprintf("map %s (%v%s): %#x", name, p.Kind, where, p.Addr))
 	}
 	return out, notes
 }

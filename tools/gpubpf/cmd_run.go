@@ -372,6 +372,9 @@ func (o *runOutput) maps(s *runtime.Session) {
 		if mc.Kernel == nil {
 			kind = "GPU " + mc.Kind.String()
 		}
+		if mc.Kernel == nil && mc.Place.HostResident {
+			kind += " in host memory" // read live, without a copy
+		}
 		if !o.json {
 			o.printf("%s%s (%s, %s):\n", o.prefix(), mc.Name, kind, where)
 			if mc.Errors > 0 {

@@ -34,7 +34,9 @@ func TestErrorMessages(t *testing.T) {
 		tracept  = bpfObject(t, "WITH_TRACEPOINT")
 		badUp    = bpfObject(t, "WITH_BAD_UPROBE")
 		lru      = bpfObject(t, "WITH_LRU")
+		percpu   = bpfObject(t, "WITH_PERCPU")
 		hostMap  = bpfObject(t, "WITH_HOST_MAP")
+		hostCPU  = bpfObject(t, "WITH_HOST_MAP_ON_CPU")
 	)
 	base := filepath.Base
 	// The binary without the agent library next to it.
@@ -84,8 +86,13 @@ func TestErrorMessages(t *testing.T) {
 			[]string{"--attach enter=f@libcudart.so", "needs an absolute path", "-p PID or -- CMD"}},
 		{"run: LRU hash on the GPU", []string{"run", lru, "--", app}, false, false,
 			[]string{base(lru), `GPU program lru_entry (section "kprobe/_Z6vecAddPfi")`, "map recent is an LRU hash", "use BPF_MAP_TYPE_HASH"}},
-		{"run: bpftime host map on the GPU", []string{"run", hostMap, "--", app}, false, false,
-			[]string{base(hostMap), "map perthread_counter", "type 1512", "use BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502)"}},
+		{"run: per-CPU array on the GPU", []string{"run", percpu, "--", app}, false, false,
+			[]string{base(percpu), `GPU program percpu_entry (section "kprobe/_Z6vecAddPfi")`, "map percpu is a per-CPU array", "use BPF_MAP_TYPE_ARRAY"}},
+		{"run: host-backed map over the pinned-memory budget", []string{"run", "--threads", "4194304", hostMap, "--", app}, false, false,
+			[]string{base(hostMap), "the host-backed maps need 2048 MiB of pinned host memory", "perthread_counter: 4194304 threads",
+				"over the 1024 MiB", "--threads", "BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502)"}},
+		{"run: host-backed map shared with a CPU program", []string{"run", hostCPU, "--", app}, false, true,
+			[]string{base(hostCPU), "map shared_counter is a GPU-only map (type 1513) but CPU program cpu_side uses it", "BPF_MAP_TYPE_ARRAY or type 1504"}},
 		{"run: --program unknown", []string{"run", "--program", "nope", gpu, "--", app}, false, false,
 			[]string{base(gpu), "--program nope", "its programs are vecadd_entry"}},
 		{"run: missing command", []string{"run", gpu, "--", "/nonexistent/cmd"}, false, false,

@@ -5,11 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubpf/gpubpf/internal/testenv"
 )
@@ -136,6 +139,54 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	}
 	if strings.Contains(stderr.String(), "exited before its maps could be read") {
 		t.Errorf("maps lost at exit:\n%s", stderr.String())
+	}
+
+	// Host-backed maps (1512, 1513): placed in a memfd the agent registers
+	// with the driver, where the stand-in "GPU" counts each launch in
+	// shared_counter[0] (FAKECUDA_HOST_BUMP); the tool reads them from its
+	// own mapping every interval while the program runs, and after it has
+	// exited, with no agent left to ask.
+	cmd = exec.Command(tool, "run", "-j", "-i", "0.05", "-k", "_Z6vecAddPfi", "../../bpf/examples/host_map_bpfel.o", "--", filepath.Join(dir, "app"))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_AGENT_SOCKET_DIR="+sockDir, "FAKECUDA_HOST_BUMP=1")
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout.Reset()
+	stderr.Reset()
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []string{"launch", "launch", "quit"} {
+		time.Sleep(400 * time.Millisecond) // several intervals between launches
+		io.WriteString(in, l+"\n")
+	}
+	in.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("gpubpf run host_map: %v\n%s", err, stderr.String())
+	}
+	hostMaps := map[string]bool{}
+	var counts []string // shared_counter[0], each interval, then the final read
+	for _, line := range strings.Split(stdout.String(), "\n") {
+		var o map[string]any
+		if json.Unmarshal([]byte(line), &o) == nil && o["type"] == "map" {
+			hostMaps[o["map"].(string)+"["+o["key"].(string)+"]="+o["value"].(string)] = true
+			if o["map"] == "shared_counter" && o["key"] == "0" && (len(counts) == 0 || counts[len(counts)-1] != o["value"]) {
+				counts = append(counts, o["value"].(string))
+			}
+		}
+	}
+	if !hostMaps["shared_counter[0]=2"] || !hostMaps["shared_counter[1]=0"] || len(hostMaps) != 4 {
+		t.Errorf("host-backed maps: %v, want shared_counter[0] up to 2 (one per launch), [1]=0, no per-thread slot\nstderr:\n%s", hostMaps, stderr.String())
+	}
+	// 1 shows only between the launches: the map was read while the
+	// program ran.
+	if !slices.Contains(counts, "1") || counts[len(counts)-1] != "2" {
+		t.Errorf("shared_counter[0] read each interval went %v, want 1 between the launches and 2 at the end: not read live", counts)
+	}
+	if !strings.Contains(stdout.String(), `"instrumented_launches":2`) {
+		t.Errorf("host_map: the launch was not instrumented:\n%s\n%s", stdout.String(), stderr.String())
 	}
 
 	// Two devices: maps and clones go only where the program works, the

@@ -35,6 +35,19 @@
 // there is NO header; value k lives at Addr + k*Stride exactly as the kernel
 // lays it out. It is host-resident: atomics use .sys scope.
 //
+// # Host-backed arrays (1512, 1513)
+//
+// bpftime's BPF_MAP_TYPE_PERGPUTD_ARRAY_HOST_MAP (1512) and
+// BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP (1513) are the PerThreadArray and Array
+// layouts, header included, in pinned host memory the GPU reaches over the
+// host link. They are not kinds of their own: KindOf gives PerThreadArray
+// and Array, and PlacementOf sets Placement.HostResident, which is all the
+// compiler needs (system-scope atomics and fences) and leaves every reader
+// (ArrayValue, PerThreadValue, a MapCopy's Values and Entries) unchanged.
+// The tool keeps the memory mapped and reads it in place while the kernels
+// run; a read racing with GPU writes may see a value half old, half new,
+// never anything outside the map.
+//
 // # PerThreadArray (1502)
 //
 // One copy of the whole array per global thread id t (linear over the 3-D
@@ -165,12 +178,15 @@ func (k Kind) String() string {
 	return fmt.Sprintf("Kind(%d)", int(k))
 }
 
-// bpftime's map type numbers.
+// bpftime's map type numbers. The host-memory ones are GPU_MAP_OFFSET 1500
+// + BPF_MAP_TYPE_ARRAY 2 + 10 or 11 there.
 const (
 	TypeGPUHash         ebpf.MapType = 1501
 	TypePerThread       ebpf.MapType = 1502
 	TypeGPUArray        ebpf.MapType = 1503
 	TypeSharedArray     ebpf.MapType = 1504
+	TypePerThreadHost   ebpf.MapType = 1512
+	TypeGPUArrayHost    ebpf.MapType = 1513
 	TypeGPURingBuf      ebpf.MapType = 1527
 	Magic                            = 0x46504247 // "GBPF"
 	HeaderSize                       = 256
@@ -242,9 +258,9 @@ type Placement struct {
 // KindOf maps a MapSpec's type to the GPU layout it gets.
 func KindOf(spec *ebpf.MapSpec) (Kind, error) {
 	switch spec.Type {
-	case TypeGPUArray, ebpf.Array:
+	case TypeGPUArray, TypeGPUArrayHost, ebpf.Array:
 		return Array, nil
-	case TypePerThread:
+	case TypePerThread, TypePerThreadHost:
 		return PerThreadArray, nil
 	case TypeGPUHash, ebpf.Hash:
 		return Hash, nil
@@ -257,24 +273,31 @@ func KindOf(spec *ebpf.MapSpec) (Kind, error) {
 	return Invalid, fmt.Errorf("map %s is %s, which the GPU cannot hold: use %s", spec.Name, what, use)
 }
 
-// bpftime's host-memory GPU maps, which gpubpf keeps in device memory
-// instead (bpftime's GPU_MAP_OFFSET 1500 + ARRAY 2 + 10 or 11).
-const (
-	typePerThreadHost ebpf.MapType = 1512
-	typeGPUArrayHost  ebpf.MapType = 1513
-)
+// PlacementOf is the placement spec's map gets, all but what the runtime
+// decides: the address, a per-thread array's thread count and a ring's
+// size. HostResident is set for the maps that live in host memory (1504,
+// 1512, 1513).
+func PlacementOf(spec *ebpf.MapSpec) (Placement, error) {
+	kind, err := KindOf(spec)
+	if err != nil {
+		return Placement{}, err
+	}
+	return Placement{Kind: kind, HostResident: InHostMemory(spec.Type),
+		KeySize: spec.KeySize, ValueSize: spec.ValueSize, MaxEntries: spec.MaxEntries}, nil
+}
+
+// InHostMemory reports the GPU map types whose memory is host RAM the GPU
+// reaches over the host link: the kernel-shared array (1504) and bpftime's
+// host-backed arrays (1512, 1513).
+func InHostMemory(t ebpf.MapType) bool {
+	return t == TypeSharedArray || t == TypePerThreadHost || t == TypeGPUArrayHost
+}
 
 // unplaceable names a map type the GPU cannot hold, in the words of the
 // program's source, and what to declare instead.
 func unplaceable(t ebpf.MapType) (what, use string) {
-	const usual = "BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_RINGBUF or a GPU map type of bpf/gpu.h (1501-1504, 1527)"
+	const usual = "BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH, BPF_MAP_TYPE_RINGBUF or a GPU map type of bpf/gpu.h (1501-1504, 1512, 1513, 1527)"
 	switch t {
-	case typePerThreadHost:
-		return "bpftime's per-thread array in host memory (BPF_MAP_TYPE_PERGPUTD_ARRAY_HOST_MAP, type 1512)",
-			"BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502), the same per-thread array in device memory (gpubpf run prints it at the end)"
-	case typeGPUArrayHost:
-		return "bpftime's GPU array in host memory (BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP, type 1513)",
-			"BPF_MAP_TYPE_GPU_ARRAY_MAP (1503) in device memory, or BPF_MAP_TYPE_GPU_KERNEL_SHARED_ARRAY_MAP (1504) for an array that CPU programs read while the kernels run"
 	case ebpf.LRUHash, ebpf.LRUCPUHash:
 		return fmt.Sprintf("an LRU hash (type %d)", t),
 			"BPF_MAP_TYPE_HASH or BPF_MAP_TYPE_GPU_HASH_MAP (1501); a GPU hash evicts nothing, so give it max_entries for every key (inserts into a full one are refused and counted)"

@@ -11,6 +11,7 @@ import (
 func TestKindOf(t *testing.T) {
 	for typ, want := range map[ebpf.MapType]Kind{
 		1501: Hash, 1502: PerThreadArray, 1503: Array, 1504: HostArray, 1527: RingBuf,
+		1512: PerThreadArray, 1513: Array,
 		ebpf.Array: Array, ebpf.Hash: Hash, ebpf.RingBuf: RingBuf, ebpf.PerfEventArray: RingBuf,
 	} {
 		got, err := KindOf(&ebpf.MapSpec{Name: "m", Type: typ})
@@ -21,8 +22,6 @@ func TestKindOf(t *testing.T) {
 	// Refused with the map's name, its type and what to declare instead.
 	for typ, want := range map[ebpf.MapType][]string{
 		ebpf.LRUHash:     {"map m is an LRU hash (type 9)", "use BPF_MAP_TYPE_HASH or BPF_MAP_TYPE_GPU_HASH_MAP (1501)"},
-		1512:             {"map m is bpftime's per-thread array in host memory", "type 1512", "use BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP (1502)"},
-		1513:             {"type 1513", "use BPF_MAP_TYPE_GPU_ARRAY_MAP (1503)", "(1504)"},
 		ebpf.PerCPUArray: {"a per-CPU array (type 6)", "use BPF_MAP_TYPE_ARRAY"},
 		ebpf.StackTrace:  {"a StackTrace map (type 7)", "use BPF_MAP_TYPE_ARRAY, BPF_MAP_TYPE_HASH"},
 		1600:             {"map m is of map type 1600", "use BPF_MAP_TYPE_ARRAY"},
@@ -40,6 +39,38 @@ func TestKindOf(t *testing.T) {
 		if strings.Contains(err.Error(), "MapType(") {
 			t.Errorf("type %d: %q names a Go type", typ, err)
 		}
+	}
+}
+
+// bpftime's host-memory arrays are the device layouts with HostResident
+// set; the other GPU maps are not host-resident, except the kernel-shared
+// array.
+func TestPlacementOf(t *testing.T) {
+	for typ, want := range map[ebpf.MapType]Placement{
+		1512: {Kind: PerThreadArray, HostResident: true, KeySize: 4, ValueSize: 24, MaxEntries: 3},
+		1513: {Kind: Array, HostResident: true, KeySize: 4, ValueSize: 24, MaxEntries: 3},
+		1502: {Kind: PerThreadArray, KeySize: 4, ValueSize: 24, MaxEntries: 3},
+		1503: {Kind: Array, KeySize: 4, ValueSize: 24, MaxEntries: 3},
+		1504: {Kind: HostArray, HostResident: true, KeySize: 4, ValueSize: 24, MaxEntries: 3},
+	} {
+		got, err := PlacementOf(&ebpf.MapSpec{Name: "m", Type: typ, KeySize: 4, ValueSize: 24, MaxEntries: 3})
+		if err != nil || got != want {
+			t.Errorf("PlacementOf(type %d) = %+v, %v; want %+v", typ, got, err, want)
+		}
+	}
+	if _, err := PlacementOf(&ebpf.MapSpec{Name: "m", Type: ebpf.LRUHash}); err == nil {
+		t.Error("PlacementOf accepted an LRU hash")
+	}
+	// Same header and value offsets as in device memory: readers need not
+	// know where the bytes came from.
+	p := Placement{Kind: PerThreadArray, HostResident: true, ValueSize: 8, MaxEntries: 3, Threads: 4}
+	mem := Init(p)
+	binary.LittleEndian.PutUint64(mem[HeaderSize+(2*3+1)*8:], 99)
+	if v, err := PerThreadValue(mem, p, 2, 1); err != nil || binary.LittleEndian.Uint64(v) != 99 {
+		t.Errorf("thread 2 key 1 = %v, %v", v, err)
+	}
+	if h, err := ReadHeader(mem); err != nil || h.Kind != uint32(PerThreadArray) || h.Slots != 4 {
+		t.Errorf("header %+v, %v", h, err)
 	}
 }
 

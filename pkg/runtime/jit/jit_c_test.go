@@ -25,13 +25,13 @@ func loadGPU(t *testing.T, path string) (map[string]*ebpf.ProgramSpec, Options) 
 	opts := Options{Maps: map[string]gpumap.Placement{}, Printk: testPrintk, PID: 42}
 	i := uint64(0)
 	for name, ms := range spec.Maps {
-		k, err := gpumap.KindOf(ms)
+		pl, err := gpumap.PlacementOf(ms)
 		if err != nil {
 			continue
 		}
 		i++
-		opts.Maps[name] = gpumap.Placement{Kind: k, Addr: 0x7f0000000000 + i<<28, HostResident: k == gpumap.HostArray || k == gpumap.RingBuf,
-			KeySize: ms.KeySize, ValueSize: ms.ValueSize, MaxEntries: ms.MaxEntries}
+		pl.Addr = 0x7f0000000000 + i<<28
+		opts.Maps[name] = pl
 	}
 	progs := map[string]*ebpf.ProgramSpec{}
 	for name, p := range spec.Programs {
@@ -45,7 +45,8 @@ func loadGPU(t *testing.T, path string) (map[string]*ebpf.ProgramSpec, Options) 
 // TestClangObjects compiles clang-built C programs (every map kind, helper,
 // atomics, loops, a subprogram, globals, ctx) and assembles them.
 func TestClangObjects(t *testing.T) {
-	for _, obj := range []string{"../../../bpf/testdata/jit_all.bpf.o", "../../../bpf/bench/probe_counter.bpf.o", "../../../bpf/examples/counter_bpfel.o", "../../../bpf/examples/trace_bpfel.o"} {
+	for _, obj := range []string{"../../../bpf/testdata/jit_all.bpf.o", "../../../bpf/bench/probe_counter.bpf.o", "../../../bpf/examples/counter_bpfel.o", "../../../bpf/examples/trace_bpfel.o",
+		"../../../bpf/examples/host_map_bpfel.o"} {
 		progs, opts := loadGPU(t, obj)
 		if len(progs) == 0 {
 			t.Fatalf("%s: no GPU programs", obj)

@@ -23,6 +23,9 @@ var testMaps = map[string]gpumap.Placement{
 	"hash": {Kind: gpumap.Hash, Addr: 0x7f0000200000, KeySize: 8, ValueSize: 8, MaxEntries: 64},
 	"ring": {Kind: gpumap.RingBuf, Addr: 0x7f0000300000, HostResident: true, MaxEntries: 1 << 16},
 	"host": {Kind: gpumap.HostArray, Addr: 0x7f0000400000, HostResident: true, KeySize: 4, ValueSize: 8, MaxEntries: 8},
+	// bpftime's host-backed arrays (1513, 1512): device layouts in host memory.
+	"harr": {Kind: gpumap.Array, Addr: 0x7f0000600000, HostResident: true, KeySize: 4, ValueSize: 8, MaxEntries: 4},
+	"hpta": {Kind: gpumap.PerThreadArray, Addr: 0x7f0000700000, HostResident: true, KeySize: 4, ValueSize: 8, MaxEntries: 3, Threads: 1024},
 }
 
 var testPrintk = gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7f0000500000, HostResident: true, MaxEntries: 1 << 16}
@@ -125,7 +128,7 @@ func memCases() map[string][]asm.Instruction {
 	cases["mem/stack"] = append(is, asm.Mov.Reg(asm.R0, asm.R6), asm.Return())
 	// Atomics on the stack and on map values, all ops, both sizes.
 	atom := []asm.AtomicOp{asm.AddAtomic, asm.FetchAdd, asm.OrAtomic, asm.FetchOr, asm.AndAtomic, asm.FetchAnd, asm.XorAtomic, asm.FetchXor, asm.Xchg, asm.CmpXchg}
-	for _, where := range []string{"stack", "arr", "host"} {
+	for _, where := range []string{"stack", "arr", "host", "harr"} {
 		var is []asm.Instruction
 		is = append(is, setup()...)
 		base := asm.RFP
@@ -200,7 +203,7 @@ func keyOnStack(v int64) []asm.Instruction {
 
 func helperCases() map[string][]asm.Instruction {
 	cases := map[string][]asm.Instruction{}
-	for _, m := range []string{"arr", "pta", "hash", "host"} {
+	for _, m := range []string{"arr", "pta", "hash", "host", "harr", "hpta"} {
 		var is []asm.Instruction
 		is = append(is, stImm(asm.RFP, -16, 77, asm.DWord), stImm(asm.RFP, -24, 0, asm.DWord))
 		is = append(is, asm.LoadMapPtr(asm.R1, 0).WithReference(m))
@@ -631,6 +634,58 @@ func TestCtxBytes(t *testing.T) {
 			if f.UsesCtx != c.uses || f.CtxBytes != c.want {
 				t.Errorf("UsesCtx %v CtxBytes %d, want %v %d", f.UsesCtx, f.CtxBytes, c.uses, c.want)
 			}
+		})
+	}
+}
+
+// TestHostResidentScope: on a host-backed array or per-thread array (1513,
+// 1512) every atomic a program makes is system-scoped — on the value it
+// looked up and on the per-thread array's error counter — since the GPU
+// reaches that memory over the host link and the host reads it while the
+// kernel runs; the same program on device-memory maps stays GPU-scoped.
+func TestHostResidentScope(t *testing.T) {
+	// v = lookup(m, 0); if (v) { __sync_fetch_and_add(v, 1); xchg(v, 2); }
+	// update(m, 1, &val)
+	body := func(m string) []asm.Instruction {
+		is := []asm.Instruction{stImm(asm.RFP, -16, 5, asm.DWord), asm.LoadMapPtr(asm.R1, 0).WithReference(m)}
+		is = append(is, keyOnStack(0)...)
+		is = append(is, asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "miss"),
+			asm.Mov.Imm(asm.R1, 1),
+			asm.AddAtomic.Mem(asm.R0, asm.R1, asm.DWord, 0),
+			asm.Mov.Imm(asm.R1, 2),
+			asm.Xchg.Mem(asm.R0, asm.R1, asm.DWord, 0),
+			asm.LoadMapPtr(asm.R1, 0).WithReference(m).WithSymbol("miss"))
+		is = append(is, keyOnStack(1)...)
+		is = append(is, asm.Mov.Reg(asm.R3, asm.RFP), asm.Add.Imm(asm.R3, -16), asm.Mov.Imm(asm.R4, 0), asm.FnMapUpdateElem.Call(), asm.Return())
+		return is
+	}
+	for _, c := range []struct {
+		m     string
+		scope string
+	}{{"harr", "sys"}, {"hpta", "sys"}, {"arr", "gpu"}, {"pta", "gpu"}} {
+		t.Run(c.m, func(t *testing.T) {
+			f, err := Compile(prog(body(c.m)...), testOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			other := map[string]string{"sys": "gpu", "gpu": "sys"}[c.scope]
+			for _, want := range []string{"red.global." + c.scope + ".add.u64", "atom.global." + c.scope + ".exch.b64"} {
+				if !strings.Contains(f.PTX, want) {
+					t.Errorf("no %q in:\n%s", want, f.PTX)
+				}
+			}
+			if strings.Contains(f.PTX, "."+other+".") {
+				t.Errorf("%s-scoped operation in a program on %s:\n%s", other, c.m, f.PTX)
+			}
+			if testMaps[c.m].Kind == gpumap.PerThreadArray {
+				// Threads past the capacity are counted in the header.
+				want := fmt.Sprintf("@%%p2 red.global.%s.add.u64 [%%t7], 1;", c.scope)
+				if !strings.Contains(f.PTX, want) {
+					t.Errorf("no %q in:\n%s", want, f.PTX)
+				}
+			}
+			assemble(t, f)
 		})
 	}
 }

@@ -162,3 +162,32 @@ func TestHelperTableMatchesCompiler(t *testing.T) {
 		}
 	}
 }
+
+// bpftime's host-backed maps (1512 per-thread, 1513 shared) have array
+// twins of their shape: a program reading inside a value passes, one
+// reading past it is refused as it would be on a 1502/1503 array.
+func TestHostBackedMapTwins(t *testing.T) {
+	needRoot(t)
+	for _, typ := range []ebpf.MapType{gpumap.TypePerThreadHost, gpumap.TypeGPUArrayHost} {
+		for off, ok := range map[int16]bool{0: true, 8: false} {
+			spec := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{
+				"m": {Name: "m", Type: typ, KeySize: 4, ValueSize: 8, MaxEntries: 3},
+			}}
+			p := &ebpf.ProgramSpec{Name: "p", SectionName: "kprobe/vectorAdd", Type: ebpf.Kprobe, License: "GPL", Instructions: asm.Instructions{
+				asm.StoreImm(asm.RFP, -4, 2, asm.Word),
+				asm.LoadMapPtr(asm.R1, 0).WithReference("m"),
+				asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -4),
+				asm.FnMapLookupElem.Call(),
+				asm.JEq.Imm(asm.R0, 0, "out"),
+				asm.LoadMem(asm.R1, asm.R0, off, asm.DWord),
+				asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+				asm.Return(),
+			}}
+			spec.Programs = map[string]*ebpf.ProgramSpec{"p": p}
+			err := verify.Program(spec, p)
+			if ok && err != nil || !ok && err == nil {
+				t.Errorf("type %d, load at value offset %d: %v (want accepted: %v)", typ, off, err, ok)
+			}
+		}
+	}
+}

@@ -97,19 +97,60 @@ int lru_entry(void *ctx)
 }
 #endif
 
-#ifdef WITH_HOST_MAP
-/* bpftime's BPF_MAP_TYPE_PERGPUTD_ARRAY_HOST_MAP */
+#ifdef WITH_PERCPU
 struct {
-	__uint(type, 1512);
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 4);
 	__type(key, u32);
 	__type(value, u64);
+} percpu SEC(".maps");
+
+SEC("kprobe/_Z6vecAddPfi")
+int percpu_entry(void *ctx)
+{
+	bump(&percpu, 0);
+	return 0;
+}
+#endif
+
+#ifdef WITH_HOST_MAP
+/* bpftime's BPF_MAP_TYPE_PERGPUTD_ARRAY_HOST_MAP: 512 bytes per thread,
+ * 512 MiB of pinned host memory per million threads. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERGPUTD_ARRAY_HOST_MAP);
+	__uint(max_entries, 4);
+	__type(key, u32);
+	__type(value, u64[16]);
 } perthread_counter SEC(".maps");
 
 SEC("kretprobe/_Z6vecAddPfi")
 int host_map_exit(void *ctx)
 {
 	bump(&perthread_counter, 0);
+	return 0;
+}
+#endif
+
+#ifdef WITH_HOST_MAP_ON_CPU
+/* A host-backed GPU map is no kernel map: CPU programs cannot share it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP);
+	__uint(max_entries, 2);
+	__type(key, u32);
+	__type(value, u64);
+} shared_counter SEC(".maps");
+
+SEC("kprobe/_Z6vecAddPfi")
+int gpu_side(void *ctx)
+{
+	bump(&shared_counter, 0);
+	return 0;
+}
+
+SEC("uprobe/exe:target_fn")
+int cpu_side(void *ctx)
+{
+	bump(&shared_counter, 1);
 	return 0;
 }
 #endif

@@ -297,10 +297,42 @@ static void print_args(obj *f, void **p, void **x)
 	}
 }
 
+/* Registered host memory. With FAKECUDA_HOST_BUMP=1 every launch adds 1
+ * to value 0 of each registered gpubpf Array map (a header with magic
+ * "GBPF" and kind 1): a stand-in for GPU threads counting in a host-backed
+ * map (type 1513), which the tool must see through its own mapping. */
+static struct { void *p; size_t n; } hostmem[64];
+static int nhostmem;
+CUresult cuMemHostRegister(void *p, size_t n, unsigned f)
+{
+	if (nhostmem < 64)
+		hostmem[nhostmem].p = p, hostmem[nhostmem++].n = n;
+	return 0;
+}
+CUresult cuMemHostUnregister(void *p)
+{
+	for (int i = 0; i < nhostmem; i++)
+		if (hostmem[i].p == p)
+			hostmem[i].p = NULL;
+	return 0;
+}
+static void bump_host_maps(void)
+{
+	static int on = -1;
+	if (on < 0)
+		on = getenv("FAKECUDA_HOST_BUMP") != NULL;
+	for (int i = 0; on && i < nhostmem; i++) {
+		uint32_t *h = hostmem[i].p;
+		if (h && hostmem[i].n >= 264 && h[0] == 0x46504247 && h[1] == 1)
+			__atomic_fetch_add((uint64_t *)((char *)h + 256), 1, __ATOMIC_SEQ_CST);
+	}
+}
+
 static CUresult launch(void *f, void **p, void **x)
 {
 	if (!strcmp(((obj *)f)->name, "gpubpf_clock"))
 		return clock_launch(p);
+	bump_host_maps();
 	printf("LAUNCH %s\n", ((obj *)f)->name);
 	print_args(f, p, x);
 	fflush(stdout);
@@ -336,8 +368,6 @@ CUresult cuMemFree(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
 CUresult cuMemsetD8(uint64_t p, unsigned char v, size_t n) { memset((void *)(uintptr_t)p, v, n); return 0; }
 CUresult cuMemcpyHtoD(uint64_t d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
 CUresult cuMemcpyDtoH(void *d, uint64_t s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
-CUresult cuMemHostRegister(void *p, size_t n, unsigned f) { return 0; }
-CUresult cuMemHostUnregister(void *p) { return 0; }
 CUresult cuMemHostGetDevicePointer(uint64_t *d, void *p, unsigned f) { *d = (uint64_t)(uintptr_t)p; return 0; }
 CUresult cuEventCreate(void **e, unsigned f) { *e = malloc(1); return 0; }
 CUresult cuEventRecord(void *e, void *s) { return 0; }

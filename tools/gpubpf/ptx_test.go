@@ -1,0 +1,49 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
+)
+
+// What `gpubpf ptx` prints for each bundled example is a module ptxas
+// assembles, and a host-backed map's accesses in it are system-scoped.
+func TestPtxOfExamplesAssembles(t *testing.T) {
+	tool := gpubpfTool(t)
+	ptxas := testenv.Ptxas(t)
+	objs, _ := filepath.Glob("../../bpf/examples/*_bpfel.o")
+	if len(objs) < 3 {
+		t.Fatalf("found %d example objects: %v", len(objs), objs)
+	}
+	for _, obj := range objs {
+		t.Run(filepath.Base(obj), func(t *testing.T) {
+			out, err := exec.Command(tool, "ptx", obj).Output()
+			if err != nil {
+				t.Fatalf("gpubpf ptx: %v", err)
+			}
+			src := filepath.Join(t.TempDir(), "m.ptx")
+			if err := os.WriteFile(src, out, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if b, err := exec.Command(ptxas, "-arch=sm_90", src, "-o", src+".cubin").CombinedOutput(); err != nil {
+				t.Fatalf("ptxas: %v\n%s", err, b)
+			}
+			if filepath.Base(obj) != "host_map_bpfel.o" {
+				return
+			}
+			ptx := string(out)
+			for _, want := range []string{"map per_thread (per-thread-array, host memory)", "map shared_counter (array, host memory)", "red.global.sys.add.u64"} {
+				if !strings.Contains(ptx, want) {
+					t.Errorf("no %q in:\n%s", want, ptx)
+				}
+			}
+			if strings.Contains(ptx, ".gpu.") {
+				t.Errorf("a GPU-scoped operation on host memory:\n%s", ptx)
+			}
+		})
+	}
+}
