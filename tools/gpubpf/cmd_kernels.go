@@ -29,7 +29,7 @@ kernels with PTX can be traced) and for which archs, and the SASS archs.
 --json prints one object per line: {"file","kernel","mangled","signature",
 "ptx","ptx_archs","sass_archs","advice"}.`,
 		Flags: []cli.Flag{
-			&cli.IntSliceFlag{Name: toolkit.FlagPID, Aliases: []string{"p"}, Usage: "list the modules process `PID` has loaded (needs its gpubpf agent)"},
+			&cli.IntSliceFlag{Name: toolkit.FlagPID, Aliases: []string{"p"}, Usage: "list the modules process `PID` has loaded (through its gpubpf agent; without one: the device code of the files it maps)"},
 			&cli.StringSliceFlag{Name: toolkit.FlagKernel, Aliases: []string{"k"}, Usage: "only kernels matching `PATTERN` (mangled, demangled or glob; may repeat)"},
 			&cli.BoolFlag{Name: toolkit.FlagJSON, Aliases: []string{"j"}, Usage: "one JSON object per line"},
 			&cli.BoolFlag{Name: toolkit.FlagVerbose, Aliases: []string{"v"}, Usage: "also show mangled names and each fatbin element"},
@@ -71,6 +71,9 @@ func kernelSources(c *cli.Context) ([]kernelSource, error) {
 		}
 		for _, m := range mods {
 			name := fmt.Sprintf("PID %d module %d (%s)", pid, m.ModuleID, m.Source)
+			if m.ModuleID == 0 {
+				name = fmt.Sprintf("PID %d %s", pid, m.Source)
+			}
 			if m.Err != nil {
 				fmt.Fprintf(errw, "gpubpf kernels: %s: %v\n", name, m.Err)
 				continue

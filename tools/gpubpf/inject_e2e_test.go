@@ -104,6 +104,13 @@ func TestRunPIDInjects(t *testing.T) {
 		return cmd
 	}
 
+	t.Run("kernels -p reads the mapped files", func(t *testing.T) {
+		out, err := exec.Command(tool, "kernels", "-p", fmt.Sprint(pid)).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "libkernels.so (no agent in the process)") || !strings.Contains(string(out), "vecAdd") {
+			t.Fatalf("gpubpf kernels -p on a process without the agent: %v\n%s", err, out)
+		}
+	})
+
 	t.Run("--no-inject refuses", func(t *testing.T) {
 		var stderr bytes.Buffer
 		cmd := gpubpf("--no-inject", "-d", "2")
