@@ -1103,9 +1103,11 @@ static void add_target(struct late_target *t, size_t *n, size_t cap, int i, void
  * addresses there). */
 size_t late_targets(struct late_target **out)
 {
-	static const int vers[] = {11030, 12000, 12080, 13000};
+	drv_init();
+	/* what cudart 11.3-13.x asks with, and the driver's own version */
+	int vers[] = {11030, 12000, 12080, 12090, 13000, 13010, D.version ? D.version : 13000};
 	static const uint64_t flags[] = {0, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM};
-	size_t cap = R_COUNT * 10, n = 0;
+	size_t cap = R_COUNT * 16, n = 0;
 	struct late_target *t = calloc(cap, sizeof(*t));
 	*out = t;
 	if (!t || !cuda_loaded())
