@@ -11,6 +11,10 @@
  *   (a "cuda_" prefix before a mangled name, e.g. "kretprobe/cuda__Z9vectorAddPKfS0_Pf",
  *   is accepted and stripped, as bpftime does)
  *   SEC("gpu/entry/<kernel>"), SEC("gpu/exit/<kernel>")   the same, spelled for GPUs
+ *   SEC("kprobe/__memcapture")  right after every global load, store and atomic of
+ *                               every kernel (bpftime's name), ctx: struct
+ *                               gpubpf_mem_access (below)
+ *   SEC("gpu/mem/<kernel>")     the same in the named kernels only
  *
  * <kernel> is a mangled name, a demangled name or a glob; tools may retarget
  * a program at run time with --kernel.

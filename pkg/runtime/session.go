@@ -244,7 +244,7 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		return nil, err
 	}
 	if len(gpu) == 0 && len(cpu) == 0 {
-		return nil, fmt.Errorf("the object has no programs: put each in a GPU section (SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\")) or a uprobe section (SEC(\"uprobe/PATH:SYMBOL\")) and rebuild it")
+		return nil, fmt.Errorf("the object has no programs: put each in a GPU section (SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\"), SEC(\"kprobe/%s\") for memory accesses) or a uprobe section (SEC(\"uprobe/PATH:SYMBOL\")) and rebuild it", MemCapture)
 	}
 	if err := bindUprobes(all, cpu, opts.UprobeTargets); err != nil {
 		return nil, err

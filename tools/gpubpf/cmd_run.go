@@ -30,7 +30,9 @@ func init() {
 		Usage:     "run a GPU eBPF object: attach every program, print records and trace_printk lines, dump maps at the end",
 		ArgsUsage: "PROG.bpf.o [-- CMD [ARGS...]]",
 		Description: `Programs in kprobe/KERNEL, kretprobe/KERNEL (optionally cuda_-prefixed) and
-gpu/entry|exit/KERNEL sections run inside the named CUDA kernels; uprobe and
+gpu/entry|exit/KERNEL sections run inside the named CUDA kernels; programs in
+kprobe/__memcapture (every kernel) and gpu/mem/KERNEL run after every global
+load, store and atomic, with ctx -> struct gpubpf_mem_access; uprobe and
 uretprobe[/PATH:SYMBOL] programs run in the Linux kernel. A program in a bare
 SEC("uprobe") or SEC("uretprobe") gets its function from --attach
 PROG=SYMBOL[@PATH] (PATH: absolute, or a library name such as libcudart.so;
@@ -169,25 +171,37 @@ func parseAttach(vals []string) (map[string]runtime.UprobeTarget, error) {
 	return out, nil
 }
 
+// describePrograms says what the session attaches, for the start line:
+// "2 GPU program(s) on vectorAdd, 1 memory-access program(s) at every
+// global load/store/atomic of every kernel, 1 CPU program(s)".
 func describePrograms(s *runtime.Session, retarget []string) string {
 	var parts []string
-	kernels := map[string]bool{}
+	onKernels := func(progs []runtime.GPUProgram) string {
+		kernels := map[string]bool{}
+		for _, g := range progs {
+			kernels[g.Kernel] = true
+		}
+		if len(retarget) > 0 {
+			kernels = map[string]bool{}
+			for _, k := range retarget {
+				kernels[k] = true
+			}
+		}
+		return strings.Join(sortedSet(kernels), ", ")
+	}
+	var probes, mem []runtime.GPUProgram
 	for _, g := range s.GPUPrograms() {
-		kernels[g.Kernel] = true
-	}
-	if len(retarget) > 0 {
-		kernels = map[string]bool{}
-		for _, k := range retarget {
-			kernels[k] = true
+		if g.Site == runtime.SiteMem {
+			mem = append(mem, g)
+		} else {
+			probes = append(probes, g)
 		}
 	}
-	if n := len(s.GPUPrograms()); n > 0 {
-		ks := make([]string, 0, len(kernels))
-		for k := range kernels {
-			ks = append(ks, k)
-		}
-		sort.Strings(ks)
-		parts = append(parts, fmt.Sprintf("%d GPU program(s) on %s", n, strings.Join(ks, ", ")))
+	if len(probes) > 0 {
+		parts = append(parts, fmt.Sprintf("%d GPU program(s) on %s", len(probes), onKernels(probes)))
+	}
+	if len(mem) > 0 {
+		parts = append(parts, fmt.Sprintf("%d memory-access program(s) %s", len(mem), runtime.SiteMem.Where(onKernels(mem))))
 	}
 	if n := len(s.CPUPrograms()); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d CPU program(s)", n))
