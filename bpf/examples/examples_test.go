@@ -22,6 +22,9 @@ func TestObjectsKeepBpftimeConventions(t *testing.T) {
 		{"trace", loadTrace,
 			map[string]string{"cuda__probe": "_Z9vectorAddPKfS0_Pfi"},
 			map[string]ebpf.MapType{"events": 1527}},
+		{"mem_trace", loadMem_trace,
+			map[string]string{"mem_trace": "__memcapture"},
+			map[string]ebpf.MapType{"accesses": 1501, "sizes": 1501}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec, err := tc.load()

@@ -116,12 +116,15 @@ type Session struct {
 	// first seen: what bpf_gpu_kernel_index returns there.
 	kernels   map[string]uint32
 	kernelIdx []string
-	gone      []*Process // detached, kept for their counters
-	closed    bool
-	running   int  // CommandRunning
-	woundUp   bool // windUp
-	stats     Stats
-	clocks    []ClockSample
+	// usesKernelIndex: a GPU program calls bpf_gpu_kernel_index, so its
+	// output has kernel indexes a tool should name.
+	usesKernelIndex bool
+	gone            []*Process // detached, kept for their counters
+	closed          bool
+	running         int  // CommandRunning
+	woundUp         bool // windUp
+	stats           Stats
+	clocks          []ClockSample
 }
 
 // withVariables folds the values a tool set through spec.Variables (its
@@ -187,6 +190,19 @@ func (s *Session) KernelName(i uint32) string {
 	}
 	return ""
 }
+
+// KernelIndexes lists, by index, the kernels bpf_gpu_kernel_index has
+// numbered so far (mangled names).
+func (s *Session) KernelIndexes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.kernelIdx)
+}
+
+// UsesKernelIndex reports whether a GPU program of the session calls
+// bpf_gpu_kernel_index: the numbers in its maps and records then stand for
+// kernels, which KernelIndexes names.
+func (s *Session) UsesKernelIndex() bool { return s.usesKernelIndex }
 
 // Stats account for everything a session saw, for the tools' final
 // completeness line.
@@ -276,9 +292,11 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		return nil, err
 	}
 	for _, g := range gpu {
-		if _, err := s.compile(g, placeholderPlacements(spec, g), gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7f0000000000, HostResident: true, MaxEntries: 1 << 20}, 0); err != nil {
+		f, err := s.compile(g, placeholderPlacements(spec, g), gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7f0000000000, HostResident: true, MaxEntries: 1 << 20}, 0)
+		if err != nil {
 			return nil, err
 		}
+		s.usesKernelIndex = s.usesKernelIndex || f.UsesKernelIndex
 	}
 	if name := opts.LaunchWords; name != "" {
 		m := spec.Maps[name]

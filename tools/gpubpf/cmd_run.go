@@ -21,6 +21,7 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/btffmt"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -38,7 +39,9 @@ SEC("uprobe") or SEC("uretprobe") gets its function from --attach
 PROG=SYMBOL[@PATH] (PATH: absolute, or a library name such as libcudart.so;
 none: the traced executable). bpftime objects run unchanged. With -j, output is JSON lines: {"type":"record","pid","device","map",
 "data"(hex),"text"}, {"type":"printk","pid","device","text"}, {"type":"map",
-"map","pid","device","key","value"} and a final {"type":"summary",...}.`,
+"map","pid","device","key","value"}, {"type":"kernel_index","index","kernel","name"}
+(what bpf_gpu_kernel_index's numbers stand for, when a program calls it) and a
+final {"type":"summary",...}.`,
 		Flags: append(toolkit.CommonFlags(),
 			&cli.StringSliceFlag{Name: "program", Aliases: []string{"P"}, Usage: "only run program `NAME` of the object (may repeat)"},
 			&cli.StringFlag{Name: "record-type", Usage: "BTF struct `NAME` to print ring-buffer records as (default: the object's only struct of the record's size)"},
@@ -412,6 +415,36 @@ func (o *runOutput) maps(s *runtime.Session) {
 			o.printf("  (empty)\n")
 		}
 	}
+	o.kernelIndexes(s)
+}
+
+// kernelIndexes names the kernels behind the numbers bpf_gpu_kernel_index
+// put in the maps (and records) of a program that calls it.
+func (o *runOutput) kernelIndexes(s *runtime.Session) {
+	if !s.UsesKernelIndex() {
+		return
+	}
+	ks := s.KernelIndexes()
+	if o.json {
+		for i, k := range ks {
+			base, _ := toolkit.KernelNames(k)
+			o.emit(map[string]any{"type": "kernel_index", "index": i, "kernel": k, "name": base})
+		}
+		return
+	}
+	if len(ks) == 0 {
+		return
+	}
+	o.printf("%skernel indexes (bpf_gpu_kernel_index):\n", o.prefix())
+	for i, k := range ks {
+		base, _ := toolkit.KernelNames(k)
+		if base != k {
+			o.printf("  %d: %s (%s)\n", i, base, k)
+		} else {
+			o.printf("  %d: %s\n", i, k)
+		}
+	}
+	o.printf("  %d: device functions that several instrumented kernels call\n", jit.UnknownKernel)
 }
 
 func errorWord(k gpumap.Kind) string {
