@@ -368,7 +368,7 @@ func TestMemAccess(t *testing.T) {
 		"mov.b64\t%gpubpf_mmeta, 0x10;", // 16 bytes, load
 		// the address is taken before the load overwrites %rd1
 		"mov.b64\t%gpubpf_maddr, %rd1;\n\tld.global.nc.u64\t%rd1, [%rd1];\n\tst.local.b64\t[__gpubpf_mem], %gpubpf_maddr;",
-		"add.s64\t%gpubpf_maddr, %gpubpf_maddr, -1;\n\t@%p1 st.u8\t[%rd1+-1], %r1;\n\t@!%p1 bra.uni\t$gpubpf_L1;",
+		"add.s64\t%gpubpf_maddr, %gpubpf_maddr, -1;\n\t@%p1 st.u8\t[%rd1+-1], %r1;\n\t@!%p1 bra\t$gpubpf_L1;",
 		"mov.b64\t%gpubpf_mmeta, 0x100000001;", // 1 byte, store
 		"mov.b64\t%gpubpf_mmeta, 0x200000004;", // 4 bytes, atomic
 	} {

@@ -176,7 +176,7 @@ func TestMemAccessForms(t *testing.T) {
 				if !regexp.MustCompile(`mov\.b64\t%gpubpf_maddr, %rd1;\n(\tadd\.s64\t%gpubpf_maddr, %gpubpf_maddr, -?\d+;\n)?\t(@%p1 )?` + regexp.QuoteMeta(strings.Fields(c.ins)[0])).MatchString(r.PTX) {
 					t.Errorf("%s: address not taken from [%%rd1...] just before the access:\n%s", c.ins, r.PTX)
 				}
-				if pred && !strings.Contains(r.PTX, "@!%p1 bra.uni\t$gpubpf_L1;") {
+				if pred && !strings.Contains(r.PTX, "@!%p1 bra\t$gpubpf_L1;") {
 					t.Errorf("%s: predicated access does not skip its probe:\n%s", c.ins, r.PTX)
 				}
 			}

@@ -779,8 +779,10 @@ func (c *Clone) InsertMemAccess(p *Probe) {
 			out = c.siteTime(out, p.Func)
 			skip := ""
 			if s.Pred != "" {
+				// Plain bra: lanes may differ in the access's predicate,
+				// which bra.uni would promise they do not.
 				skip = c.newLabel()
-				out = append(out, c.ins(negate(s.Pred), "bra.uni", skip))
+				out = append(out, c.ins(negate(s.Pred), "bra", skip))
 			}
 			ctx := "0"
 			if p.UsesCtx {
