@@ -11,6 +11,10 @@
  *   (a "cuda_" prefix before a mangled name, e.g. "kretprobe/cuda__Z9vectorAddPKfS0_Pf",
  *   is accepted and stripped, as bpftime does)
  *   SEC("gpu/entry/<kernel>"), SEC("gpu/exit/<kernel>")   the same, spelled for GPUs
+ *   SEC("kprobe/__memcapture")  right after every global load, store and atomic of
+ *                               every kernel (bpftime's name), ctx: struct
+ *                               gpubpf_mem_access (below)
+ *   SEC("gpu/mem/<kernel>")     the same in the named kernels only
  *
  * <kernel> is a mangled name, a demangled name or a glob; tools may retarget
  * a program at run time with --kernel.
@@ -144,11 +148,27 @@ static u64 (*const bpf_gpu_thread_id)(void) = (void *)606;
 #define GPUBPF_ARG(ctx, type, offset) \
 	(*(const type *)((const char *)(ctx) + (offset)))
 
+/*
+ * A memory-access probe's ctx: one global memory access of the kernel's
+ * own code, as the thread made it (the probe runs right after it).
+ * Reported: ld, ldu, st (global or generic addresses, any ordering, cache
+ * or vector qualifier), atom and red. Not reported: shared, local, param
+ * and constant memory, prefetches, cp.async and bulk/TMA copies, texture
+ * and surface access. A generic address may point to shared or local
+ * memory: it is reported as the generic address the thread used.
+ */
 struct gpubpf_mem_access {
-	u64 addr;	/* generic address accessed */
-	u32 size;	/* bytes */
-	u32 is_store;	/* 1 for stores, 0 for loads */
+	u64 addr;	/* generic address accessed (the first byte) */
+	u32 size;	/* bytes: the whole vector for .v2/.v4/.v8 forms */
+	u32 kind;	/* GPUBPF_MEM_LOAD, _STORE or _ATOMIC */
 };
+
+/* Values of gpubpf_mem_access.kind. The field was is_store (0 load, 1
+ * store) and keeps its place and values: a program that tests it for
+ * non-zero sees stores, and atomics, which write too, as stores. */
+#define GPUBPF_MEM_LOAD   0
+#define GPUBPF_MEM_STORE  1
+#define GPUBPF_MEM_ATOMIC 2	/* read-modify-write: atom.* and red.* */
 
 /* ---- standard helpers as they behave on the GPU ---------------------------
  *

@@ -8,7 +8,7 @@
 #
 #   scripts/gpu-check.sh               every check
 #   scripts/gpu-check.sh --bench-only  only the benchmarks
-#   scripts/gpu-check.sh NAME...       only these checks (samples, agent, jit, ptx, hostmap, ...)
+#   scripts/gpu-check.sh NAME...       only these checks (samples, agent, jit, ptx, hostmap, memtrace, ...)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

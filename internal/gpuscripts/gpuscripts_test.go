@@ -35,9 +35,27 @@ func TestFaultsShellcheck(t *testing.T) {
 	if sc == "" {
 		t.Skip("shellcheck not installed")
 	}
-	f := filepath.Join(root, "scripts", "gpu", "faults-check.sh")
-	if out, err := exec.Command(sc, "-S", "warning", f).CombinedOutput(); err != nil {
-		t.Errorf("shellcheck %s: %v\n%s", f, err, out)
+	for _, name := range []string{"faults-check.sh", "memtrace-check.sh"} {
+		f := filepath.Join(root, "scripts", "gpu", name)
+		if out, err := exec.Command(sc, "-S", "warning", f).CombinedOutput(); err != nil {
+			t.Errorf("shellcheck %s: %v\n%s", f, err, out)
+		}
+	}
+}
+
+// TestMemtraceSelftest: the memory-access check derives its expected
+// counts from the kernel's PTX by the memory pass's rules; its counter
+// agrees with the Go tests on the committed fixtures.
+func TestMemtraceSelftest(t *testing.T) {
+	if testenv.Lookup("python3") == "" {
+		if testenv.InCI() {
+			t.Fatal("python3 not found: memtrace-check.sh --selftest needs it")
+		}
+		t.Skip("python3 not found")
+	}
+	out, err := exec.Command("bash", filepath.Join(root, "scripts", "gpu", "memtrace-check.sh"), "--selftest").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "selftest: ok") {
+		t.Fatalf("memtrace-check.sh --selftest: %v\n%s", err, out)
 	}
 }
 
@@ -60,7 +78,7 @@ func TestPythonHelpersParse(t *testing.T) {
 	if py == "" {
 		t.Skip("python3 not found")
 	}
-	for _, f := range []string{"agent_fuzz.py", "faults_util.py"} {
+	for _, f := range []string{"agent_fuzz.py", "faults_util.py", "memtrace_util.py"} {
 		parse := "import ast, sys; ast.parse(open(sys.argv[1]).read(), sys.argv[1])" // no __pycache__ left behind
 		if out, err := exec.Command(py, "-c", parse, filepath.Join(root, "scripts", "gpu", f)).CombinedOutput(); err != nil {
 			t.Errorf("%s: %v\n%s", f, err, out)

@@ -36,3 +36,37 @@ func TestProbeCtxBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestProbeSetBySite: memory-access programs get a site of their own in a
+// kernel's probe set, and a set with them never shares a clone with one
+// without (the key tells them apart).
+func TestProbeSetBySite(t *testing.T) {
+	prog := func(name string, site ProbeSite) GPUProgram {
+		return GPUProgram{Spec: &ebpf.ProgramSpec{Name: name}, Site: site}
+	}
+	var ps probeSet
+	for _, g := range []GPUProgram{prog("in", SiteEntry), prog("out", SiteExit), prog("m1", SiteMem), prog("m2", SiteMem)} {
+		ps.add(g)
+	}
+	if len(ps.entry) != 1 || len(ps.exit) != 1 || len(ps.mem) != 2 {
+		t.Fatalf("set %+v", ps)
+	}
+	if k := ps.key(); k != "e:in;x:out;m:m1;m:m2;" {
+		t.Errorf("key %q", k)
+	}
+	var entryOnly probeSet
+	entryOnly.add(prog("m1", SiteEntry))
+	var memOnly probeSet
+	memOnly.add(prog("m1", SiteMem))
+	if entryOnly.key() == memOnly.key() {
+		t.Error("one program at entry and at memory accesses give the same key")
+	}
+	d := &device{funcs: map[string]*jit.Function{"m1": {Name: "gpubpf_m1", UsesCtx: true, CtxBytes: 16}, "m2": {Name: "gpubpf_m2"}}}
+	p, err := d.probeFor(ps.mem, "mem")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Func != "gpubpf_mem_all" || !p.UsesCtx || p.CtxBytes != 16 {
+		t.Errorf("probe for two memory programs: %s UsesCtx %v CtxBytes %d", p.Func, p.UsesCtx, p.CtxBytes)
+	}
+}

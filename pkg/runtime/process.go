@@ -427,8 +427,8 @@ func (p *Process) deviceUsed(d agentproto.Device) {
 	}
 }
 
-// probeSet is the GPU programs that run in one kernel.
-type probeSet struct{ entry, exit []GPUProgram }
+// probeSet is the GPU programs that run in one kernel, by site.
+type probeSet struct{ entry, exit, mem []GPUProgram }
 
 func (ps probeSet) key() string {
 	var b strings.Builder
@@ -438,7 +438,21 @@ func (ps probeSet) key() string {
 	for _, g := range ps.exit {
 		b.WriteString("x:" + g.Spec.Name + ";")
 	}
+	for _, g := range ps.mem {
+		b.WriteString("m:" + g.Spec.Name + ";")
+	}
 	return b.String()
+}
+
+func (ps *probeSet) add(g GPUProgram) {
+	switch g.Site {
+	case SiteExit:
+		ps.exit = append(ps.exit, g)
+	case SiteMem:
+		ps.mem = append(ps.mem, g)
+	default:
+		ps.entry = append(ps.entry, g)
+	}
 }
 
 // preparedModule is a module's code and which probes go into which of its
@@ -516,11 +530,7 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 		matched, _ := instrument.Match(p.s.kernelPatterns(g), names)
 		for _, k := range matched {
 			ps := pm.sets[k]
-			if g.Site == SiteEntry {
-				ps.entry = append(ps.entry, g)
-			} else {
-				ps.exit = append(ps.exit, g)
-			}
+			ps.add(g)
 			pm.sets[k] = ps
 		}
 	}
@@ -642,6 +652,10 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 	if err != nil {
 		return err
 	}
+	mem, err := dev.probe(set.mem, "mem")
+	if err != nil {
+		return err
+	}
 	// The clone must use the application's copies of the module variables
 	// its kernels use, by address.
 	resolve := func(vars []string) (map[string]uint64, error) {
@@ -661,7 +675,7 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 	if isa := p.conn.Info().PTXISAMax; isa > 0 {
 		maxPTX = [2]int{int(isa / 10), int(isa % 10)}
 	}
-	res, err := instrument.InstrumentModule(mod, instrument.Request{Kernels: kernels, Entry: entry, Exit: exit, ResolveGlobals: resolve, MaxPTX: maxPTX})
+	res, err := instrument.InstrumentModule(mod, instrument.Request{Kernels: kernels, Entry: entry, Exit: exit, MemAccess: mem, ResolveGlobals: resolve, MaxPTX: maxPTX})
 	if err != nil {
 		return err
 	}
@@ -728,8 +742,12 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 		p.s.stats.FirstAttach = now.Sub(p.start)
 	}
 	p.s.mu.Unlock()
-	p.s.logf("process %d: %s instrumented (%d handle(s), JIT %.1f ms, %d variable(s) aliased)",
-		p.PID, strings.Join(res.Kernels, ", "), activated, float64(lr.LoadNanos)/1e6, len(res.Aliased))
+	sites := ""
+	if mem != nil {
+		sites = fmt.Sprintf(", %d memory-access site(s)", res.Sites.Mem)
+	}
+	p.s.logf("process %d: %s instrumented (%d handle(s), JIT %.1f ms, %d variable(s) aliased%s)",
+		p.PID, strings.Join(res.Kernels, ", "), activated, float64(lr.LoadNanos)/1e6, len(res.Aliased), sites)
 	return nil
 }
 

@@ -16,13 +16,40 @@ const (
 	SiteEntry ProbeSite = iota
 	// SiteExit runs the program before every exit of the kernel.
 	SiteExit
+	// SiteMem runs the program right after every global load, store and
+	// atomic of the kernel (and of the device functions it calls), with
+	// ctx pointing to the access (struct gpubpf_mem_access in bpf/gpu.h).
+	SiteMem
 )
 
 func (s ProbeSite) String() string {
-	if s == SiteExit {
+	switch s {
+	case SiteExit:
 		return "exit"
+	case SiteMem:
+		return "memory access"
 	}
 	return "entry"
+}
+
+// MemCapture is the kernel name of bpftime's memory-access probes:
+// SEC("kprobe/__memcapture") runs at every memory access of every kernel.
+const MemCapture = "__memcapture"
+
+// Where says where the program runs in kernel (a name or pattern), for
+// what a tool prints about it: "at the entry of K", "at every global
+// load/store/atomic of K".
+func (s ProbeSite) Where(kernel string) string {
+	if kernel == "*" {
+		kernel = "every kernel"
+	}
+	switch s {
+	case SiteExit:
+		return "at every exit of " + kernel
+	case SiteMem:
+		return "at every global load/store/atomic of " + kernel
+	}
+	return "at the entry of " + kernel
 }
 
 // GPUProgram is a program of the collection that runs inside CUDA kernels.
@@ -53,16 +80,29 @@ type CPUProgram struct {
 // loaders pick the function at run time.
 func (c CPUProgram) Bare() bool { return !strings.Contains(c.Spec.SectionName, "/") }
 
+// sectionsHelp lists the sections SplitPrograms accepts, for errors.
+const sectionsHelp = "a GPU probe (kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL; kprobe/__memcapture or gpu/mem/KERNEL at every global memory access) nor a uprobe (uprobe/PATH:SYMBOL, uretprobe/PATH:SYMBOL)"
+
 // SplitPrograms sorts the programs of a collection into GPU programs and
 // CPU programs, following bpftime's conventions (kprobe/<kernel>,
-// kretprobe/<kernel>, an optional cuda_ prefix) and gpubpf's own spelling
-// (gpu/entry/<kernel>, gpu/exit/<kernel>). Any other program type is an
-// error naming the program: gpubpf knows no attach point for it.
+// kretprobe/<kernel>, an optional cuda_ prefix, kprobe/__memcapture for
+// every memory access of every kernel) and gpubpf's own spelling
+// (gpu/entry/<kernel>, gpu/exit/<kernel>, gpu/mem/<kernel>). Any other
+// program type is an error naming the program: gpubpf knows no attach
+// point for it.
 func SplitPrograms(spec *ebpf.CollectionSpec) (gpu []GPUProgram, cpu []CPUProgram, err error) {
 	for _, name := range sortedKeys(spec.Programs) {
 		p := spec.Programs[name]
 		sec := p.SectionName
 		switch {
+		case hasPrefix(sec, "kprobe/") && kernelOfSection(sec) == MemCapture:
+			// bpftime's memory-access probe names no kernel: it runs in
+			// all of them (-k narrows it).
+			gpu = append(gpu, GPUProgram{Spec: p, Site: SiteMem, Kernel: "*"})
+		case hasPrefix(sec, "kretprobe/") && kernelOfSection(sec) == MemCapture:
+			return nil, nil, fmt.Errorf("program %s (section %q): a memory-access probe has no return to run at; put it in SEC(\"kprobe/%s\") (every kernel) or SEC(\"gpu/mem/KERNEL\")", name, sec, MemCapture)
+		case hasPrefix(sec, "gpu/mem/"):
+			gpu = append(gpu, GPUProgram{Spec: p, Site: SiteMem, Kernel: kernelOfSection(sec)})
 		case hasPrefix(sec, "kprobe/"), hasPrefix(sec, "gpu/entry/"):
 			gpu = append(gpu, GPUProgram{Spec: p, Site: SiteEntry, Kernel: kernelOfSection(sec)})
 		case hasPrefix(sec, "kretprobe/"), hasPrefix(sec, "gpu/exit/"):
@@ -80,10 +120,13 @@ func SplitPrograms(spec *ebpf.CollectionSpec) (gpu []GPUProgram, cpu []CPUProgra
 			}
 			cpu = append(cpu, c)
 		default:
-			return nil, nil, fmt.Errorf("program %s (section %q) is neither a GPU probe (kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL) nor a uprobe (uprobe/PATH:SYMBOL, uretprobe/PATH:SYMBOL): put it in one of those sections, or leave it out by naming the others with --program", name, sec)
+			return nil, nil, fmt.Errorf("program %s (section %q) is neither %s: put it in one of those sections, or leave it out by naming the others with --program", name, sec, sectionsHelp)
 		}
 	}
 	for _, g := range gpu {
+		if g.Kernel == "" && g.Site == SiteMem {
+			return nil, nil, fmt.Errorf("program %s (section %q) names no CUDA kernel: write it as SEC(\"gpu/mem/KERNEL\") with the kernel's mangled or demangled name or a glob (SEC(\"gpu/mem/*\") or SEC(\"kprobe/%s\"): every kernel), or retarget it with -k PATTERN", g.Spec.Name, g.Spec.SectionName, MemCapture)
+		}
 		if g.Kernel == "" {
 			return nil, nil, fmt.Errorf("program %s (section %q) names no CUDA kernel: write it as SEC(\"kprobe/KERNEL\") with the kernel's mangled or demangled name (gpubpf kernels BINARY lists them), or retarget it with -k PATTERN", g.Spec.Name, g.Spec.SectionName)
 		}

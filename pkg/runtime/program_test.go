@@ -16,6 +16,11 @@ func TestSplitPrograms(t *testing.T) {
 		"e": {Name: "e", SectionName: "uprobe/./app:cudaLaunchKernel"},
 		"f": {Name: "f", SectionName: "uretprobe"},
 		"g": {Name: "g", SectionName: "uprobe//usr/lib/libcudart.so.13:cudaMalloc"},
+		"h": {Name: "h", SectionName: "kprobe/__memcapture"},
+		"i": {Name: "i", SectionName: "kprobe/cuda___memcapture"},
+		"j": {Name: "j", SectionName: "gpu/mem/vectorAdd"},
+		"k": {Name: "k", SectionName: "gpu/mem/_Z9vectorAdd*"},
+		"l": {Name: "l", SectionName: "gpu/entry/__memcapture"}, // gpubpf's spelling names a kernel
 	}}
 	gpu, cpu, err := SplitPrograms(spec)
 	if err != nil {
@@ -29,6 +34,11 @@ func TestSplitPrograms(t *testing.T) {
 		"b": {SiteExit, "_Z9vectorAddPKfS0_Pf"},
 		"c": {SiteEntry, "vectorAdd"},
 		"d": {SiteExit, "*Add*"},
+		"h": {SiteMem, "*"},
+		"i": {SiteMem, "*"},
+		"j": {SiteMem, "vectorAdd"},
+		"k": {SiteMem, "_Z9vectorAdd*"},
+		"l": {SiteEntry, "__memcapture"},
 	}
 	if len(gpu) != len(wantGPU) {
 		t.Fatalf("got %d GPU programs, want %d", len(gpu), len(wantGPU))
@@ -54,16 +64,38 @@ func TestSplitPrograms(t *testing.T) {
 
 func TestSplitProgramsRefuses(t *testing.T) {
 	for sec, want := range map[string]string{
-		"xdp":              "neither a GPU probe",
-		"kprobe/":          "names no CUDA kernel",
-		"uprobe/nocolon":   `names no PATH:SYMBOL: write it as SEC("uprobe/PATH:SYMBOL")`,
-		"uretprobe/path:":  `or as a bare SEC("uretprobe") with --attach`,
-		"tracepoint/sched": "neither a GPU probe",
+		"xdp":                         "neither a GPU probe",
+		"kprobe/":                     "names no CUDA kernel",
+		"uprobe/nocolon":              `names no PATH:SYMBOL: write it as SEC("uprobe/PATH:SYMBOL")`,
+		"uretprobe/path:":             `or as a bare SEC("uretprobe") with --attach`,
+		"tracepoint/sched":            "neither a GPU probe",
+		"socket":                      "kprobe/__memcapture or gpu/mem/KERNEL at every global memory access",
+		"gpu/mem/":                    `SEC("gpu/mem/*") or SEC("kprobe/__memcapture"): every kernel`,
+		"gpu/memory/k":                "neither a GPU probe",
+		"kretprobe/__memcapture":      `has no return to run at; put it in SEC("kprobe/__memcapture")`,
+		"kretprobe/cuda___memcapture": "has no return to run at",
 	} {
 		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"p": {Name: "p", SectionName: sec}}}
 		_, _, err := SplitPrograms(spec)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("section %q: error %v, want one containing %q", sec, err, want)
+		}
+	}
+}
+
+func TestProbeSiteWhere(t *testing.T) {
+	for _, c := range []struct {
+		site   ProbeSite
+		kernel string
+		want   string
+	}{
+		{SiteEntry, "vectorAdd", "at the entry of vectorAdd"},
+		{SiteExit, "vectorAdd", "at every exit of vectorAdd"},
+		{SiteMem, "*", "at every global load/store/atomic of every kernel"},
+		{SiteMem, "vectorAdd, scale", "at every global load/store/atomic of vectorAdd, scale"},
+	} {
+		if got := c.site.Where(c.kernel); got != c.want {
+			t.Errorf("%v.Where(%q) = %q, want %q", c.site, c.kernel, got, c.want)
 		}
 	}
 }

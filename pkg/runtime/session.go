@@ -122,13 +122,16 @@ type Session struct {
 	// first seen: what bpf_gpu_kernel_index returns there.
 	kernels   map[string]uint32
 	kernelIdx []string
-	gone      []*Process  // detached, kept for their counters
-	fatbins   fatbinCache // device code of mapped files (late.go)
-	closed    bool
-	running   int  // CommandRunning
-	woundUp   bool // windUp
-	stats     Stats
-	clocks    []ClockSample
+	// usesKernelIndex: a GPU program calls bpf_gpu_kernel_index, so its
+	// output has kernel indexes a tool should name.
+	usesKernelIndex bool
+	gone            []*Process  // detached, kept for their counters
+	fatbins         fatbinCache // device code of mapped files (late.go)
+	closed          bool
+	running         int  // CommandRunning
+	woundUp         bool // windUp
+	stats           Stats
+	clocks          []ClockSample
 }
 
 // withVariables folds the values a tool set through spec.Variables (its
@@ -195,6 +198,19 @@ func (s *Session) KernelName(i uint32) string {
 	return ""
 }
 
+// KernelIndexes lists, by index, the kernels bpf_gpu_kernel_index has
+// numbered so far (mangled names).
+func (s *Session) KernelIndexes() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.kernelIdx)
+}
+
+// UsesKernelIndex reports whether a GPU program of the session calls
+// bpf_gpu_kernel_index: the numbers in its maps and records then stand for
+// kernels, which KernelIndexes names.
+func (s *Session) UsesKernelIndex() bool { return s.usesKernelIndex }
+
 // Stats account for everything a session saw, for the tools' final
 // completeness line.
 type Stats struct {
@@ -251,7 +267,7 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		return nil, err
 	}
 	if len(gpu) == 0 && len(cpu) == 0 {
-		return nil, fmt.Errorf("the object has no programs: put each in a GPU section (SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\")) or a uprobe section (SEC(\"uprobe/PATH:SYMBOL\")) and rebuild it")
+		return nil, fmt.Errorf("the object has no programs: put each in a GPU section (SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\"), SEC(\"kprobe/%s\") for memory accesses) or a uprobe section (SEC(\"uprobe/PATH:SYMBOL\")) and rebuild it", MemCapture)
 	}
 	if err := bindUprobes(all, cpu, opts.UprobeTargets); err != nil {
 		return nil, err
@@ -288,9 +304,11 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		return nil, err
 	}
 	for _, g := range gpu {
-		if _, err := s.compile(g, placeholderPlacements(spec, g), gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7f0000000000, HostResident: true, MaxEntries: 1 << 20}, 0); err != nil {
+		f, err := s.compile(g, placeholderPlacements(spec, g), gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7f0000000000, HostResident: true, MaxEntries: 1 << 20}, 0)
+		if err != nil {
 			return nil, err
 		}
+		s.usesKernelIndex = s.usesKernelIndex || f.UsesKernelIndex
 	}
 	if name := opts.LaunchWords; name != "" {
 		m := spec.Maps[name]

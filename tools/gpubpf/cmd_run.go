@@ -21,6 +21,7 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/btffmt"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -30,13 +31,17 @@ func init() {
 		Usage:     "run a GPU eBPF object: attach every program, print records and trace_printk lines, dump maps at the end",
 		ArgsUsage: "PROG.bpf.o [-- CMD [ARGS...]]",
 		Description: `Programs in kprobe/KERNEL, kretprobe/KERNEL (optionally cuda_-prefixed) and
-gpu/entry|exit/KERNEL sections run inside the named CUDA kernels; uprobe and
+gpu/entry|exit/KERNEL sections run inside the named CUDA kernels; programs in
+kprobe/__memcapture (every kernel) and gpu/mem/KERNEL run after every global
+load, store and atomic, with ctx -> struct gpubpf_mem_access; uprobe and
 uretprobe[/PATH:SYMBOL] programs run in the Linux kernel. A program in a bare
 SEC("uprobe") or SEC("uretprobe") gets its function from --attach
 PROG=SYMBOL[@PATH] (PATH: absolute, or a library name such as libcudart.so;
 none: the traced executable). bpftime objects run unchanged. With -j, output is JSON lines: {"type":"record","pid","device","map",
 "data"(hex),"text"}, {"type":"printk","pid","device","text"}, {"type":"map",
-"map","pid","device","key","value"} and a final {"type":"summary",...}.`,
+"map","pid","device","key","value"}, {"type":"kernel_index","index","kernel","name"}
+(what bpf_gpu_kernel_index's numbers stand for, when a program calls it) and a
+final {"type":"summary",...}.`,
 		Flags: append(toolkit.GPUFlags(),
 			&cli.StringSliceFlag{Name: "program", Aliases: []string{"P"}, Usage: "only run program `NAME` of the object (may repeat)"},
 			&cli.StringFlag{Name: "record-type", Usage: "BTF struct `NAME` to print ring-buffer records as (default: the object's only struct of the record's size)"},
@@ -170,25 +175,37 @@ func parseAttach(vals []string) (map[string]runtime.UprobeTarget, error) {
 	return out, nil
 }
 
+// describePrograms says what the session attaches, for the start line:
+// "2 GPU program(s) on vectorAdd, 1 memory-access program(s) at every
+// global load/store/atomic of every kernel, 1 CPU program(s)".
 func describePrograms(s *runtime.Session, retarget []string) string {
 	var parts []string
-	kernels := map[string]bool{}
+	onKernels := func(progs []runtime.GPUProgram) string {
+		kernels := map[string]bool{}
+		for _, g := range progs {
+			kernels[g.Kernel] = true
+		}
+		if len(retarget) > 0 {
+			kernels = map[string]bool{}
+			for _, k := range retarget {
+				kernels[k] = true
+			}
+		}
+		return strings.Join(sortedSet(kernels), ", ")
+	}
+	var probes, mem []runtime.GPUProgram
 	for _, g := range s.GPUPrograms() {
-		kernels[g.Kernel] = true
-	}
-	if len(retarget) > 0 {
-		kernels = map[string]bool{}
-		for _, k := range retarget {
-			kernels[k] = true
+		if g.Site == runtime.SiteMem {
+			mem = append(mem, g)
+		} else {
+			probes = append(probes, g)
 		}
 	}
-	if n := len(s.GPUPrograms()); n > 0 {
-		ks := make([]string, 0, len(kernels))
-		for k := range kernels {
-			ks = append(ks, k)
-		}
-		sort.Strings(ks)
-		parts = append(parts, fmt.Sprintf("%d GPU program(s) on %s", n, strings.Join(ks, ", ")))
+	if len(probes) > 0 {
+		parts = append(parts, fmt.Sprintf("%d GPU program(s) on %s", len(probes), onKernels(probes)))
+	}
+	if len(mem) > 0 {
+		parts = append(parts, fmt.Sprintf("%d memory-access program(s) %s", len(mem), runtime.SiteMem.Where(onKernels(mem))))
 	}
 	if n := len(s.CPUPrograms()); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d CPU program(s)", n))
@@ -402,6 +419,36 @@ func (o *runOutput) maps(s *runtime.Session) {
 			o.printf("  (empty)\n")
 		}
 	}
+	o.kernelIndexes(s)
+}
+
+// kernelIndexes names the kernels behind the numbers bpf_gpu_kernel_index
+// put in the maps (and records) of a program that calls it.
+func (o *runOutput) kernelIndexes(s *runtime.Session) {
+	if !s.UsesKernelIndex() {
+		return
+	}
+	ks := s.KernelIndexes()
+	if o.json {
+		for i, k := range ks {
+			base, _ := toolkit.KernelNames(k)
+			o.emit(map[string]any{"type": "kernel_index", "index": i, "kernel": k, "name": base})
+		}
+		return
+	}
+	if len(ks) == 0 {
+		return
+	}
+	o.printf("%skernel indexes (bpf_gpu_kernel_index):\n", o.prefix())
+	for i, k := range ks {
+		base, _ := toolkit.KernelNames(k)
+		if base != k {
+			o.printf("  %d: %s (%s)\n", i, base, k)
+		} else {
+			o.printf("  %d: %s\n", i, k)
+		}
+	}
+	o.printf("  %d: device functions that several instrumented kernels call\n", jit.UnknownKernel)
 }
 
 func errorWord(k gpumap.Kind) string {

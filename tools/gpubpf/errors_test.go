@@ -37,6 +37,8 @@ func TestErrorMessages(t *testing.T) {
 		percpu   = bpfObject(t, "WITH_PERCPU")
 		hostMap  = bpfObject(t, "WITH_HOST_MAP")
 		hostCPU  = bpfObject(t, "WITH_HOST_MAP_ON_CPU")
+		memRet   = bpfObject(t, "WITH_MEM_RETURN")
+		memEmpty = bpfObject(t, "WITH_MEM_EMPTY")
 	)
 	base := filepath.Base
 	// The binary without the agent library next to it.
@@ -112,6 +114,10 @@ func TestErrorMessages(t *testing.T) {
 		{"ptx: unknown GPU program", []string{"ptx", "--program", "nope", gpu}, false, false,
 			[]string{"--program nope", base(gpu), "its GPU programs are vecadd_entry"}},
 		{"ptx: unknown section", []string{"ptx", tracept}, false, false, []string{`section "tracepoint/syscalls/sys_enter_write"`, "put it in one of those sections"}},
+		{"run: memory probe as a return probe", []string{"run", memRet, "--", app}, false, false,
+			[]string{`program mem_ret (section "kretprobe/__memcapture")`, `put it in SEC("kprobe/__memcapture")`}},
+		{"ptx: memory probe naming no kernel", []string{"ptx", memEmpty}, false, false,
+			[]string{`program mem_none (section "gpu/mem/")`, `SEC("gpu/mem/*")`}},
 		{"ptx: LRU hash", []string{"ptx", lru}, false, false, []string{"map recent is an LRU hash", "use BPF_MAP_TYPE_HASH"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

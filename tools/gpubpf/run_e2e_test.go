@@ -17,8 +17,9 @@ import (
 	"github.com/gpubpf/gpubpf/internal/testenv"
 )
 
-// testPTX is a real PTX module (two kernels, a __constant__) that
-// fatbinary packs into a real fatbin container.
+// testPTX is a real PTX module (two kernels, a __constant__, a global load
+// and an atomic for memory-access probes) that fatbinary packs into a real
+// fatbin container.
 const testPTX = `.version 7.8
 .target sm_90
 .address_size 64
@@ -31,8 +32,14 @@ const testPTX = `.version 7.8
 )
 {
 	.reg .b32 %r<3>;
+	.reg .b64 %rd<3>;
+	.reg .f32 %f<3>;
 	ld.const.u32 %r1, [d_N];
 	ld.param.u32 %r2, [_Z6vecAddPfi_param_1];
+	ld.param.u64 %rd1, [_Z6vecAddPfi_param_0];
+	cvta.to.global.u64 %rd2, %rd1;
+	ld.global.f32 %f1, [%rd2];
+	atom.global.add.f32 %f2, [%rd2+4], %f1;
 	ret;
 }
 
@@ -217,5 +224,34 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "RETAINED 1 0") {
 		t.Errorf("the program's retain of device 1 failed:\n%s", stdout.String())
+	}
+
+	// A memory-access program in bpftime's section goes into every kernel
+	// (the fake driver runs none, so its counts stay empty); the start
+	// line, -v and the kernel-index legend say so.
+	cmd = exec.Command(tool, "run", "-v", "../../bpf/examples/mem_trace_bpfel.o", "--", filepath.Join(dir, "app"))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_AGENT_SOCKET_DIR="+sockDir)
+	cmd.Stdin = strings.NewReader("launch\nquit\n")
+	stdout, stderr = &bytes.Buffer{}, &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("gpubpf run mem_trace: %v\n%s", err, stderr.String())
+	}
+	for _, want := range []string{
+		"(1 memory-access program(s) at every global load/store/atomic of every kernel)",
+		// one clone for both (same PTX, same programs): the global load
+		// and the atomic of vecAdd, not its ld.const of d_N
+		"_Z6vecAddPfi, _Z5otherv instrumented (2 handle(s)",
+		"2 memory-access site(s))",
+		"kernels instrumented: _Z5otherv, _Z6vecAddPfi;",
+	} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("gpubpf run mem_trace: stderr lacks %q:\n%s", want, stderr.String())
+		}
+	}
+	for _, want := range []string{"accesses (GPU hash", "sizes (GPU hash", "kernel indexes (bpf_gpu_kernel_index):\n  0: vecAdd (_Z6vecAddPfi)\n  4294967295: "} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("gpubpf run mem_trace: stdout lacks %q:\n%s", want, stdout.String())
+		}
 	}
 }

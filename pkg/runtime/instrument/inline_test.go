@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -131,5 +132,73 @@ func TestInlinedCounterProbeAssembles(t *testing.T) {
 	t.Logf("vectorAdd .text: %d bytes, %d with the counter probe inlined at entry and exit", base, got)
 	if got <= base {
 		t.Fatalf("the counter probe added no code (%d -> %d): was it injected?", base, got)
+	}
+}
+
+// bpf/mem_trace.bpf.c, compiled by the JIT and pasted at every global
+// access of samples/vec_add.cu's kernel (nvcc's PTX, the loop unrolled:
+// 10 loads, 5 stores, the atomicAdd on d_calls) and of the atomics
+// fixture (a device function two kernels call: kernel index unknown
+// there), assembles as the runtime would load it. Its ctx is the 16-byte
+// record: no zero-filled buffer beyond it.
+func TestInlinedMemTraceAssembles(t *testing.T) {
+	spec, err := ebpf.LoadCollectionSpec("../../../bpf/examples/mem_trace_bpfel.o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps := map[string]gpumap.Placement{}
+	for i, name := range []string{"accesses", "sizes"} {
+		m := spec.Maps[name]
+		kind, err := gpumap.KindOf(m)
+		if err != nil || kind != gpumap.Hash {
+			t.Fatalf("map %s: kind %v, %v; want a GPU hash", name, kind, err)
+		}
+		maps[name] = gpumap.Placement{Kind: kind, Addr: 0x7f0000000000 + uint64(i)<<32, KeySize: m.KeySize, ValueSize: m.ValueSize, MaxEntries: m.MaxEntries}
+	}
+	f, err := jit.Compile(spec.Programs["mem_trace"], jit.Options{FuncName: "gpubpf_mem_trace", Maps: maps,
+		Printk: gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7e0000000000, HostResident: true, MaxEntries: 1 << 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.UsesCtx || f.CtxBytes != 16 || !f.UsesKernelIndex {
+		t.Fatalf("mem_trace: UsesCtx %v CtxBytes %d UsesKernelIndex %v, want true 16 true", f.UsesCtx, f.CtxBytes, f.UsesKernelIndex)
+	}
+	for _, c := range []struct {
+		fixture string
+		globals map[string]uint64
+		sites   int
+		unknown bool // a site in a .func several kernels call
+	}{
+		{"testdata/vec_add_sample_cuda118.ptx", map[string]uint64{"d_N": 0x7f1200000000, "d_scale": 0x7f1200000004, "d_calls": 0x7f1200000008}, 16, false},
+		{"testdata/atomics_cuda118.ptx", map[string]uint64{"d_total": 0x7f1200000000}, 27, true},
+	} {
+		t.Run(filepath.Base(c.fixture), func(t *testing.T) {
+			kernels := map[string]uint32{}
+			unknown := false
+			p := &Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, CtxBytes: f.CtxBytes, PTXVersion: f.PTXVersion,
+				Inline: func(s Site) string {
+					k := uint32(jit.UnknownKernel)
+					if s.Kernel != "" {
+						if _, ok := kernels[s.Kernel]; !ok {
+							kernels[s.Kernel] = uint32(len(kernels))
+						}
+						k = kernels[s.Kernel]
+					} else {
+						unknown = true
+					}
+					return f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: s.Uniq, Kernel: k})
+				}}
+			r, err := Instrument(read(t, c.fixture), Request{MemAccess: p, Globals: c.globals})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Sites.Mem != c.sites || unknown != c.unknown {
+				t.Errorf("%d memory sites (want %d), a site of unknown kernel %v (want %v)", r.Sites.Mem, c.sites, unknown, c.unknown)
+			}
+			if strings.Contains(r.PTX, memVar+"[4096]") || !strings.Contains(r.PTX, memVar+"[16]") {
+				t.Errorf("the record buffer is not 16 bytes")
+			}
+			assemble(t, r.PTX, "sm_80")
+		})
 	}
 }

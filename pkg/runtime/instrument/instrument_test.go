@@ -360,16 +360,17 @@ func TestMemAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Sites.Mem != 3 {
-		t.Errorf("mem sites %d, want 3 (v4 load, nc load, predicated store)", r.Sites.Mem)
+	if r.Sites.Mem != 4 {
+		t.Errorf("mem sites %d, want 4 (v4 load, nc load, predicated store, atomic)", r.Sites.Mem)
 	}
 	for _, want := range []string{
 		"add.s64\t%gpubpf_maddr, %gpubpf_maddr, 16;\n\tld.global.v4.f32",
 		"mov.b64\t%gpubpf_mmeta, 0x10;", // 16 bytes, load
 		// the address is taken before the load overwrites %rd1
 		"mov.b64\t%gpubpf_maddr, %rd1;\n\tld.global.nc.u64\t%rd1, [%rd1];\n\tst.local.b64\t[__gpubpf_mem], %gpubpf_maddr;",
-		"add.s64\t%gpubpf_maddr, %gpubpf_maddr, -1;\n\t@%p1 st.u8\t[%rd1+-1], %r1;\n\t@!%p1 bra.uni\t$gpubpf_L1;",
+		"add.s64\t%gpubpf_maddr, %gpubpf_maddr, -1;\n\t@%p1 st.u8\t[%rd1+-1], %r1;\n\t@!%p1 bra\t$gpubpf_L1;",
 		"mov.b64\t%gpubpf_mmeta, 0x100000001;", // 1 byte, store
+		"mov.b64\t%gpubpf_mmeta, 0x200000004;", // 4 bytes, atomic
 	} {
 		if !strings.Contains(r.PTX, want) {
 			t.Errorf("clone lacks %q:\n%s", want, r.PTX)
@@ -527,8 +528,8 @@ func TestMemAccessSkipsAliasedConstants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Sites.Mem != 3 || r.Sites.Globals != 2 {
-		t.Errorf("sites %+v, want 3 memory sites (A, B, C) and 2 aliased references", r.Sites)
+	if r.Sites.Mem != 4 || r.Sites.Globals != 2 {
+		t.Errorf("sites %+v, want 4 memory sites (A, B, C, the atomic on d_counter) and 2 aliased references", r.Sites)
 	}
 	assemble(t, r.PTX, "sm_80")
 }

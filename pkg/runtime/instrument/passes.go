@@ -13,12 +13,12 @@ import (
 // them apart from compiler-generated names.
 const (
 	ctxVar = "__gpubpf_ctx" // .local copy of the kernel's parameters
-	memVar = "__gpubpf_mem" // .local {u64 addr; u32 size; u32 is_store}
+	memVar = "__gpubpf_mem" // .local {u64 addr; u32 size; u32 kind}
 	ctxReg = "%gpubpf_ctx"  // generic address of ctxVar
 	memReg = "%gpubpf_mem"  // generic address of memVar
 
 	memAddrReg  = "%gpubpf_maddr" // address of the access being recorded
-	memMetaReg  = "%gpubpf_mmeta" // its size | is_store<<32
+	memMetaReg  = "%gpubpf_mmeta" // its size | kind<<32
 	siteTimeReg = "%gpubpf_now"   // %globaltimer read at a site (Probe.SiteTime)
 )
 
@@ -663,22 +663,60 @@ func (c *Clone) splitEarlyReturns(f *ptx.Func) {
 
 // ----- memory accesses -----
 
-// memAccess reports whether s is a global or generic ld/st and returns the
-// index of its address operand, the access size and whether it stores.
-func memAccess(s *ptx.Stmt) (addr int, size int, store bool, ok bool) {
+// Kinds of access the memory probe reports (struct gpubpf_mem_access's
+// kind in bpf/gpu.h). Store is 1 as the field's former is_store was, so a
+// program that tests it for non-zero still sees stores as stores.
+const (
+	MemLoad   = 0
+	MemStore  = 1
+	MemAtomic = 2 // read-modify-write: atom and red alike
+)
+
+// memAccess reports whether s accesses global memory (global state space,
+// or generic, which may be global) as the kernel's code sees it, and
+// returns the index of its address operand, the access size in bytes and
+// its kind.
+//
+// Reported: ld, ldu, st with every qualifier that keeps them plain
+// accesses (.weak, .volatile, .relaxed/.acquire/.release with a scope,
+// .mmio, .nc, cache operators, .L1::/.L2:: eviction, prefetch-size and
+// .L2::cache_hint with its trailing cache-policy operand, .unified,
+// vectors, .b128), and atom (address operand 1) and red (operand 0), also
+// .cas/.exch (the size of one location, whatever the operand count) and
+// the vector float forms (.v2/.v4/.v8: the whole vector).
+//
+// Not reported, on purpose: other state spaces (param, local, shared in
+// any ::cta/::cluster form, const, tex); st.async/red.async/st.bulk (their
+// target is shared::cluster/shared::cta); prefetch, prefetchu, applypriority,
+// discard and createpolicy (no data moves into the program); cp.async and
+// the bulk/TMA copies, multimem.*, and texture/surface instructions (data
+// moves without passing a register of the thread at this instruction,
+// or through handles that are not addresses).
+func memAccess(s *ptx.Stmt) (addr int, size int, kind uint32, ok bool) {
 	if s.Kind != ptx.Instr {
-		return 0, 0, false, false
+		return 0, 0, 0, false
 	}
-	b := s.Base()
-	if b != "ld" && b != "st" && b != "ldu" {
-		return 0, 0, false, false
+	switch b := s.Base(); b {
+	case "ld", "ldu":
+		addr, kind = 1, MemLoad
+	case "st":
+		addr, kind = 0, MemStore
+	case "atom":
+		addr, kind = 1, MemAtomic
+	case "red":
+		addr, kind = 0, MemAtomic
+	default:
+		return 0, 0, 0, false
 	}
 	parts := s.OpParts()[1:]
 	vec, typ := 1, 0
 	for _, p := range parts {
-		switch p {
+		// shared::cta, shared::cluster, param::entry, param::func: the
+		// state space is the part before "::".
+		space, _, _ := strings.Cut(p, "::")
+		switch space {
 		case "param", "local", "shared", "const", "tex", "async", "bulk":
-			return 0, 0, false, false
+			return 0, 0, 0, false
 		case "v2":
 			vec = 2
 		case "v4":
@@ -691,21 +729,27 @@ func memAccess(s *ptx.Stmt) (addr int, size int, store bool, ok bool) {
 		}
 	}
 	if typ == 0 || len(s.Operands) < 2 {
-		return 0, 0, false, false
+		return 0, 0, 0, false
 	}
-	addr = 1
-	if b == "st" {
-		addr = 0
+	if addrInner(s.Operands[addr]) == "" {
+		return 0, 0, 0, false
 	}
-	o := s.Operands[addr]
-	if len(o) < 3 || o[0] != '[' || o[len(o)-1] != ']' || strings.TrimSpace(o[1:len(o)-1]) == "" {
-		return 0, 0, false, false
-	}
-	return addr, vec * typ, b == "st", true
+	return addr, vec * typ, kind, true
 }
 
-// InsertMemAccess calls p after every global or generic load and store with
-// ctx pointing to {u64 addr; u32 size; u32 is_store}. The address is taken
+// addrInner is what an address operand "[a]" (or "[a].unified") names,
+// "" when the operand is no address.
+func addrInner(o string) string {
+	o = strings.TrimSuffix(o, ".unified")
+	if len(o) < 3 || o[0] != '[' || o[len(o)-1] != ']' {
+		return ""
+	}
+	return strings.TrimSpace(o[1 : len(o)-1])
+}
+
+// InsertMemAccess calls p after every global or generic load, store and
+// atomic (see memAccess) with ctx pointing to {u64 addr; u32 size; u32
+// kind}. The address is taken
 // before the access (a load may overwrite its own address register) into
 // one per-function register, which is free again once the record is
 // written, so the pass adds three registers per function, not per site.
@@ -719,7 +763,7 @@ func (c *Clone) InsertMemAccess(p *Probe) {
 		var out []*ptx.Stmt
 		n := 0
 		for i, s := range f.Body {
-			ai, size, store, ok := memAccess(s)
+			ai, size, kind, ok := memAccess(s)
 			if !ok || c.fromConst[s] {
 				if out != nil {
 					out = append(out, s)
@@ -730,21 +774,19 @@ func (c *Clone) InsertMemAccess(p *Probe) {
 				out = make([]*ptx.Stmt, 0, len(f.Body)+16*(len(f.Body)-i))
 				out = append(out, f.Body[:i]...)
 			}
-			o := s.Operands[ai]
-			out = c.appendAddr(out, o[1:len(o)-1])
+			out = c.appendAddr(out, addrInner(s.Operands[ai]))
 			out = append(out, s)
 			out = c.siteTime(out, p.Func)
 			skip := ""
 			if s.Pred != "" {
+				// Plain bra: lanes may differ in the access's predicate,
+				// which bra.uni would promise they do not.
 				skip = c.newLabel()
-				out = append(out, c.ins(negate(s.Pred), "bra.uni", skip))
+				out = append(out, c.ins(negate(s.Pred), "bra", skip))
 			}
 			ctx := "0"
 			if p.UsesCtx {
-				meta := uint64(size)
-				if store {
-					meta |= 1 << 32
-				}
+				meta := uint64(size) | uint64(kind)<<32
 				lit := metas[meta]
 				if lit == "" {
 					lit = hex(meta)

@@ -23,7 +23,16 @@ const (
 	vConst              // a known number (to follow ctx + r)
 	vCtx                // ctx + offset
 	vFP                 // r10 + offset: where a ctx pointer may be spilled
+	// vMixed is ctx on one path and a stack pointer on another. Harmless
+	// while it is not used: clang reuses a callee-saved register that held
+	// ctx for a stack address on one branch, and the register is dead
+	// where the branches meet. Used as a pointer (an access through it,
+	// stored, handed to a helper) it is not followed: CtxMax.
+	vMixed
 )
+
+// mayBeCtx reports whether v may be a pointer into ctx.
+func mayBeCtx(v ctxVal) bool { return v.kind == vCtx || v.kind == vMixed }
 
 // fpAny is the range of a stack pointer whose offset is not known.
 const fpAny = 1 << 30
@@ -38,24 +47,24 @@ type ctxState struct {
 	s [ctxSlots]ctxVal
 }
 
-// join merges what two paths know; false where a value is ctx on one and
-// a stack pointer on the other (not followed: CtxMax).
-func join(a, b ctxVal) (ctxVal, bool) {
+// join merges what two paths know: a value that is ctx on one and a
+// stack pointer on the other is vMixed.
+func join(a, b ctxVal) ctxVal {
 	switch {
 	case a == b:
-		return a, true
+		return a
 	case a.kind == b.kind && (a.kind == vCtx || a.kind == vFP):
-		return ctxVal{kind: a.kind, lo: min(a.lo, b.lo), hi: max(a.hi, b.hi)}, true
+		return ctxVal{kind: a.kind, lo: min(a.lo, b.lo), hi: max(a.hi, b.hi)}
 	case a.kind >= vCtx && b.kind >= vCtx:
-		return ctxVal{}, false
+		return ctxVal{kind: vMixed}
 	case a.kind >= vCtx:
 		// On the other path there is no pointer: where there is one, it
 		// is a's.
-		return a, true
+		return a
 	case b.kind >= vCtx:
-		return b, true
+		return b
 	}
-	return ctxVal{}, true
+	return ctxVal{}
 }
 
 // ctxPtrArgs has bit r set for each argument register r that a helper's
@@ -103,9 +112,8 @@ func (c *compiler) ctxBytes() int {
 	in := map[int]*ctxState{sp.start: first}
 	work := []int{sp.start}
 	queued := map[int]bool{sp.start: true}
-	// merge joins st into the state at target j; false where the join
-	// gives up.
-	merge := func(j int, st *ctxState) bool {
+	// merge joins st into the state at target j.
+	merge := func(j int, st *ctxState) {
 		old := in[j]
 		changed := false
 		if old == nil {
@@ -113,18 +121,12 @@ func (c *compiler) ctxBytes() int {
 			in[j], changed = &s, true
 		} else {
 			for k := range st.r {
-				v, ok := join(old.r[k], st.r[k])
-				if !ok {
-					return false
-				}
+				v := join(old.r[k], st.r[k])
 				changed = changed || v != old.r[k]
 				old.r[k] = v
 			}
 			for k := range st.s {
-				v, ok := join(old.s[k], st.s[k])
-				if !ok {
-					return false
-				}
+				v := join(old.s[k], st.s[k])
 				changed = changed || v != old.s[k]
 				old.s[k] = v
 			}
@@ -133,7 +135,6 @@ func (c *compiler) ctxBytes() int {
 			queued[j] = true
 			work = append(work, j)
 		}
-		return true
 	}
 	reach := 0
 	// Loops that move a ctx pointer grow its range until it passes
@@ -159,8 +160,8 @@ func (c *compiler) ctxBytes() int {
 				break
 			}
 			if jump {
-				if t := c.target[i]; t >= sp.start && t < sp.end && !merge(t, &st) {
-					return CtxMax
+				if t := c.target[i]; t >= sp.start && t < sp.end {
+					merge(t, &st)
 				}
 				if op.JumpOp() == asm.Ja {
 					break
@@ -168,9 +169,7 @@ func (c *compiler) ctxBytes() int {
 			}
 			i++
 			if i < sp.end && target[i] {
-				if !merge(i, &st) {
-					return CtxMax
-				}
+				merge(i, &st)
 				break
 			}
 		}
@@ -219,6 +218,8 @@ func (c *compiler) ctxStep(i int, st *ctxState) (end int, ok bool) {
 		b := get(base)
 		off := int64(ins.Offset)
 		switch b.kind {
+		case vMixed:
+			return ctxVal{}, false
 		case vCtx:
 			e := b.hi + off + int64(size)
 			if e > CtxMax {
@@ -235,10 +236,7 @@ func (c *compiler) ctxStep(i int, st *ctxState) (end int, ok bool) {
 			}
 			v := ctxVal{}
 			for k := first; k <= last; k++ {
-				var ok bool
-				if v, ok = join(v, st.s[k]); !ok {
-					return ctxVal{}, false
-				}
+				v = join(v, st.s[k])
 			}
 			return v, true
 		}
@@ -249,9 +247,11 @@ func (c *compiler) ctxStep(i int, st *ctxState) (end int, ok bool) {
 		b := get(base)
 		off := int64(ins.Offset)
 		switch b.kind {
+		case vMixed:
+			return false
 		case vCtx:
 			e := b.hi + off + int64(size)
-			if e > CtxMax || v.kind == vCtx {
+			if e > CtxMax || mayBeCtx(v) {
 				return false
 			}
 			end = max(end, int(e))
@@ -261,16 +261,13 @@ func (c *compiler) ctxStep(i int, st *ctxState) (end int, ok bool) {
 			switch {
 			case whole:
 				st.s[first] = v
-			case v.kind == vCtx && (size != 8 || exact):
+			case mayBeCtx(v) && (size != 8 || exact):
 				return false // part of a ctx pointer, or an unaligned spill
 			case v.kind >= vCtx && size == 8:
 				// A pointer spilled to one of several slots: each may
 				// hold it now.
 				for k := first; k <= last; k++ {
-					var ok bool
-					if st.s[k], ok = join(st.s[k], v); !ok {
-						return false
-					}
+					st.s[k] = join(st.s[k], v)
 				}
 			case exact:
 				// A number over part of a slot: no pointer is left there.
@@ -281,7 +278,7 @@ func (c *compiler) ctxStep(i int, st *ctxState) (end int, ok bool) {
 			// A number stored through a pointer to one of several
 			// slots leaves what they may hold.
 		default:
-			return v.kind != vCtx // a ctx pointer into other memory
+			return !mayBeCtx(v) // a ctx pointer into other memory
 		}
 		return true
 	}
@@ -332,7 +329,7 @@ func (c *compiler) ctxStep(i int, st *ctxState) (end int, ok bool) {
 		}
 		// A read-modify-write: the value is a number, the old one
 		// comes back as one; a pointer on either side is not followed.
-		if get(ins.Src).kind == vCtx || get(ins.Dst).kind == vFP && (anySlot(vCtx) || anySlot(vFP)) {
+		if mayBeCtx(get(ins.Src)) || get(ins.Dst).kind == vFP && (anySlot(vCtx) || anySlot(vFP) || anySlot(vMixed)) {
 			return 0, false
 		}
 		if !store(ins.Dst, sz, ctxVal{}) {
@@ -367,14 +364,14 @@ func (c *compiler) ctxStep(i int, st *ctxState) (end int, ok bool) {
 				continue
 			}
 			switch st.r[r].kind {
-			case vCtx:
+			case vCtx, vMixed:
 				return 0, false
 			case vFP:
 				// A subprogram can read a spilled ctx pointer through
 				// a pointer to the caller's stack. (What a helper
 				// writes there is a number; a slot still thought to
 				// hold a pointer only makes the answer larger.)
-				if sub && (anySlot(vCtx) || anySlot(vFP)) {
+				if sub && (anySlot(vCtx) || anySlot(vFP) || anySlot(vMixed)) {
 					return 0, false
 				}
 			}
@@ -404,7 +401,7 @@ func (c *compiler) ctxALU(ins *asm.Instruction, st *ctxState) bool {
 	dst := st.r[ins.Dst]
 	if op.Class() != asm.ALU64Class {
 		// 32-bit arithmetic on a pointer: no address is left.
-		if src.kind == vCtx || dst.kind == vCtx && a != asm.Mov {
+		if mayBeCtx(src) || mayBeCtx(dst) && a != asm.Mov {
 			return false
 		}
 		st.r[ins.Dst] = ctxVal{}
@@ -428,6 +425,8 @@ func (c *compiler) ctxALU(ins *asm.Instruction, st *ctxState) bool {
 		v = ctxVal{} // a distance, not a pointer
 	case dst.kind == vCtx || src.kind == vCtx:
 		return false // a variable offset, or bits of a ctx pointer
+	case dst.kind == vMixed || src.kind == vMixed:
+		v = ctxVal{kind: vMixed} // still not to be used as a pointer
 	case dst.kind == vFP || src.kind == vFP:
 		v = ctxVal{kind: vFP, lo: -fpAny, hi: fpAny}
 	case dst.kind == vConst && src.kind == vConst:

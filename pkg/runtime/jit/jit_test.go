@@ -556,6 +556,19 @@ func TestProbeRead(t *testing.T) {
 	}
 }
 
+// mixedJoin is a program whose r6 is ctx on one path and a stack address
+// on the other where they meet, after a read of ctx+12; then tail, then
+// exit.
+func mixedJoin(tail ...asm.Instruction) []asm.Instruction {
+	insns := []asm.Instruction{
+		asm.Mov.Reg(asm.R6, asm.R1), asm.LoadMem(asm.R8, asm.R6, 12, asm.Word), asm.BuiltinFunc(606).Call(),
+		asm.JEq.Imm(asm.R0, 0, "l"), stImm(asm.RFP, -16, 0, asm.DWord), asm.Mov.Reg(asm.R6, asm.RFP), asm.Add.Imm(asm.R6, -16),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("l"),
+	}
+	insns = append(insns, tail...)
+	return append(insns, asm.Mov.Imm(asm.R0, 0), asm.Return())
+}
+
 // TestCtxBytes: the end of the furthest ctx access, followed through moves,
 // constant offsets and joins, and CtxMax once a ctx pointer goes where the
 // compiler does not follow it.
@@ -579,6 +592,17 @@ func TestCtxBytes(t *testing.T) {
 			asm.Mov.Reg(asm.R6, asm.R1), asm.BuiltinFunc(606).Call(),
 			asm.JEq.Imm(asm.R0, 0, "l"), asm.Add.Imm(asm.R6, 40),
 			ld(asm.R0, asm.R6, 0, asm.DWord).WithSymbol("l"), asm.Return()}, true, 48},
+		// clang reuses a register that held ctx for a stack address on
+		// one branch; where the branches meet it is dead (mem_trace).
+		{"join-ctx-and-stack-dead", mixedJoin(asm.Mov.Imm(asm.R0, 0)), true, 16},
+		{"join-ctx-and-stack-read", mixedJoin(ld(asm.R0, asm.R6, 0, asm.Byte)), true, CtxMax},
+		{"join-ctx-and-stack-moved-read", mixedJoin(asm.Mov.Reg(asm.R7, asm.R6), asm.Add.Imm(asm.R7, 8), ld(asm.R0, asm.R7, 0, asm.Byte)), true, CtxMax},
+		{"join-ctx-and-stack-spilled-read", mixedJoin(asm.StoreMem(asm.RFP, -32, asm.R6, asm.DWord),
+			asm.LoadMem(asm.R7, asm.RFP, -32, asm.DWord), ld(asm.R0, asm.R7, 0, asm.Byte)), true, CtxMax},
+		{"join-ctx-and-stack-helper", mixedJoin(asm.Mov.Reg(asm.R2, asm.R6), asm.LoadMapPtr(asm.R1, 0).WithReference("hash"),
+			asm.FnMapLookupElem.Call()), true, CtxMax},
+		{"join-ctx-and-stack-stored", mixedJoin(asm.LoadMapValue(asm.R2, 0, 0).WithReference("arr"), asm.StoreMem(asm.R2, 0, asm.R6, asm.DWord)), true, CtxMax},
+		{"join-ctx-and-stack-32-bit", mixedJoin(asm.Mov.Reg32(asm.R7, asm.R6)), true, CtxMax},
 		{"helper-without-args", []asm.Instruction{asm.BuiltinFunc(606).Call(), asm.Mov.Reg(asm.R6, asm.R1), asm.Return()}, true, 0},
 		{"store-into-ctx", []asm.Instruction{stImm(asm.R1, 100, 7, asm.Word), asm.Mov.Imm(asm.R0, 0), asm.Return()}, true, 104},
 		{"both-exits", []asm.Instruction{

@@ -542,6 +542,12 @@ func parseFuncHeader(text string, line int) (*Func, error) {
 	} else {
 		f.noParens = true
 	}
+	// The trailer is printed on a line of its own: a function keyword in
+	// it (".func f.entry{}") would start another function when the
+	// module is read back.
+	if hasWord(s, ".entry") || hasWord(s, ".func") {
+		return nil, &SyntaxError{line, fmt.Sprintf("function header %q: unexpected %q after the name", short(text), s)}
+	}
 	f.Trailer = s
 	return f, nil
 }

@@ -101,6 +101,7 @@ func TestAcceptsRepositoryPrograms(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := 0
+	seen := map[string]runtime.ProbeSite{}
 	for _, f := range files {
 		spec, err := ebpf.LoadCollectionSpec(f)
 		if err != nil {
@@ -113,6 +114,7 @@ func TestAcceptsRepositoryPrograms(t *testing.T) {
 		for _, g := range gpu {
 			n++
 			rel, _ := filepath.Rel(root, f)
+			seen[rel+"/"+g.Spec.Name] = g.Site
 			t.Run(rel+"/"+g.Spec.Name, func(t *testing.T) {
 				if err := verify.Program(spec, g.Spec); err != nil {
 					var e *verify.Error
@@ -126,6 +128,17 @@ func TestAcceptsRepositoryPrograms(t *testing.T) {
 	}
 	if n < 10 {
 		t.Fatalf("found only %d GPU programs in %d objects under %s", n, len(files), root)
+	}
+	// Programs of every site, the memory-access one included, are
+	// among them.
+	for prog, site := range map[string]runtime.ProbeSite{
+		"bpf/examples/counter_bpfel.o/vectorAdd_entry": runtime.SiteEntry,
+		"bpf/examples/counter_bpfel.o/vectorAdd_exit":  runtime.SiteExit,
+		"bpf/examples/mem_trace_bpfel.o/mem_trace":     runtime.SiteMem,
+	} {
+		if got, ok := seen[prog]; !ok || got != site {
+			t.Errorf("%s: checked %v as a %v program, want a %v program", prog, ok, got, site)
+		}
 	}
 }
 

@@ -62,6 +62,26 @@ int vecadd_entry(void *ctx)
 }
 #endif
 
+#ifdef WITH_MEM_RETURN
+/* a memory-access probe has no return */
+SEC("kretprobe/__memcapture")
+int mem_ret(void *ctx)
+{
+	bump(&hits, 0);
+	return 0;
+}
+#endif
+
+#ifdef WITH_MEM_EMPTY
+/* gpu/mem/ with no kernel */
+SEC("gpu/mem/")
+int mem_none(void *ctx)
+{
+	bump(&hits, 0);
+	return 0;
+}
+#endif
+
 #ifdef WITH_TRACEPOINT
 SEC("tracepoint/syscalls/sys_enter_write")
 int on_write(void *ctx)

@@ -16,8 +16,9 @@ const (
 	SlotExit    = 2 // +1 per thread exit
 	SlotLoads   = 3 // +1 per global load
 	SlotStores  = 4 // +1 per global store
-	SlotAddrSum = 5 // + address of every access
-	SlotSizeSum = 6 // + size of every access
+	SlotAtomics = 5 // +1 per global atomic (atom, red)
+	SlotAddrSum = 6 // + address of every access
+	SlotSizeSum = 7 // + size of every access
 	NumSlots    = 8
 )
 
@@ -52,6 +53,8 @@ func CounterProbes(counters uint64, argOff int) (entry, exit, mem *instrument.Pr
 	ret;
 }
 `, counters, 8*SlotExit)}
+	// The record's kind (0 load, 1 store, 2 atomic) picks the slot:
+	// SlotLoads + kind.
 	mem = &instrument.Probe{Func: "gpubpf_test_mem", UsesCtx: true, PTXVersion: [2]int{6, 0}, PTX: fmt.Sprintf(`.func (.param .b64 gpubpf_r) gpubpf_test_mem(.param .b64 gpubpf_c)
 {
 	.reg .b64 %%t<10>;
@@ -61,17 +64,16 @@ func CounterProbes(counters uint64, argOff int) (entry, exit, mem *instrument.Pr
 	ld.u32 %%w1, [%%t1+8];
 	ld.u32 %%w2, [%%t1+12];
 	cvt.u64.u32 %%t3, %%w1;
-	cvt.u64.u32 %%t4, %%w2;
-	sub.s64 %%t5, 1, %%t4;
+	mul.wide.u32 %%t4, %%w2, 8;
 	mov.u64 %%t6, %#x;
-	atom.global.add.u64 %%t7, [%%t6+%d], %%t5;
-	atom.global.add.u64 %%t7, [%%t6+%d], %%t4;
+	add.u64 %%t5, %%t6, %%t4;
+	atom.global.add.u64 %%t7, [%%t5+%d], 1;
 	atom.global.add.u64 %%t7, [%%t6+%d], %%t2;
 	atom.global.add.u64 %%t7, [%%t6+%d], %%t3;
 	mov.u64 %%t8, 0;
 	st.param.b64 [gpubpf_r], %%t8;
 	ret;
 }
-`, counters, 8*SlotLoads, 8*SlotStores, 8*SlotAddrSum, 8*SlotSizeSum)}
+`, counters, 8*SlotLoads, 8*SlotAddrSum, 8*SlotSizeSum)}
 	return entry, exit, mem
 }

@@ -112,7 +112,9 @@ int main(int argc, char **argv) {
 	CK(cuMemcpyDtoH(slot, counters, sizeof slot));
 	if (memcmp(got, ref, sizeof got) != 0) { fprintf(stderr, "clone: results differ from the original's\n"); fails++; }
 	unsigned long long T = BLOCKS * THREADS, addrSum = 0;
-	for (int i = 0; i < LIM; i++) addrSum += (A + 4 * i) + (B + 4 * i) + (C + 4 * i);
+	// Each of the LIM threads in range loads A[i] and B[i], stores C[i]
+	// and adds to d_counter (an 8-byte atomic).
+	for (int i = 0; i < LIM; i++) addrSum += (A + 4 * i) + (B + 4 * i) + (C + 4 * i) + dCounter;
 	struct { const char *what; unsigned long long got, want; } checks[] = {
 		{ "original d_counter after clone (aliased __device__)", cnt2, 2 * LIM },
 		{ "entry probe calls", slot[0], T },
@@ -120,8 +122,9 @@ int main(int argc, char **argv) {
 		{ "exit probe calls", slot[2], T },
 		{ "global loads", slot[3], 2 * LIM },
 		{ "global stores", slot[4], LIM },
-		{ "sum of accessed addresses", slot[5], addrSum },
-		{ "sum of access sizes", slot[6], 3 * 4 * LIM },
+		{ "global atomics", slot[5], LIM },
+		{ "sum of accessed addresses", slot[6], addrSum },
+		{ "sum of access sizes", slot[7], (3 * 4 + 8) * LIM },
 	};
 	for (unsigned i = 0; i < sizeof checks / sizeof checks[0]; i++) {
 		int ok = checks[i].got == checks[i].want;
@@ -130,7 +133,7 @@ int main(int argc, char **argv) {
 	}
 	fprintf(stderr, "device sm_%d%d, driver %d, clone PTX %zu bytes, ptxinst %.1f ms, driver JIT of clone %.2f ms\n", maj, min, drv, strlen(clone), tInst, tJit);
 	if (fails) { printf("SUMMARY: FAIL %d check(s) failed on sm_%d%d\n", fails, maj, min); return 1; }
-	printf("SUMMARY: PASS instrumented vec_add == original, d_N/d_counter aliased, probes counted %llu threads, %llu loads, %llu stores; clone JIT %.1f ms (sm_%d%d, driver %d)\n",
-		T, slot[3], slot[4], tJit, maj, min, drv);
+	printf("SUMMARY: PASS instrumented vec_add == original, d_N/d_counter aliased, probes counted %llu threads, %llu loads, %llu stores, %llu atomics; clone JIT %.1f ms (sm_%d%d, driver %d)\n",
+		T, slot[3], slot[4], slot[5], tJit, maj, min, drv);
 	return 0;
 }
