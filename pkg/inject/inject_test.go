@@ -138,16 +138,7 @@ func TestInjectAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("agent: thread %d stopped %v (dlopen %v)", res.Thread, res.Stopped, res.Call)
-	var c *agentclient.Conn
-	for i := 0; i < 200; i++ {
-		if c, err = agentclient.Dial(pid); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("no agent socket after injection: %v", err)
-	}
+	c := dialInjected(t, pid)
 	defer c.Close()
 	if c.Info().PID != uint32(pid) {
 		t.Errorf("agent says pid %d, want %d", c.Info().PID, pid)
@@ -248,17 +239,7 @@ func testLate(t *testing.T, global bool) {
 	if _, err := Inject(pid, filepath.Join(dir, "libgpubpf-agent.so"), Options{}); err != nil {
 		t.Fatal(err)
 	}
-	var c *agentclient.Conn
-	var err error
-	for i := 0; i < 200; i++ {
-		if c, err = agentclient.Dial(pid); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err != nil {
-		t.Fatalf("no agent socket after injection: %v", err)
-	}
+	c := dialInjected(t, pid)
 	defer c.Close()
 	// The module was loaded before the agent: nothing is known of it
 	// until its kernel is launched.
@@ -294,4 +275,20 @@ func testLate(t *testing.T, global bool) {
 	if got := launch(); got != "_Z6vecAddPfi" {
 		t.Fatalf("after the tool left the app launched %q", got)
 	}
+}
+
+// dialInjected connects to the agent just loaded into pid (its listener
+// comes up in the library's constructor, on its own thread).
+func dialInjected(t *testing.T, pid int) *agentclient.Conn {
+	t.Helper()
+	var err error
+	for i := 0; i < 200; i++ {
+		var c *agentclient.Conn
+		if c, err = agentclient.Dial(pid); err == nil {
+			return c
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no agent socket after injection: %v", err)
+	return nil
 }

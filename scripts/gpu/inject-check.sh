@@ -23,29 +23,7 @@ ok() { echo "ok   $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 need() { [ -x "$1" ] || { echo "missing $1 (make gpu-bundle here, make -C samples, make agent)"; exit 1; }; }
 need bin/gpubpf; need samples/bin/vec_add
-summary_field() { python3 - "$@" <<'PY'
-import json, sys
-f, k = sys.argv[1:3]
-v = "missing"
-for line in open(f):
-    try: o = json.loads(line)
-    except ValueError: continue
-    if o.get("type") == "summary": v = o.get(k)
-print(v)
-PY
-}
-map_value() { python3 - "$@" <<'PY'
-import json, sys
-f, m, k = sys.argv[1:4]
-last = {}
-for line in open(f):
-    try: o = json.loads(line)
-    except ValueError: continue
-    if o.get("type") == "map" and o.get("map") == m and o.get("key") == k:
-        last[(o.get("pid"), o.get("device"))] = int(o.get("value"))
-print(sum(last.values()) if last else "missing")
-PY
-}
+. scripts/gpu/lib.sh # map_value, summary_field
 T=${GPUBPF_GPU_LOGS:-$(mktemp -d)}/inject
 rm -rf "$T"; mkdir -p "$T"
 THR=256 BLK=16

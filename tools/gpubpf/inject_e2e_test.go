@@ -28,36 +28,22 @@ import (
 func TestRunPIDInjects(t *testing.T) {
 	testenv.Root(t)
 	gcc := testenv.Tool(t, "gcc")
-	fatbinary := testenv.Tool(t, "fatbinary")
-	dir := t.TempDir()
-	agentSrc, _ := filepath.Abs("../../pkg/runtime/agent")
-	cudaDir := filepath.Join(dir, "cuda")
-	sockDir := filepath.Join(dir, "sock")
-	os.MkdirAll(cudaDir, 0o755)
-	os.MkdirAll(sockDir, 0o755)
-	run := func(name string, args ...string) {
-		t.Helper()
-		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-		}
-	}
-	run("make", "-s", "-C", agentSrc, "OUT="+dir, "CC="+gcc)
-	run(gcc, "-O1", "-fPIC", "-shared", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(cudaDir, "libcuda.so.1"), filepath.Join(agentSrc, "testdata/fakecuda.c"))
-	run(gcc, "-o", filepath.Join(dir, "app"), filepath.Join(agentSrc, "testdata/app.c"), "-ldl")
-	ptxFile := filepath.Join(dir, "k.ptx")
-	os.WriteFile(ptxFile, []byte(testPTX), 0o644)
-	fb := filepath.Join(dir, "k.fatbin")
-	run(fatbinary, "--create="+fb, "--image=profile=compute_90,file="+ptxFile)
-	// The device code in a library's .nv_fatbin section, where nvcc puts it.
+	tool := gpubpfTool(t)
+	appBin, env := fakeCUDA(t)
+	dir := filepath.Dir(appBin)
+	// The device code in a library's .nv_fatbin section, where nvcc puts
+	// it, instead of the file the stand-in app reads by default.
+	fb := envValue(env, "GPUBPF_TEST_FATBIN")
 	asm := filepath.Join(dir, "fb.s")
 	os.WriteFile(asm, []byte(fmt.Sprintf(".section .nv_fatbin,\"a\"\n.balign 8\n.globl gpubpf_test_fatbin\n.type gpubpf_test_fatbin,@object\ngpubpf_test_fatbin:\n.incbin %q\n", fb)), 0o644)
 	fbLib := filepath.Join(dir, "libkernels.so")
-	run(gcc, "-shared", "-o", fbLib, asm)
-	tool := filepath.Join(dir, "gpubpf")
-	run("go", "build", "-o", tool, ".")
+	if out, err := exec.Command(gcc, "-shared", "-o", fbLib, asm).CombinedOutput(); err != nil {
+		t.Fatalf("building the fatbin library: %v\n%s", err, out)
+	}
+	sockDir := envValue(env, "GPUBPF_AGENT_SOCKET_DIR")
 
-	app := exec.Command(filepath.Join(dir, "app"))
-	app.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN_SO="+fbLib, "GPUBPF_AGENT_SOCKET_DIR="+sockDir)
+	app := exec.Command(appBin)
+	app.Env = append(env, "GPUBPF_TEST_FATBIN_SO="+fbLib)
 	in, _ := app.StdinPipe()
 	out, _ := app.StdoutPipe()
 	app.Stderr = os.Stderr
@@ -157,4 +143,15 @@ func TestRunPIDInjects(t *testing.T) {
 	if l := launch(); l != "LAUNCH _Z6vecAddPfi" {
 		t.Errorf("after the tool left the app launched %q", l)
 	}
+}
+
+// envValue is the value of NAME in env ("NAME=value" entries; the last wins).
+func envValue(env []string, name string) string {
+	v := ""
+	for _, e := range env {
+		if k, val, ok := strings.Cut(e, "="); ok && k == name {
+			v = val
+		}
+	}
+	return v
 }

@@ -1,0 +1,28 @@
+# Shared helpers of the scripts/gpu checks (sourced).
+
+# map_value FILE MAP KEY: value of KEY in map MAP from `gpubpf run -j`
+# output, summed over the devices the map was placed on.
+map_value() { python3 - "$@" <<'PY'
+import json, sys
+f, m, k = sys.argv[1:4]
+last = {}
+for line in open(f):
+    try: o = json.loads(line)
+    except ValueError: continue
+    if o.get("type") == "map" and o.get("map") == m and o.get("key") == k:
+        last[(o.get("pid"), o.get("device"))] = int(o.get("value"))
+print(sum(last.values()) if last else "missing")
+PY
+}
+summary_field() { python3 - "$@" <<'PY'
+import json, sys
+f, k = sys.argv[1:3]
+v = "missing"
+for line in open(f):
+    try: o = json.loads(line)
+    except ValueError: continue
+    if o.get("type") == "summary": v = o.get(k)
+print(v)
+PY
+}
+
