@@ -13,7 +13,8 @@
 #   5. attach time (tool start -> first instrumented launch) and how long the
 #      injected thread was stopped (goals 150 ms and 20 ms);
 #   6. a PyTorch script started without the agent: gpubpf kernels -p lists
-#      kernels (from the files it maps), gpubpf run -p attaches.
+#      kernels (from the files it maps), gpubpf run -p attaches; a torch C++
+#      extension built with PTX is instrumented with exact counts.
 # Prints "SUMMARY: ..." last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -105,6 +106,43 @@ PY
 	if [ $rc -eq 0 ] && grep -q "had no gpubpf agent: loaded" "$T/torch.err"; then ok "torch: gpubpf run -p loaded the agent, $l launches instrumented (kernels with PTX only)"; else bad "torch: run -p rc=$rc"; tail -n 5 "$T/torch.err"; fi
 	wait $app
 	grep -q "RESULT torch" "$T/torch.app" && ok "torch: script finished after the attach: $(grep RESULT "$T/torch.app")" || bad "torch: $(tail -n 2 "$T/torch.app")"
+
+	# A torch C++ extension built with PTX: its kernel is instrumented
+	# with exact counts (1024 threads per launch).
+	cat >"$T/ext.py" <<'PY'
+import os, sys, time, torch
+from torch.utils.cpp_extension import load_inline
+cuda = r"""
+__global__ void gpubpf_ext_add(float *x, int n) { int i = blockIdx.x * blockDim.x + threadIdx.x; if (i < n) x[i] += 1.0f; }
+void ext_add(torch::Tensor x) { gpubpf_ext_add<<<4, 256>>>(x.data_ptr<float>(), x.numel()); }
+"""
+m = load_inline("gpubpf_ext", cpp_sources="void ext_add(torch::Tensor x);", cuda_sources=cuda, functions=["ext_add"],
+                extra_cuda_cflags=["-gencode=arch=compute_%d%d,code=compute_%d%d" % (torch.cuda.get_device_capability() * 2)],
+                build_directory=sys.argv[1], verbose=False)
+x = torch.zeros(1024, device="cuda")
+print("READY", flush=True)
+n = 0
+end = time.time() + 30
+while time.time() < end:
+    m.ext_add(x); n += 1
+    if n % 100 == 0: torch.cuda.synchronize()
+torch.cuda.synchronize()
+print("RESULT ext", n, bool((x == n).all().item()), flush=True)
+PY
+	mkdir -p "$T/ext"
+	python3 "$T/ext.py" "$T/ext" >"$T/ext.app" 2>&1 &
+	app=$!
+	for _ in $(seq 600); do grep -q READY "$T/ext.app" && break; sleep 0.5; done # the extension builds first
+	sleep 3
+	timeout 60 gpubpf run -j -p $app -d 3 -k gpubpf_ext_add bpf/examples/counter_bpfel.o >"$T/ext.run" 2>"$T/ext.err"
+	rc=$? e=$(map_value "$T/ext.run" calls 0) l=$(summary_field "$T/ext.run" instrumented_launches)
+	if [ $rc -eq 0 ] && [ "$e" != missing ] && [ "$l" != missing ] && [ "$l" -gt 0 ] && [ "$e" -eq $((l * 1024)) ]; then
+		ok "torch extension with PTX, no agent at start: $l launches instrumented, entries=$e (= launches x 1024)"
+	else
+		bad "torch extension: rc=$rc entries=$e launches=$l"; tail -n 5 "$T/ext.err" "$T/ext.app"
+	fi
+	wait $app
+	grep -q "RESULT ext [0-9]* True" "$T/ext.app" && ok "torch extension: results right after the attach" || bad "torch extension: $(tail -n 2 "$T/ext.app")"
 fi
 
 echo "SUMMARY: inject $pass ok, $fail failed; thread stopped ms: ${stops[*]:-none} (goal < 20); tool start -> first probe ms: ${attaches[*]:-none} (goal <= 150)"
