@@ -5,3 +5,4 @@ package examples
 
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -I.. -I../include" -target bpfel -output-stem counter counter ../counter.bpf.c
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -I.. -I../include" -target bpfel -output-stem trace trace ../trace.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -I.. -I../include" -target bpfel -output-stem direct_run directRun ../direct_run.bpf.c
