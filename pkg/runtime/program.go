@@ -16,22 +16,52 @@ const (
 	SiteEntry ProbeSite = iota
 	// SiteExit runs the program before every exit of the kernel.
 	SiteExit
+	// SiteDirect: the program is no probe but a kernel of its own, run
+	// with no application over maps the user fills (gpubpf run --direct).
+	SiteDirect
 )
 
 func (s ProbeSite) String() string {
-	if s == SiteExit {
+	switch s {
+	case SiteExit:
 		return "exit"
+	case SiteDirect:
+		return "direct"
 	}
 	return "entry"
 }
+
+// Section names of direct programs: bpftime's (its kprobe on a kernel that
+// does not exist) and gpubpf's own.
+const (
+	SectionDirectBpftime = "kprobe/__directly_run"
+	SectionDirect        = "gpu/direct"
+)
 
 // GPUProgram is a program of the collection that runs inside CUDA kernels.
 type GPUProgram struct {
 	Spec *ebpf.ProgramSpec
 	Site ProbeSite
 	// Kernel is the pattern from the section name (mangled, demangled or
-	// glob), with bpftime's "cuda_" prefix already stripped.
+	// glob), with bpftime's "cuda_" prefix already stripped; "" for a
+	// direct program.
 	Kernel string
+}
+
+// Direct reports a program that runs as a kernel of its own (SiteDirect).
+func (g GPUProgram) Direct() bool { return g.Site == SiteDirect }
+
+// partitionDirect splits GPU programs into probes and direct programs,
+// each in the order given.
+func partitionDirect(gpu []GPUProgram) (probes, direct []GPUProgram) {
+	for _, g := range gpu {
+		if g.Direct() {
+			direct = append(direct, g)
+		} else {
+			probes = append(probes, g)
+		}
+	}
+	return probes, direct
 }
 
 // CPUProgram is a program of the collection that runs in the Linux kernel
@@ -56,13 +86,19 @@ func (c CPUProgram) Bare() bool { return !strings.Contains(c.Spec.SectionName, "
 // SplitPrograms sorts the programs of a collection into GPU programs and
 // CPU programs, following bpftime's conventions (kprobe/<kernel>,
 // kretprobe/<kernel>, an optional cuda_ prefix) and gpubpf's own spelling
-// (gpu/entry/<kernel>, gpu/exit/<kernel>). Any other program type is an
-// error naming the program: gpubpf knows no attach point for it.
+// (gpu/entry/<kernel>, gpu/exit/<kernel>). Direct programs, kernels of their
+// own (SectionDirectBpftime, SectionDirect), are GPU programs with
+// SiteDirect. Any other program type is an error naming the program: gpubpf
+// knows no attach point for it.
 func SplitPrograms(spec *ebpf.CollectionSpec) (gpu []GPUProgram, cpu []CPUProgram, err error) {
 	for _, name := range sortedKeys(spec.Programs) {
 		p := spec.Programs[name]
 		sec := p.SectionName
 		switch {
+		// bpftime's spelling would otherwise read as a probe on a kernel
+		// named __directly_run, which no application has.
+		case sec == SectionDirectBpftime || sec == SectionDirect:
+			gpu = append(gpu, GPUProgram{Spec: p, Site: SiteDirect})
 		case hasPrefix(sec, "kprobe/"), hasPrefix(sec, "gpu/entry/"):
 			gpu = append(gpu, GPUProgram{Spec: p, Site: SiteEntry, Kernel: kernelOfSection(sec)})
 		case hasPrefix(sec, "kretprobe/"), hasPrefix(sec, "gpu/exit/"):
@@ -80,11 +116,11 @@ func SplitPrograms(spec *ebpf.CollectionSpec) (gpu []GPUProgram, cpu []CPUProgra
 			}
 			cpu = append(cpu, c)
 		default:
-			return nil, nil, fmt.Errorf("program %s (section %q) is neither a GPU probe (kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL) nor a uprobe (uprobe/PATH:SYMBOL, uretprobe/PATH:SYMBOL): put it in one of those sections, or leave it out by naming the others with --program", name, sec)
+			return nil, nil, fmt.Errorf("program %s (section %q) is neither a GPU probe (kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL), a direct GPU program (gpu/direct, kprobe/__directly_run) nor a uprobe (uprobe/PATH:SYMBOL, uretprobe/PATH:SYMBOL): put it in one of those sections, or leave it out by naming the others with --program", name, sec)
 		}
 	}
 	for _, g := range gpu {
-		if g.Kernel == "" {
+		if g.Kernel == "" && !g.Direct() {
 			return nil, nil, fmt.Errorf("program %s (section %q) names no CUDA kernel: write it as SEC(\"kprobe/KERNEL\") with the kernel's mangled or demangled name (gpubpf kernels BINARY lists them), or retarget it with -k PATTERN", g.Spec.Name, g.Spec.SectionName)
 		}
 	}

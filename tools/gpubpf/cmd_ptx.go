@@ -21,8 +21,9 @@ func init() {
 		Usage:     "print the PTX the compiler makes for each GPU program of an eBPF object",
 		ArgsUsage: "PROG.bpf.o",
 		Description: `Compiles every GPU program of the object (sections kprobe/KERNEL,
-kretprobe/KERNEL, with or without bpftime's cuda_ prefix, gpu/entry/KERNEL and
-gpu/exit/KERNEL) and prints one complete PTX module: header, then for each
+kretprobe/KERNEL, with or without bpftime's cuda_ prefix, gpu/entry/KERNEL,
+gpu/exit/KERNEL, and the direct programs of gpu/direct and
+kprobe/__directly_run) and prints one complete PTX module: header, then for each
 program its probe .func, its helper .funcs and a small test entry that calls
 it (gpubpf_test_entry, gpubpf_test_entry_FUNC for the others). Map addresses
 are placeholders (a real run places the maps and bakes their addresses in),
@@ -72,8 +73,12 @@ func ptxCmd(c *cli.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", file, err)
 		}
-		fmt.Fprintf(w, "// gpubpf ptx %s: program %s (section %s) -> .func %s at the %s of kernel %s; reads ctx: %v (%d bytes)\n",
-			file, g.Spec.Name, g.Spec.SectionName, f.Name, g.Site, g.Kernel, f.UsesCtx, f.CtxBytes)
+		where := fmt.Sprintf("at the %s of kernel %s", g.Site, g.Kernel)
+		if g.Direct() {
+			where = "run as a kernel of its own (gpubpf run --direct)"
+		}
+		fmt.Fprintf(w, "// gpubpf ptx %s: program %s (section %s) -> .func %s %s; reads ctx: %v (%d bytes)\n",
+			file, g.Spec.Name, g.Spec.SectionName, f.Name, where, f.UsesCtx, f.CtxBytes)
 		fns = append(fns, f)
 	}
 	n := len(fns)
@@ -93,7 +98,7 @@ func ptxCmd(c *cli.Context) error {
 		if want != "" && len(names) > 0 {
 			return fmt.Errorf("--program %s: %s has no GPU program %s; its GPU programs are %s", want, file, want, strings.Join(names, ", "))
 		}
-		return fmt.Errorf("%s has no GPU programs: gpubpf ptx compiles programs in SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\"), SEC(\"gpu/entry/KERNEL\") and SEC(\"gpu/exit/KERNEL\") sections", file)
+		return fmt.Errorf("%s has no GPU programs: gpubpf ptx compiles programs in SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\"), SEC(\"gpu/entry/KERNEL\"), SEC(\"gpu/exit/KERNEL\") and SEC(\"gpu/direct\") sections", file)
 	}
 	return nil
 }
