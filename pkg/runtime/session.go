@@ -127,6 +127,9 @@ type Session struct {
 	woundUp   bool // windUp
 	stats     Stats
 	clocks    []ClockSample
+	// sink, set by RunDirect while it drains after a kernel, takes the
+	// batches instead of Batches (they belong to that kernel).
+	sink func(*Batch)
 }
 
 // withVariables folds the values a tool set through spec.Variables (its
