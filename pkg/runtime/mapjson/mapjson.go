@@ -163,7 +163,7 @@ func ParseFile(maps map[string]Map, data []byte, source string) (map[string]Fill
 func UnknownMap(source, name string, maps map[string]Map) error {
 	names := make([]string, 0, len(maps))
 	for n, m := range maps {
-		if m.fillable() == nil {
+		if m.fillable() == nil && !strings.HasPrefix(n, ".rodata") { // constants: not worth suggesting
 			names = append(names, n)
 		}
 	}
@@ -332,10 +332,13 @@ func splits(size int) string {
 			ns = append(ns, strconv.Itoa(size/el))
 		}
 	}
-	if len(ns) == 0 {
+	switch len(ns) {
+	case 0:
 		return "one number"
+	case 1:
+		return ns[0] + " numbers"
 	}
-	return strings.Join(ns, ", ") + " numbers"
+	return strings.Join(ns[:len(ns)-1], ", ") + " or " + ns[len(ns)-1] + " numbers"
 }
 
 // number stores n in size bytes: a float where float says so, else an
@@ -380,7 +383,7 @@ func intBytes(s string, size int) ([]byte, error) {
 	if !ok {
 		lo := new(big.Int).Neg(new(big.Int).Lsh(big.NewInt(1), bits-1))
 		hi := new(big.Int).Sub(new(big.Int).Lsh(big.NewInt(1), bits), big.NewInt(1))
-		return nil, fmt.Errorf("value %s is out of range for %d-byte values (%s to %s)", s, size, lo, hi)
+		return nil, fmt.Errorf("value %s is out of range for %d-byte values: give one from %s to %s", s, size, lo, hi)
 	}
 	out := make([]byte, max(size, 8))
 	binary.LittleEndian.PutUint64(out, u)

@@ -48,7 +48,7 @@ func TestParse(t *testing.T) {
 		{m: vec, json: `[-1]`, keys: le32(0), vals: le32(0xffffffff)},
 		{m: vec, json: `[]`},
 		{m: vec, json: `[1,2,3,4,5,6,7,8,9]`, fails: "map vec_A has 8 entries, and the array gives 9 values: give at most 8"},
-		{m: vec, json: `[4294967296]`, fails: "map vec_A key 0: value 4294967296 is out of range for 4-byte values (-2147483648 to 4294967295)"},
+		{m: vec, json: `[4294967296]`, fails: "map vec_A key 0: value 4294967296 is out of range for 4-byte values: give one from -2147483648 to 4294967295"},
 		{m: vec, json: `[-2147483649]`, fails: "out of range for 4-byte values"},
 		{m: vec, json: `[1.5]`, fails: "key 0: value 1.5 is not an integer"},
 		{m: vec, json: `[true]`, fails: "value is a boolean: give a number"},
@@ -80,11 +80,11 @@ func TestParse(t *testing.T) {
 		{m: dims, json: `["12"]`, fails: `a string value is "0x" and exactly 12 bytes in hex`},
 		// signed, float, sizes without BTF
 		{m: small, json: `[-32768, 65535]`, keys: le32(0, 1), vals: "0080ffff"},
-		{m: small, json: `[65536]`, fails: "out of range for 2-byte values (-32768 to 65535)"},
+		{m: small, json: `[65536]`, fails: "out of range for 2-byte values: give one from -32768 to 65535"},
 		{m: flt, json: `[1.5, -2]`, keys: le32(0, 1), vals: le32(0x3fc00000, 0xc0000000)},
 		{m: flt, json: `[1e39]`, fails: "out of range for a 4-byte float"},
 		{m: raw, json: `[18446744073709551615, -9223372036854775808]`, keys: le32(0, 1), vals: "ffffffffffffffff0000000000000080"},
-		{m: odd, json: `[16777216]`, fails: "out of range for 3-byte values (-8388608 to 16777215)"},
+		{m: odd, json: `[16777216]`, fails: "out of range for 3-byte values: give one from -8388608 to 16777215"},
 		{m: odd, json: `[-1]`, keys: le32(0), vals: "ffffff"},
 		{m: odd, json: `["0x010203"]`, keys: le32(0), vals: "010203"},
 		// hash maps
