@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"time"
 
@@ -248,7 +249,8 @@ func launchError(prog string, timeout time.Duration, err error) error {
 		if timeout == 0 {
 			timeout = agentproto.LaunchDefaultTimeoutMs * time.Millisecond
 		}
-		return fmt.Errorf("program %s: its kernel did not finish within %v, so the direct-run host was ended to stop it: give it longer with -d SECONDS, or look for a loop that does not end", prog, timeout)
+		return fmt.Errorf("program %s: its kernel did not finish within %s s, so the direct-run host was ended to stop it: give it longer with -d SECONDS, or look for a loop that does not end",
+			prog, strconv.FormatFloat(timeout.Seconds(), 'f', -1, 64))
 	}
 	if errors.As(err, &ae) {
 		return fmt.Errorf("program %s: %s", prog, ae.Message+cuResultNote(ae.CUResult))
