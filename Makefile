@@ -35,12 +35,13 @@ FORCE:
 
 # make install [PREFIX=/usr/local] [DESTDIR=...]: the six tools (each with
 # the agent embedded) into PREFIX/bin and the agent into PREFIX/lib/gpubpf,
-# where the tools look first (relative to themselves, so DESTDIR works).
+# where the tools look first (relative to themselves, so DESTDIR works);
+# executable, as gpubpf run --direct runs it as its host process.
 PREFIX  ?= /usr/local
 install: tools
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/gpubpf
 	install -m 0755 $(addprefix bin/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
-	@if [ -f bin/libgpubpf-agent.so ]; then install -m 0644 bin/libgpubpf-agent.so $(DESTDIR)$(PREFIX)/lib/gpubpf/; fi
+	@if [ -f bin/libgpubpf-agent.so ]; then install -m 0755 bin/libgpubpf-agent.so $(DESTDIR)$(PREFIX)/lib/gpubpf/; fi
 
 # What a fresh machine gets from make install: every tool answers --help
 # and finds its agent from there.

@@ -8,7 +8,10 @@
 #
 #   scripts/gpu-check.sh               every check
 #   scripts/gpu-check.sh --bench-only  only the benchmarks
-#   scripts/gpu-check.sh NAME...       only these checks (samples, agent, jit, ptx, hostmap, memtrace, ...)
+#   scripts/gpu-check.sh NAME...       only these checks (samples, agent, jit, ptx, hostmap, memtrace, direct, ...)
+#
+# A check NAME is scripts/gpu/NAME-check.sh (e.g. direct: direct-check.sh,
+# gpubpf run --direct); every such script runs by default.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

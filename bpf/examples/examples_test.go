@@ -52,3 +52,27 @@ func TestObjectsKeepBpftimeConventions(t *testing.T) {
 		})
 	}
 }
+
+// The direct-run example keeps bpftime's section for its kernels of their
+// own (and gpubpf's spelling for one), with every map a GPU array.
+func TestDirectRunObject(t *testing.T) {
+	spec, err := loadDirectRun()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, sec := range map[string]string{"vec_add": "kprobe/__directly_run", "gemm": "kprobe/__directly_run", "hello": "gpu/direct"} {
+		if p := spec.Programs[name]; p == nil || p.SectionName != sec {
+			t.Errorf("program %s: %+v, want section %s", name, p, sec)
+		}
+	}
+	for name, entries := range map[string]uint32{"vec_A": 1 << 20, "vec_B": 1 << 20, "vec_C": 1 << 20, "vec_N": 1,
+		"gemm_A": 4096, "gemm_B": 4096, "gemm_C": 4096, "gemm_dims": 1} {
+		m := spec.Maps[name]
+		if m == nil || m.Type != 1503 || m.MaxEntries != entries {
+			t.Errorf("map %s: %+v, want a GPU array (1503) of %d entries", name, m, entries)
+		}
+	}
+	if d := spec.Maps["gemm_dims"]; d != nil && d.ValueSize != 12 {
+		t.Errorf("gemm_dims values are %d bytes, want u32[3]", d.ValueSize)
+	}
+}

@@ -100,9 +100,7 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 	if opts.Context == nil {
 		opts.Context = context.Background()
 	}
-	p := &Process{PID: pid, s: s, hold: opts.Hold, start: opts.Start,
-		devs: map[agentproto.Target]*device{}, modules: map[uint64]bool{}, launches: map[probeKey]uint64{}, failures: map[probeKey]uint64{}, stop: make(chan struct{}),
-		used: map[int32]agentproto.Device{}, placedOn: map[placeKey]bool{}}
+	p := s.newProcess(pid, opts.Hold, opts.Start)
 	// A command the tool started always has the agent (it holds the
 	// program at its first module load, after exec, so uprobes go on the
 	// real program); a running process needs one only for GPU programs.
@@ -164,6 +162,12 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 		go p.poll()
 	}
 	return p, nil
+}
+
+func (s *Session) newProcess(pid int, hold bool, start time.Time) *Process {
+	return &Process{PID: pid, s: s, hold: hold, start: start,
+		devs: map[agentproto.Target]*device{}, modules: map[uint64]bool{}, launches: map[probeKey]uint64{}, failures: map[probeKey]uint64{}, stop: make(chan struct{}),
+		used: map[int32]agentproto.Device{}, placedOn: map[placeKey]bool{}}
 }
 
 func (s *Session) forget(pid int) {

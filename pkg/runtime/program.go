@@ -20,6 +20,9 @@ const (
 	// atomic of the kernel (and of the device functions it calls), with
 	// ctx pointing to the access (struct gpubpf_mem_access in bpf/gpu.h).
 	SiteMem
+	// SiteDirect: the program is no probe but a kernel of its own, run
+	// with no application over maps the user fills (gpubpf run --direct).
+	SiteDirect
 )
 
 func (s ProbeSite) String() string {
@@ -28,6 +31,8 @@ func (s ProbeSite) String() string {
 		return "exit"
 	case SiteMem:
 		return "memory access"
+	case SiteDirect:
+		return "direct"
 	}
 	return "entry"
 }
@@ -52,13 +57,37 @@ func (s ProbeSite) Where(kernel string) string {
 	return "at the entry of " + kernel
 }
 
+// Section names of direct programs: bpftime's (its kprobe on a kernel that
+// does not exist) and gpubpf's own.
+const (
+	SectionDirectBpftime = "kprobe/__directly_run"
+	SectionDirect        = "gpu/direct"
+)
+
 // GPUProgram is a program of the collection that runs inside CUDA kernels.
 type GPUProgram struct {
 	Spec *ebpf.ProgramSpec
 	Site ProbeSite
 	// Kernel is the pattern from the section name (mangled, demangled or
-	// glob), with bpftime's "cuda_" prefix already stripped.
+	// glob), with bpftime's "cuda_" prefix already stripped; "" for a
+	// direct program.
 	Kernel string
+}
+
+// Direct reports a program that runs as a kernel of its own (SiteDirect).
+func (g GPUProgram) Direct() bool { return g.Site == SiteDirect }
+
+// partitionDirect splits GPU programs into probes and direct programs,
+// each in the order given.
+func partitionDirect(gpu []GPUProgram) (probes, direct []GPUProgram) {
+	for _, g := range gpu {
+		if g.Direct() {
+			direct = append(direct, g)
+		} else {
+			probes = append(probes, g)
+		}
+	}
+	return probes, direct
 }
 
 // CPUProgram is a program of the collection that runs in the Linux kernel
@@ -81,20 +110,25 @@ type CPUProgram struct {
 func (c CPUProgram) Bare() bool { return !strings.Contains(c.Spec.SectionName, "/") }
 
 // sectionsHelp lists the sections SplitPrograms accepts, for errors.
-const sectionsHelp = "a GPU probe (kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL; kprobe/__memcapture or gpu/mem/KERNEL at every global memory access) nor a uprobe (uprobe/PATH:SYMBOL, uretprobe/PATH:SYMBOL)"
+const sectionsHelp = "a GPU probe (kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL; kprobe/__memcapture or gpu/mem/KERNEL at every global memory access), a direct GPU program (gpu/direct, kprobe/__directly_run) nor a uprobe (uprobe/PATH:SYMBOL, uretprobe/PATH:SYMBOL)"
 
 // SplitPrograms sorts the programs of a collection into GPU programs and
 // CPU programs, following bpftime's conventions (kprobe/<kernel>,
 // kretprobe/<kernel>, an optional cuda_ prefix, kprobe/__memcapture for
 // every memory access of every kernel) and gpubpf's own spelling
-// (gpu/entry/<kernel>, gpu/exit/<kernel>, gpu/mem/<kernel>). Any other
-// program type is an error naming the program: gpubpf knows no attach
-// point for it.
+// (gpu/entry/<kernel>, gpu/exit/<kernel>, gpu/mem/<kernel>). Direct
+// programs, kernels of their own (SectionDirectBpftime, SectionDirect), are
+// GPU programs with SiteDirect. Any other program type is an error naming
+// the program: gpubpf knows no attach point for it.
 func SplitPrograms(spec *ebpf.CollectionSpec) (gpu []GPUProgram, cpu []CPUProgram, err error) {
 	for _, name := range sortedKeys(spec.Programs) {
 		p := spec.Programs[name]
 		sec := p.SectionName
 		switch {
+		// bpftime's spelling would otherwise read as a probe on a kernel
+		// named __directly_run, which no application has.
+		case sec == SectionDirectBpftime || sec == SectionDirect:
+			gpu = append(gpu, GPUProgram{Spec: p, Site: SiteDirect})
 		case hasPrefix(sec, "kprobe/") && kernelOfSection(sec) == MemCapture:
 			// bpftime's memory-access probe names no kernel: it runs in
 			// all of them (-k narrows it).
@@ -127,7 +161,7 @@ func SplitPrograms(spec *ebpf.CollectionSpec) (gpu []GPUProgram, cpu []CPUProgra
 		if g.Kernel == "" && g.Site == SiteMem {
 			return nil, nil, fmt.Errorf("program %s (section %q) names no CUDA kernel: write it as SEC(\"gpu/mem/KERNEL\") with the kernel's mangled or demangled name or a glob (SEC(\"gpu/mem/*\") or SEC(\"kprobe/%s\"): every kernel), or retarget it with -k PATTERN", g.Spec.Name, g.Spec.SectionName, MemCapture)
 		}
-		if g.Kernel == "" {
+		if g.Kernel == "" && !g.Direct() {
 			return nil, nil, fmt.Errorf("program %s (section %q) names no CUDA kernel: write it as SEC(\"kprobe/KERNEL\") with the kernel's mangled or demangled name (gpubpf kernels BINARY lists them), or retarget it with -k PATTERN", g.Spec.Name, g.Spec.SectionName)
 		}
 	}

@@ -138,3 +138,97 @@ func TestPidList(t *testing.T) {
 		}
 	}
 }
+
+// Direct programs: bpftime's section and gpubpf's own are kernels of their
+// own, never probes on a kernel named __directly_run.
+func TestSplitProgramsDirect(t *testing.T) {
+	for _, tc := range []struct {
+		sec    string
+		site   ProbeSite
+		kernel string
+		fails  string
+	}{
+		{"kprobe/__directly_run", SiteDirect, "", ""},
+		{"gpu/direct", SiteDirect, "", ""},
+		{"kprobe/__directly_run_not", SiteEntry, "__directly_run_not", ""},
+		{"kprobe/cuda___directly_run", SiteEntry, "__directly_run", ""},
+		{"kretprobe/__directly_run", SiteExit, "__directly_run", ""},
+		{"gpu/entry/__directly_run", SiteEntry, "__directly_run", ""},
+		{"gpu/direct/vec_add", 0, "", "a direct GPU program (gpu/direct, kprobe/__directly_run)"},
+		{"gpu/directly", 0, "", "neither a GPU probe"},
+	} {
+		spec := &ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{"p": {Name: "p", SectionName: tc.sec}}}
+		gpu, _, err := SplitPrograms(spec)
+		if tc.fails != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.fails) {
+				t.Errorf("section %q: error %v, want one saying %q", tc.sec, err, tc.fails)
+			}
+			continue
+		}
+		if err != nil || len(gpu) != 1 || gpu[0].Site != tc.site || gpu[0].Kernel != tc.kernel || gpu[0].Direct() != (tc.site == SiteDirect) {
+			t.Errorf("section %q: %+v %v, want site %v kernel %q", tc.sec, gpu, err, tc.site, tc.kernel)
+		}
+	}
+	if SiteDirect.String() != "direct" {
+		t.Errorf("SiteDirect is %q", SiteDirect)
+	}
+}
+
+// What a session runs of an object with direct programs, with and without
+// --direct.
+func TestPickDirect(t *testing.T) {
+	prog := func(name, sec string) *ebpf.ProgramSpec { return &ebpf.ProgramSpec{Name: name, SectionName: sec} }
+	mixed := map[string]*ebpf.ProgramSpec{
+		"vec_add": prog("vec_add", "kprobe/__directly_run"),
+		"hello":   prog("hello", "gpu/direct"),
+		"probe":   prog("probe", "kprobe/_Z6vecAddPfi"),
+		"up":      prog("up", "uprobe/libcudart.so:cudaMalloc"),
+	}
+	direct := map[string]*ebpf.ProgramSpec{"vec_add": mixed["vec_add"], "hello": mixed["hello"]}
+	probes := map[string]*ebpf.ProgramSpec{"probe": mixed["probe"]}
+	for _, tc := range []struct {
+		name  string
+		progs map[string]*ebpf.ProgramSpec
+		opts  Options
+		gpu   string // program names kept, in order
+		cpu   int
+		note  string
+		fails string
+	}{
+		{name: "normal run, probes and direct", progs: mixed, gpu: "probe", cpu: 1,
+			note: "note: direct program(s) hello, vec_add left out: they run only with --direct"},
+		{name: "normal run, direct only", progs: direct,
+			fails: "its programs (hello, vec_add) are all direct GPU programs (section gpu/direct or kprobe/__directly_run), kernels of their own that run with no application: run them with gpubpf run --direct"},
+		{name: "normal run, no direct", progs: probes, gpu: "probe"},
+		{name: "--direct, mixed", progs: mixed, opts: Options{Direct: true}, gpu: "hello,vec_add",
+			note: "note: 2 probe(s) left out (probe, up): --direct runs only the direct programs"},
+		{name: "--direct in --program order", progs: direct, opts: Options{Direct: true, Programs: []string{"vec_add", "hello"}}, gpu: "vec_add,hello"},
+		{name: "--direct, no direct programs", progs: probes, opts: Options{Direct: true},
+			fails: `--direct runs programs in SEC("gpu/direct") or SEC("kprobe/__directly_run") sections, and the object has none (its programs: probe)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var note strings.Builder
+			tc.opts.Warn = &note
+			gpu, cpu, err := SplitPrograms(&ebpf.CollectionSpec{Programs: tc.progs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			gpu, cpu, err = pickDirect(gpu, cpu, tc.opts)
+			if tc.fails != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.fails) {
+					t.Fatalf("error %v, want %q", err, tc.fails)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Join(programNames(gpu), ","); got != tc.gpu || len(cpu) != tc.cpu {
+				t.Errorf("kept GPU %s and %d CPU programs, want %s and %d", got, len(cpu), tc.gpu, tc.cpu)
+			}
+			if got := strings.TrimSpace(note.String()); got != tc.note {
+				t.Errorf("note %q, want %q", got, tc.note)
+			}
+		})
+	}
+}

@@ -172,6 +172,14 @@ func (s *Session) deliver(b *Batch) {
 	if b.Len() == 0 && len(b.Lines) == 0 {
 		return
 	}
+	if s.sink != nil { // a direct run: what its kernel produced, in order
+		s.mu.Lock()
+		s.stats.Records += uint64(b.Len())
+		s.stats.PrintkLines += uint64(len(b.Lines))
+		s.mu.Unlock()
+		s.sink(b)
+		return
+	}
 	s.sendMu.RLock()
 	defer s.sendMu.RUnlock()
 	if s.sendClosed || !s.consumed.Load() {

@@ -64,6 +64,11 @@ type Options struct {
 	// it exits), besides Calibrate; ClockSamples returns them all, so even
 	// a program that lives under a second has its launches bracketed.
 	Clocks bool
+	// Direct: the session runs the object's direct programs (sections
+	// gpu/direct, kprobe/__directly_run) as kernels of their own with
+	// RunDirect, and nothing else; without it they are left out. With
+	// Programs, they run in that order.
+	Direct bool
 }
 
 // Batch is a run of records from one ring of one process and device, in
@@ -132,6 +137,9 @@ type Session struct {
 	woundUp         bool // windUp
 	stats           Stats
 	clocks          []ClockSample
+	// sink, set by RunDirect while it drains after a kernel, takes the
+	// batches instead of Batches (they belong to that kernel).
+	sink func(*Batch)
 }
 
 // withVariables folds the values a tool set through spec.Variables (its
@@ -269,6 +277,9 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 	if len(gpu) == 0 && len(cpu) == 0 {
 		return nil, fmt.Errorf("the object has no programs: put each in a GPU section (SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\"), SEC(\"kprobe/%s\") for memory accesses) or a uprobe section (SEC(\"uprobe/PATH:SYMBOL\")) and rebuild it", MemCapture)
 	}
+	if gpu, cpu, err = pickDirect(gpu, cpu, opts); err != nil {
+		return nil, err
+	}
 	if err := bindUprobes(all, cpu, opts.UprobeTargets); err != nil {
 		return nil, err
 	}
@@ -325,6 +336,64 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// pickDirect keeps what the session runs: the direct programs alone
+// (opts.Direct, in opts.Programs' order), or everything else. What is left
+// out gets a one-line note.
+func pickDirect(gpu []GPUProgram, cpu []CPUProgram, opts Options) ([]GPUProgram, []CPUProgram, error) {
+	probes, direct := partitionDirect(gpu)
+	note := func(format string, args ...any) {
+		w := opts.Warn
+		if w == nil {
+			w = opts.Log
+		}
+		if w != nil {
+			fmt.Fprintf(w, format+"\n", args...)
+		}
+	}
+	if !opts.Direct {
+		if len(direct) == 0 {
+			return gpu, cpu, nil
+		}
+		if len(probes) == 0 && len(cpu) == 0 {
+			return nil, nil, fmt.Errorf("its programs (%s) are all direct GPU programs (section %s or %s), kernels of their own that run with no application: run them with gpubpf run --direct",
+				strings.Join(programNames(direct), ", "), SectionDirect, SectionDirectBpftime)
+		}
+		note("note: direct program(s) %s left out: they run only with --direct", strings.Join(programNames(direct), ", "))
+		return probes, cpu, nil
+	}
+	if len(direct) == 0 {
+		return nil, nil, fmt.Errorf("--direct runs programs in SEC(\"%s\") or SEC(\"%s\") sections, and the object has none (its programs: %s): move a program to such a section, or run the object against an application with -- CMD",
+			SectionDirect, SectionDirectBpftime, strings.Join(append(programNames(probes), cpuNames(cpu)...), ", "))
+	}
+	if n := len(probes) + len(cpu); n > 0 {
+		note("note: %d probe(s) left out (%s): --direct runs only the direct programs", n, strings.Join(append(programNames(probes), cpuNames(cpu)...), ", "))
+	}
+	if len(opts.Programs) > 0 {
+		at := map[string]int{}
+		for i, n := range opts.Programs {
+			at[n] = i
+		}
+		sort.SliceStable(direct, func(i, j int) bool { return at[direct[i].Spec.Name] < at[direct[j].Spec.Name] })
+	}
+	return direct, nil, nil
+}
+
+func programNames(gpu []GPUProgram) []string {
+	out := make([]string, len(gpu))
+	for i, g := range gpu {
+		out[i] = g.Spec.Name
+	}
+	return out
+}
+
+func cpuNames(cpu []CPUProgram) []string {
+	out := make([]string, len(cpu))
+	for i, c := range cpu {
+		out[i] = c.Spec.Name
+	}
+	return out
 }
 
 // GPUPrograms and CPUPrograms describe what the session runs.

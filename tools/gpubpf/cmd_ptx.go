@@ -22,8 +22,9 @@ func init() {
 		ArgsUsage: "PROG.bpf.o",
 		Description: `Compiles every GPU program of the object (sections kprobe/KERNEL,
 kretprobe/KERNEL, with or without bpftime's cuda_ prefix, gpu/entry/KERNEL,
-gpu/exit/KERNEL, and the memory-access sections kprobe/__memcapture and
-gpu/mem/KERNEL) and prints one complete PTX module: header, then for each
+gpu/exit/KERNEL, the memory-access sections kprobe/__memcapture and
+gpu/mem/KERNEL, and the direct programs of gpu/direct and
+kprobe/__directly_run) and prints one complete PTX module: header, then for each
 program its probe .func, its helper .funcs and a small test entry that calls
 it (gpubpf_test_entry, gpubpf_test_entry_FUNC for the others). Map addresses
 are placeholders (a real run places the maps and bakes their addresses in),
@@ -73,8 +74,12 @@ func ptxCmd(c *cli.Context) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", file, err)
 		}
+		where := g.Site.Where(g.Kernel)
+		if g.Direct() {
+			where = "run as a kernel of its own (gpubpf run --direct)"
+		}
 		fmt.Fprintf(w, "// gpubpf ptx %s: program %s (section %s) -> .func %s %s; reads ctx: %v (%d bytes)\n",
-			file, g.Spec.Name, g.Spec.SectionName, f.Name, g.Site.Where(g.Kernel), f.UsesCtx, f.CtxBytes)
+			file, g.Spec.Name, g.Spec.SectionName, f.Name, where, f.UsesCtx, f.CtxBytes)
 		fns = append(fns, f)
 	}
 	n := len(fns)
@@ -94,7 +99,7 @@ func ptxCmd(c *cli.Context) error {
 		if want != "" && len(names) > 0 {
 			return fmt.Errorf("--program %s: %s has no GPU program %s; its GPU programs are %s", want, file, want, strings.Join(names, ", "))
 		}
-		return fmt.Errorf("%s has no GPU programs: gpubpf ptx compiles programs in SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\"), SEC(\"gpu/entry/KERNEL\"), SEC(\"gpu/exit/KERNEL\"), SEC(\"kprobe/__memcapture\") and SEC(\"gpu/mem/KERNEL\") sections", file)
+		return fmt.Errorf("%s has no GPU programs: gpubpf ptx compiles programs in SEC(\"kprobe/KERNEL\"), SEC(\"kretprobe/KERNEL\"), SEC(\"gpu/entry/KERNEL\"), SEC(\"gpu/exit/KERNEL\"), SEC(\"kprobe/__memcapture\"), SEC(\"gpu/mem/KERNEL\") and SEC(\"gpu/direct\") sections", file)
 	}
 	return nil
 }

@@ -29,7 +29,7 @@ func init() {
 	register(&cli.Command{
 		Name:      "run",
 		Usage:     "run a GPU eBPF object: attach every program, print records and trace_printk lines, dump maps at the end",
-		ArgsUsage: "PROG.bpf.o [-- CMD [ARGS...]]",
+		ArgsUsage: "PROG.bpf.o [-- CMD [ARGS...]] | --direct PROG.bpf.o",
 		Description: `Programs in kprobe/KERNEL, kretprobe/KERNEL (optionally cuda_-prefixed) and
 gpu/entry|exit/KERNEL sections run inside the named CUDA kernels; programs in
 kprobe/__memcapture (every kernel) and gpu/mem/KERNEL run after every global
@@ -41,15 +41,15 @@ none: the traced executable). bpftime objects run unchanged. With -j, output is 
 "data"(hex),"text"}, {"type":"printk","pid","device","text"}, {"type":"map",
 "map","pid","device","key","value"}, {"type":"kernel_index","index","kernel","name"}
 (what bpf_gpu_kernel_index's numbers stand for, when a program calls it) and a
-final {"type":"summary",...}.`,
-		Flags: append(toolkit.GPUFlags(),
+final {"type":"summary",...}.` + directHelp,
+		Flags: append(append(toolkit.GPUFlags(),
 			&cli.StringSliceFlag{Name: "program", Aliases: []string{"P"}, Usage: "only run program `NAME` of the object (may repeat)"},
 			&cli.StringFlag{Name: "record-type", Usage: "BTF struct `NAME` to print ring-buffer records as (default: the object's only struct of the record's size)"},
-			&cli.UintFlag{Name: "threads", Usage: "per-GPU-thread array capacity in `THREADS` (default: as many as fit in 1 GiB, at most 1M)"},
+			&cli.UintFlag{Name: "threads", Usage: "per-GPU-thread array capacity in `THREADS` (default: as many as fit in 1 GiB, at most 1M); with --direct: run THREADS threads, a 1-D grid of ceil(THREADS/block) blocks"},
 			&cli.BoolFlag{Name: "summary", Usage: "count ring-buffer records instead of printing them (maps, printk lines and the record account still print)"},
 			&cli.StringSliceFlag{Name: "attach", Usage: "attach the bare uprobe/uretprobe program PROG to function SYMBOL of PATH (absolute or a library name; default: the traced executable) as `PROG=SYMBOL[@PATH]` (may repeat)"},
 			&cli.UintFlag{Name: "ring-mb", Usage: "data size of each GPU ring buffer per device in `MiB`, a power of two (default: the map's max_entries, at least 32)"},
-		),
+		), directFlags()...),
 		Action: runAction,
 	})
 }
@@ -66,9 +66,15 @@ func runAction(c *cli.Context) error {
 			return toolkit.Usagef("unexpected %q after %s: put flags before the object and the command after --", cmdArgs[0], obj)
 		}
 		cmdArgs = cmdArgs[1:]
-		if len(cmdArgs) == 0 {
+		if len(cmdArgs) == 0 && !c.Bool("direct") {
 			return toolkit.Usagef("no command after --: gpubpf run %s -- CMD [ARGS...]", obj)
 		}
+	}
+	if c.Bool("direct") {
+		return runDirect(c, obj, cmdArgs)
+	}
+	if err := notDirect(c); err != nil {
+		return err
 	}
 	if len(cmdArgs) > 0 && len(c.IntSlice(toolkit.FlagPID)) > 0 {
 		return toolkit.Usagef("give either -p PID or -- CMD, not both")

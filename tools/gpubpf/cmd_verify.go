@@ -62,7 +62,7 @@ func verifyCmd(c *cli.Context) error {
 	case n == 0 && want != "":
 		return fmt.Errorf("%s has no GPU program named %q", file, want)
 	case n == 0:
-		return fmt.Errorf("%s has no GPU programs (sections kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL)", file)
+		return fmt.Errorf("%s has no GPU programs (sections kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL, gpu/direct)", file)
 	case refused > 0:
 		return fmt.Errorf("%s: %d of %d GPU programs refused", file, refused, n)
 	}

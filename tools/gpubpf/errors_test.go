@@ -40,6 +40,11 @@ func TestErrorMessages(t *testing.T) {
 		memRet   = bpfObject(t, "WITH_MEM_RETURN")
 		memEmpty = bpfObject(t, "WITH_MEM_EMPTY")
 	)
+	directObj, _ := filepath.Abs("../../bpf/examples/direct_run_bpfel.o")
+	badJSON := filepath.Join(dir, "bad.json")
+	os.WriteFile(badJSON, []byte("{\"vec_N\": [1,\n  x]}\n"), 0o644)
+	unknownJSON := filepath.Join(dir, "unknown.json")
+	os.WriteFile(unknownJSON, []byte(`{"vec_X": [1]}`), 0o644)
 	base := filepath.Base
 	// The binary without the agent library next to it.
 	lone := filepath.Join(t.TempDir(), "gpubpf")
@@ -107,6 +112,60 @@ func TestErrorMessages(t *testing.T) {
 		{"run: words after the object", []string{"run", gpu, app}, true, false, []string{`unexpected "` + app + `"`, "the command after --"}},
 		{"run: --ring-mb not a power of two", []string{"run", "--ring-mb", "3", gpu, "--", app}, true, false, []string{"--ring-mb 3", "want a power of two"}},
 		{"run: negative -d", []string{"run", "-d", "-1", gpu, "--", app}, true, false, []string{"--duration -1", "want a positive number"}},
+		{"run: direct programs alone without --direct", []string{"run", directObj, "--", app}, false, false,
+			[]string{base(directObj), "are all direct GPU programs", "gpubpf run --direct"}},
+		{"run --direct: no direct programs", []string{"run", "--direct", gpu}, false, false,
+			[]string{base(gpu), `--direct runs programs in SEC("gpu/direct") or SEC("kprobe/__directly_run")`, "vecadd_entry", "move a program to such a section"}},
+		{"run --direct: a command", []string{"run", "--direct", directObj, "--", app}, true, false,
+			[]string{`drop "-- ` + app + `"`, "drop --direct to trace it"}},
+		{"run --direct: -p", []string{"run", "--direct", "-p", "1", directObj}, true, false, []string{"--direct runs with no application: drop -p"}},
+		{"run --direct: -k", []string{"run", "--direct", "-k", "vecAdd", directObj}, true, false, []string{"drop -k"}},
+		{"run --direct: -i", []string{"run", "--direct", "-i", "1", directObj}, true, false, []string{"-i does not apply to --direct"}},
+		{"run --direct: --attach", []string{"run", "--direct", "--attach", "p=f", directObj}, true, false, []string{"--attach places uprobes", "drop it"}},
+		{"run: --grid without --direct", []string{"run", "--grid", "4", gpu, "--", app}, true, false,
+			[]string{"--grid applies to direct runs only", "add --direct"}},
+		{"run: --map without --direct", []string{"run", "--map", "vec_N=[1]", gpu, "--", app}, true, false,
+			[]string{"--map applies to direct runs only", "add --direct"}},
+		{"run --direct: bad --grid", []string{"run", "--direct", "--grid", "4,x", directObj}, true, false,
+			[]string{"--grid 4,x", "want X[,Y[,Z]], positive integers"}},
+		{"run --direct: --grid of four numbers", []string{"run", "--direct", "--grid", "1,1,1,1", directObj}, true, false,
+			[]string{"--grid 1,1,1,1", "want X[,Y[,Z]]"}},
+		{"run --direct: --block too big", []string{"run", "--direct", "--block", "64,64", directObj}, true, false,
+			[]string{"--block 64,64", "at most 1024 threads", "this is 4096"}},
+		{"run --direct: --grid too big in y", []string{"run", "--direct", "--grid", "1,70000", directObj}, true, false,
+			[]string{"--grid 1,70000", "65535 in y and z"}},
+		{"run --direct: --threads and --grid", []string{"run", "--direct", "--threads", "100", "--grid", "4", directObj}, true, false,
+			[]string{"give --threads 100 or --grid 4, not both"}},
+		{"run --direct: --threads with a 2-D block", []string{"run", "--direct", "--threads", "100", "--block", "16,16", directObj}, true, false,
+			[]string{"--threads 100 makes a 1-D grid", "give a 1-D --block X"}},
+		{"run --direct: --map without =", []string{"run", "--direct", "--map", "vec_N", directObj}, true, false,
+			[]string{"--map vec_N", "want NAME=JSON", "--map 'vec_N=[1048576]'"}},
+		{"run --direct: --map of an unknown map", []string{"run", "--direct", "--map", "vec_X=[1]", directObj}, false, false,
+			[]string{"--map vec_X", "no map vec_X", "the ones to fill are gemm_A, gemm_B, gemm_C, gemm_dims, vec_A, vec_B, vec_C, vec_N"}},
+		{"run --direct: --map of a map the program does not use", []string{"run", "--direct", "--program", "gemm", "--map", "vec_N=[1]", directObj}, false, false,
+			[]string{"--map vec_N", "no map vec_N", "the ones to fill are gemm_A, gemm_B, gemm_C, gemm_dims"}},
+		{"run --direct: --map value out of range", []string{"run", "--direct", "--map", "vec_N=[4294967296]", directObj}, false, false,
+			[]string{"--map vec_N: map vec_N key 0", "value 4294967296 is out of range for 4-byte values", "give one from -2147483648 to 4294967295"}},
+		{"run --direct: --map key past max_entries", []string{"run", "--direct", "--map", `vec_N={"1": 5}`, directObj}, false, false,
+			[]string{`--map vec_N: map vec_N key "1"`, "the map has 1 entries (keys 0 to 0)", "use a key below 1"}},
+		{"run --direct: --map with too many values", []string{"run", "--direct", "--map", "gemm_dims=[[1,2,3],[4,5,6]]", directObj}, false, false,
+			[]string{"--map gemm_dims: map gemm_dims has 1 entries, and the array gives 2 values", "give at most 1"}},
+		{"run --direct: --map value that does not split", []string{"run", "--direct", "--map", "gemm_dims=[[1,2]]", directObj}, false, false,
+			[]string{"--map gemm_dims: map gemm_dims key 0", "2 numbers do not split a 12-byte value", "give 3, 6 or 12 numbers"}},
+		{"run --direct: --map bad JSON", []string{"run", "--direct", "--map", "vec_N=[1,", directObj}, false, false,
+			[]string{"--map vec_N: bad JSON", "write values as JSON"}},
+		{"run --direct: --map-file missing", []string{"run", "--direct", "--map-file", "/nonexistent/ab.json", directObj}, false, false,
+			[]string{"--map-file /nonexistent/ab.json", "no such file", "give a JSON file of map names and values"}},
+		{"run --direct: --map-file bad JSON", []string{"run", "--direct", "--map-file", badJSON, directObj}, false, false,
+			[]string{badJSON + ": bad JSON at line 2, column 3", "write values as JSON"}},
+		{"run --direct: --map-file of an unknown map", []string{"run", "--direct", "--map-file", unknownJSON, directObj}, false, false,
+			[]string{unknownJSON + ": no map vec_X", "the ones to fill are"}},
+		{"run --direct: --dump into a missing directory", []string{"run", "--direct", "--dump", "/nonexistent/out.json", directObj}, false, false,
+			[]string{"--dump /nonexistent/out.json", "directory /nonexistent does not exist", "give a file in an existing directory"}},
+		{"run --direct: --program unknown", []string{"run", "--direct", "--program", "nope", directObj}, false, false,
+			[]string{base(directObj), "--program nope", "its programs are gemm, hello, vec_add"}},
+		{"run --direct: no libcuda (a machine without a GPU)", []string{"run", "--direct", "--threads", "1024", directObj}, false, false,
+			[]string{"--direct needs a GPU", "cannot load the CUDA driver library libcuda.so.1", "--direct runs on a machine with an NVIDIA GPU and its driver installed"}},
 		{"ptx: no object", []string{"ptx"}, true, false, []string{"gpubpf ptx needs one BPF object", "gpubpf ptx PROG.bpf.o"}},
 		{"ptx: no such file", []string{"ptx", "/nonexistent/prog.bpf.o"}, false, false, []string{"/nonexistent/prog.bpf.o: no such file", "clang"}},
 		{"ptx: not an ELF file", []string{"ptx", notELF}, false, false, []string{notELF + " is not an ELF file", "clang"}},
@@ -123,6 +182,9 @@ func TestErrorMessages(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.root && os.Geteuid() != 0 {
 				t.Skip("loads CPU programs into the kernel: needs root")
+			}
+			if strings.Contains(tc.name, "no libcuda") && hasLibcuda() {
+				t.Skip("this machine has the CUDA driver library")
 			}
 			bin, args := tool, tc.args
 			if args[0] == "lone" {
@@ -167,4 +229,11 @@ func TestErrorMessages(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hasLibcuda reports whether the dynamic loader would find libcuda.so.1.
+func hasLibcuda() bool {
+	out, _ := exec.Command("ldconfig", "-p").Output()
+	_, err := os.Stat("/dev/nvidiactl")
+	return strings.Contains(string(out), "libcuda.so.1") || err == nil
 }

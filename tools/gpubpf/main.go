@@ -18,7 +18,9 @@ func register(c *cli.Command) { commands = append(commands, c) }
 
 const examples = `gpubpf kernels ./vec_add              # kernels of a binary, with PTX/SASS status
 gpubpf ptx prog.bpf.o                  # PTX the compiler makes for each GPU program
-sudo gpubpf run prog.bpf.o -- ./vec_add  # run a GPU eBPF object against a program`
+sudo gpubpf run prog.bpf.o -- ./vec_add  # run a GPU eBPF object against a program
+gpubpf run --direct --threads 1048576 --map 'vec_N=[1048576]' bpf/examples/direct_run_bpfel.o
+                                       # run direct programs as kernels of their own`
 
 func newApp() *cli.App {
 	app := toolkit.NewApp("gpubpf", "run GPU eBPF programs and inspect CUDA binaries", examples)

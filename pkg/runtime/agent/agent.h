@@ -10,7 +10,7 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 4u
+#define PROTO_VERSION 5u
 #define PROTO_MAX_FRAME (64u << 20)
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))
@@ -63,6 +63,8 @@ struct drv {
 	CUresult (*cuEventRecord)(CUevent, CUstream);
 	CUresult (*cuEventSynchronize)(CUevent);
 	CUresult (*cuEventDestroy)(CUevent);
+	CUresult (*cuEventQuery)(CUevent);
+	CUresult (*cuEventElapsedTime)(float *, CUevent, CUevent);
 	CUresult (*cuStreamIsCapturing)(CUstream, int *);
 	CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
 	CUresult (*cuMemFree)(CUdeviceptr);
@@ -93,6 +95,17 @@ struct drv {
 extern struct drv D;
 HIDDEN int drv_init(void);         /* 0 when the driver entry points are usable */
 HIDDEN int cuda_loaded(void);      /* libcuda present in the process */
+
+/* ---- direct mode (direct.c) ---- */
+/* Set only by the library's own entry point (the agent run as a program:
+ * the host process of `gpubpf run --direct`), never by the environment of
+ * an application it is preloaded into: op launch runs the tool's kernels,
+ * which the agent does in its own process only. */
+extern int g_direct;
+/* Why CUDA cannot be used in direct mode ("" when it can): told to the
+ * tool in hello and in the reply to every driver op. */
+extern char g_direct_err[512];
+HIDDEN void agent_setup(void); /* what the constructor does, once */
 
 /* ---- inventory (inventory.c) ---- */
 enum mod_kind { MK_LIBRARY_DATA = 1, MK_LIBRARY_FILE, MK_MODULE_DATA, MK_MODULE_FILE, MK_MODULE_FATBIN };
@@ -146,6 +159,8 @@ struct clone {
 	CUcontext ctx;
 	int pinned;   /* referenced by a graph: never unloaded */
 	int overflow; /* more streams than events: synchronise the context */
+	CUfunction *fns; /* the entries load resolved (op launch runs only these) */
+	uint32_t nfns;
 	pthread_mutex_t evmu;
 	int nev;
 	struct {
@@ -241,6 +256,9 @@ HIDDEN void server_notify_failure(struct activation *a, CUresult r);
 HIDDEN void server_hold(uint64_t id);
 HIDDEN void server_device_used(CUdevice dev);
 HIDDEN void server_atfork_child(void);
+/* Direct mode: serve one tool session; returns the exit status (0 after a
+ * session, non-zero when none came within wait_ms). */
+HIDDEN int server_direct_serve(long wait_ms);
 
 /* ---- interposition (interpose.c) ---- */
 extern void *(*real_dlsym)(void *, const char *);

@@ -140,6 +140,8 @@ int drv_init(void)
 	G(cuEventRecord);
 	G(cuEventSynchronize);
 	G(cuEventDestroy);
+	G(cuEventQuery);
+	G(cuEventElapsedTime);
 	G(cuStreamIsCapturing);
 	G(cuMemAlloc);
 	G(cuMemFree);
@@ -1225,8 +1227,11 @@ static void atfork_child(void)
 	server_atfork_child();
 }
 
-__attribute__((constructor)) static void agent_init(void)
+void agent_setup(void)
 {
+	static int done;
+	if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL))
+		return;
 	const char *d = getenv("GPUBPF_AGENT_DEBUG");
 	g_debug = d && d[0] == '1';
 	fill_wrappers();
@@ -1237,3 +1242,8 @@ __attribute__((constructor)) static void agent_init(void)
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 	server_start();
 }
+
+/* Run as a program (direct mode), the library is the main executable,
+ * whose constructors the dynamic loader leaves to a libc start-up code it
+ * does not have: its entry point calls agent_setup itself. */
+__attribute__((constructor)) static void agent_init(void) { agent_setup(); }

@@ -47,6 +47,7 @@ enum {
 	OP_DEVICE_READY = 21,
 	OP_RING_DRAIN = 22,
 	OP_CLOCK = 23,
+	OP_LAUNCH = 24,
 	NOTE_MODULE = 0x40,
 	NOTE_PROBE_FAILED = 0x41,
 	NOTE_UNLOADING = 0x42,
@@ -238,6 +239,7 @@ static int g_need_start;  /* after fork: start at next driver call */
 static int g_hold_env;    /* GPUBPF_AGENT_HOLD=1 */
 static int g_hold_waited; /* waited once for a tool to connect */
 static uint64_t g_dev_used; /* g_mu: devices the application uses (bit per ordinal) */
+static int g_direct_taken;  /* g_mu: direct mode's one session has connected */
 static long g_hold_ms = 10000;
 
 static void wake(struct session *s)
@@ -650,6 +652,16 @@ static void after_clone_launches(struct session *s, CUcontext c, CUstream st)
 
 static void clk_release(struct clk *k);
 
+/* A clone's memory (never a pinned one's: a graph may still reach it). */
+static void clone_free(struct clone *c)
+{
+	if (c->pinned)
+		return;
+	pthread_mutex_destroy(&c->evmu);
+	free(c->fns);
+	free(c);
+}
+
 static void clone_unload(struct clone *c)
 {
 	if (__atomic_load_n(&c->pinned, __ATOMIC_RELAXED)) {
@@ -719,8 +731,7 @@ static void detach_all(struct session *s)
 		struct clone *c = s->clones;
 		s->clones = c->next;
 		clone_unload(c);
-		if (!c->pinned)
-			free(c);
+		clone_free(c);
 	}
 	while (s->regions) {
 		struct region *g = s->regions;
@@ -841,6 +852,8 @@ static void op_hello(struct session *s, struct rbuf *r, struct wbuf *w)
 	uint64_t used = g_dev_used;
 	pthread_mutex_unlock(&g_mu);
 	wb_u64(w, used); /* protocol 2: devices in use */
+	wb_u32(w, (uint32_t)g_direct); /* protocol 5: direct mode, and why CUDA is not ready there */
+	wb_str(w, g_direct_err);
 }
 
 static void put_module(struct wbuf *w, const struct module *m)
@@ -1063,6 +1076,7 @@ static int op_load(struct session *s, uint32_t req, struct rbuf *r, struct wbuf 
 	wb_u32(w, nf);
 	int missing = 0;
 	char miss[256] = "";
+	cl->fns = nf ? calloc(nf, sizeof(*cl->fns)) : NULL;
 	for (uint32_t i = 0; i < nf; i++) {
 		char *name = rb_str(r);
 		CUfunction f = NULL;
@@ -1071,6 +1085,8 @@ static int op_load(struct session *s, uint32_t req, struct rbuf *r, struct wbuf 
 			missing = 1;
 			snprintf(miss, sizeof(miss), "%s", name ? name : "?");
 		}
+		if (cl->fns)
+			cl->fns[cl->nfns++] = f;
 		wb_str(w, name);
 		wb_u64(w, (uint64_t)(uintptr_t)f);
 		free(name);
@@ -1080,8 +1096,7 @@ static int op_load(struct session *s, uint32_t req, struct rbuf *r, struct wbuf 
 	if (missing || r->err) {
 		D.cuModuleUnload(mod);
 		D.cuCtxSetCurrent(saved);
-		pthread_mutex_destroy(&cl->evmu);
-		free(cl);
+		clone_free(cl);
 		if (r->err)
 			return send_error(s, OP_LOAD, req, ST_BAD_REQUEST, 0, "malformed load request");
 		return send_error(s, OP_LOAD, req, ST_NOT_FOUND, CUDA_ERROR_NOT_FOUND,
@@ -1134,8 +1149,7 @@ static int op_unload(struct session *s, uint32_t req, struct rbuf *r, struct wbu
 	D.cuCtxGetCurrent(&saved);
 	clone_unload(c);
 	D.cuCtxSetCurrent(saved);
-	if (!c->pinned)
-		free(c);
+	clone_free(c);
 	wb_i32(w, ST_OK);
 	return 1;
 }
@@ -1966,6 +1980,166 @@ static int op_clock(struct session *s, uint32_t req, struct rbuf *r, struct wbuf
 	return ret;
 }
 
+/* ---------------- launch (op 24, direct mode only) ---------------- */
+
+#define LAUNCH_MAX_PARAMS 32764u    /* the driver's own limit on a kernel's parameters */
+#define LAUNCH_DEFAULT_MS 60000u    /* a request's timeout 0 */
+#define LAUNCH_MAX_MS 86400000u
+
+/* The clone of this session that resolved function fn, if any. */
+static struct clone *clone_of_function(struct session *s, uint64_t fn)
+{
+	for (struct clone *c = s->clones; c; c = c->next)
+		for (uint32_t i = 0; i < c->nfns; i++)
+			if ((uint64_t)(uintptr_t)c->fns[i] == fn)
+				return c;
+	return NULL;
+}
+
+/* Launches a function the tool loaded, on the session's own stream, and
+ * waits for it: events around it time the kernel; the wait polls, so that
+ * a kernel that never ends costs the tool its timeout, not the session. A
+ * kernel that faults leaves the context unusable: the tool ends the run. */
+static int launch_run(struct session *s, uint32_t req, CUcontext c, CUfunction f, const uint32_t g[3],
+		      const uint32_t b[3], uint32_t shmem, const uint8_t *params, size_t plen, uint32_t ms,
+		      struct wbuf *w)
+{
+	CUresult cr;
+	CUstream st = op_stream(s, c, &cr);
+	if (!st)
+		return send_error(s, OP_LAUNCH, req, ST_CUDA, cr, "launch: cannot create the agent's stream");
+	CUevent e0 = NULL, e1 = NULL;
+	const char *what = "cuEventCreate";
+	cr = D.cuEventCreate(&e0, 0);
+	if (cr == CUDA_SUCCESS)
+		cr = D.cuEventCreate(&e1, 0);
+	if (cr == CUDA_SUCCESS) {
+		what = "cuEventRecord";
+		cr = D.cuEventRecord(e0, st);
+	}
+	/* The packed buffer goes by `extra`, as the driver takes one the
+	 * tool built without knowing the kernel's parameter list. */
+	void *buf = NULL;
+	size_t bsz = plen;
+	void *extra[5] = {CU_LAUNCH_PARAM_BUFFER_POINTER, NULL, CU_LAUNCH_PARAM_BUFFER_SIZE, &bsz, CU_LAUNCH_PARAM_END};
+	if (cr == CUDA_SUCCESS && plen) {
+		if (posix_memalign(&buf, 16, plen) != 0) {
+			buf = NULL;
+			cr = CUDA_ERROR_OUT_OF_MEMORY;
+			what = "allocating the parameter buffer";
+		} else {
+			memcpy(buf, params, plen);
+			extra[1] = buf;
+		}
+	}
+	uint64_t t0 = mono_ns();
+	int refused = 0;
+	if (cr == CUDA_SUCCESS) {
+		cr = D.cuLaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], shmem, st, NULL, plen ? extra : NULL);
+		refused = cr != CUDA_SUCCESS;
+	}
+	if (cr == CUDA_SUCCESS) {
+		what = "cuEventRecord";
+		cr = D.cuEventRecord(e1, st);
+	}
+	free(buf);
+	CUresult q = cr;
+	uint64_t wall = 0, sleep_ns = 10000;
+	if (cr == CUDA_SUCCESS) {
+		while ((q = D.cuEventQuery(e1)) == CUDA_ERROR_NOT_READY) {
+			wall = mono_ns() - t0;
+			if (wall > (uint64_t)ms * 1000000ull)
+				break;
+			struct timespec d = {0, (long)sleep_ns};
+			nanosleep(&d, NULL);
+			if (sleep_ns < 1000000)
+				sleep_ns *= 2;
+		}
+		wall = mono_ns() - t0;
+	}
+	float gpu_ms = 0;
+	int timed = q == CUDA_SUCCESS && D.cuEventElapsedTime(&gpu_ms, e0, e1) == CUDA_SUCCESS;
+	/* Destroying an event still pending is allowed: the driver frees it
+	 * once the work before it completes. */
+	if (e0)
+		D.cuEventDestroy(e0);
+	if (e1)
+		D.cuEventDestroy(e1);
+	if (cr != CUDA_SUCCESS) {
+		if (refused)
+			return send_error(s, OP_LAUNCH, req, ST_CUDA, cr,
+					  "cuLaunchKernel refused grid (%u,%u,%u) block (%u,%u,%u) with %u bytes of dynamic "
+					  "shared memory",
+					  g[0], g[1], g[2], b[0], b[1], b[2], shmem);
+		return send_error(s, OP_LAUNCH, req, ST_CUDA, cr, "launch: %s failed", what);
+	}
+	if (q == CUDA_ERROR_NOT_READY)
+		return send_error(s, OP_LAUNCH, req, ST_CUDA, q,
+				  "the kernel did not finish within %u ms; it still runs until its process ends", ms);
+	if (q != CUDA_SUCCESS)
+		return send_error(s, OP_LAUNCH, req, ST_CUDA, q,
+				  "the kernel failed while running (CUresult %d); the context cannot be used any more", q);
+	wb_i32(w, ST_OK);
+	wb_u64(w, timed ? (uint64_t)((double)gpu_ms * 1e6) : wall); /* kernel time, ns */
+	wb_u64(w, wall);
+	wb_u32(w, (uint32_t)timed);
+	return 1;
+}
+
+static int op_launch(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w)
+{
+	int dev = rb_i32(r);
+	uint64_t ctx = rb_u64(r), fn = rb_u64(r);
+	uint32_t g[3], b[3];
+	for (int i = 0; i < 3; i++)
+		g[i] = rb_u32(r);
+	for (int i = 0; i < 3; i++)
+		b[i] = rb_u32(r);
+	uint32_t shmem = rb_u32(r);
+	size_t plen = 0;
+	const uint8_t *params = rb_bytes(r, &plen);
+	uint32_t ms = rb_u32(r);
+	if (r->err)
+		return send_error(s, OP_LAUNCH, req, ST_BAD_REQUEST, 0, "malformed launch request");
+	if (!g[0] || !g[1] || !g[2] || !b[0] || !b[1] || !b[2])
+		return send_error(s, OP_LAUNCH, req, ST_BAD_REQUEST, 0,
+				  "launch: grid (%u,%u,%u) block (%u,%u,%u): every dimension must be at least 1", g[0], g[1],
+				  g[2], b[0], b[1], b[2]);
+	if (plen > LAUNCH_MAX_PARAMS)
+		return send_error(s, OP_LAUNCH, req, ST_BAD_REQUEST, 0,
+				  "launch: %zu bytes of parameters; the driver takes at most %u", plen, LAUNCH_MAX_PARAMS);
+	if (!ms)
+		ms = LAUNCH_DEFAULT_MS;
+	if (ms > LAUNCH_MAX_MS)
+		return send_error(s, OP_LAUNCH, req, ST_BAD_REQUEST, 0, "launch: timeout %u ms; at most %u", ms,
+				  LAUNCH_MAX_MS);
+	if (!D.cuLaunchKernel || !D.cuEventCreate || !D.cuEventRecord || !D.cuEventQuery || !D.cuEventElapsedTime ||
+	    !D.cuEventDestroy)
+		return send_error(s, OP_LAUNCH, req, ST_UNSUPPORTED, 0,
+				  "launch: the driver lacks cuLaunchKernel or the cuEvent entry points");
+	struct clone *cl = clone_of_function(s, fn);
+	if (!fn || !cl)
+		return send_error(s, OP_LAUNCH, req, ST_NOT_FOUND, 0,
+				  "launch: function 0x%llx was not loaded by this session (op load returns the handles)",
+				  (unsigned long long)fn);
+	CUcontext saved = NULL, c = NULL;
+	D.cuCtxGetCurrent(&saved);
+	CUresult cr = use_ctx(s, dev, ctx, &c);
+	if (cr != CUDA_SUCCESS) {
+		D.cuCtxSetCurrent(saved);
+		return send_error(s, OP_LAUNCH, req, ST_CUDA, cr, "cannot make the context of device %d current", dev);
+	}
+	int ret;
+	if (c != cl->ctx)
+		ret = send_error(s, OP_LAUNCH, req, ST_BAD_REQUEST, 0,
+				 "launch: function 0x%llx was loaded in another context than the request's target",
+				 (unsigned long long)fn);
+	else
+		ret = launch_run(s, req, c, (CUfunction)(uintptr_t)fn, g, b, shmem, params, plen, ms, w);
+	D.cuCtxSetCurrent(saved);
+	return ret;
+}
+
 static void op_stats(struct session *s, struct wbuf *w)
 {
 	pthread_rwlock_rdlock(&g_rw);
@@ -2003,11 +2177,19 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 	}
 	if (!s->hello && type != OP_HELLO)
 		return send_error(s, type, req, ST_BAD_REQUEST, 0, "say hello first");
+	if (type == OP_LAUNCH && !g_direct)
+		return send_error(s, type, req, ST_UNSUPPORTED, 0,
+				  "launch runs a tool's own kernels, which the agent does only as the host process of a "
+				  "direct run (gpubpf run --direct), never inside an application");
 	if (type != OP_HELLO && type != OP_LIST && type != OP_FETCH && type != OP_STATS && type != OP_CONTINUE && type != OP_DEVICE_READY &&
 	    type != OP_RELEASE_UNLOAD &&
-	    type != OP_DEACTIVATE && type != OP_DETACH && drv_init() != 0)
+	    type != OP_DEACTIVATE && type != OP_DETACH && drv_init() != 0) {
+		if (g_direct)
+			return send_error(s, type, req, ST_UNSUPPORTED, CUDA_ERROR_NOT_INITIALIZED, "%s",
+					  g_direct_err[0] ? g_direct_err : "the CUDA driver could not be initialised");
 		return send_error(s, type, req, ST_UNSUPPORTED, CUDA_ERROR_NOT_INITIALIZED,
 				  "the process has not initialised CUDA yet");
+	}
 	switch (type) {
 	case OP_HELLO:
 		op_hello(s, &r, &w);
@@ -2045,6 +2227,9 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 		break;
 	case OP_CLOCK:
 		ret = op_clock(s, req, &r, &w);
+		break;
+	case OP_LAUNCH:
+		ret = op_launch(s, req, &r, &w);
 		break;
 	case OP_DEACTIVATE: {
 		uint64_t h = rb_u64(&r);
@@ -2309,6 +2494,18 @@ static void *listener_main(void *arg)
 			close(c);
 			continue;
 		}
+		/* A direct host serves the tool that started it, and exits when
+		 * that session ends: a second tool would share its kernels' maps. */
+		pthread_mutex_lock(&g_mu);
+		int taken = g_direct && g_direct_taken;
+		pthread_mutex_unlock(&g_mu);
+		if (taken) {
+			fprintf(stderr,
+				"gpubpf-agent[%d]: direct mode serves one tool; refused a second connection (pid %d)\n",
+				(int)getpid(), (int)cr.pid);
+			close(c);
+			continue;
+		}
 		struct session *s = calloc(1, sizeof(*s));
 		int efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (!s || efd < 0) {
@@ -2325,6 +2522,10 @@ static void *listener_main(void *arg)
 		pthread_mutex_lock(&g_mu);
 		s->next = g_sessions;
 		g_sessions = s;
+		if (g_direct) {
+			g_direct_taken = 1;
+			pthread_cond_broadcast(&g_cond);
+		}
 		pthread_mutex_unlock(&g_mu);
 		pthread_t th;
 		pthread_attr_t at;
@@ -2423,4 +2624,41 @@ void server_atfork_child(void)
 	g_dev_used = 0; /* the child has no contexts of its own yet */
 	__atomic_store_n(&g_started, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&g_need_start, 1, __ATOMIC_RELAXED);
+}
+
+int server_direct_serve(long wait_ms)
+{
+	if (g_listen_fd < 0) {
+		fprintf(stderr, "gpubpf-agent[%d]: direct mode: cannot serve a control socket (in %s): %s\n", (int)getpid(),
+			getenv("GPUBPF_AGENT_SOCKET_DIR") ? getenv("GPUBPF_AGENT_SOCKET_DIR") : "/run/gpubpf",
+			strerror(errno));
+		return 1;
+	}
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += wait_ms / 1000;
+	dl.tv_nsec += (wait_ms % 1000) * 1000000L;
+	if (dl.tv_nsec >= 1000000000L) {
+		dl.tv_sec++;
+		dl.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&g_mu);
+	while (!g_direct_taken)
+		if (pthread_cond_timedwait(&g_cond, &g_mu, &dl) == ETIMEDOUT)
+			break;
+	if (!g_direct_taken) {
+		pthread_mutex_unlock(&g_mu);
+		fprintf(stderr,
+			"gpubpf-agent[%d]: direct mode: no gpubpf tool connected within %.1f s; exiting (the host process "
+			"is started by gpubpf run --direct, not by hand)\n",
+			(int)getpid(), wait_ms / 1000.0);
+		return 3;
+	}
+	/* The session's thread takes itself off the list once it has put
+	 * everything back (detach): then the process may go. */
+	while (g_sessions)
+		pthread_cond_wait(&g_cond, &g_mu);
+	pthread_mutex_unlock(&g_mu);
+	DBG("direct mode: the tool's session ended");
+	return 0;
 }

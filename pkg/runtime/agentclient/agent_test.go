@@ -298,6 +298,9 @@ func TestAgentEndToEnd(t *testing.T) {
 		t.Fatalf("second tool's activation: want refused, got %v", err)
 	}
 	other.Close()
+	// Its clone goes as its session ends; wait for that, or its UNLOAD line
+	// would pass for this session's below.
+	a.expect("UNLOAD probe_vecAdd")
 	st, err := c.Stats()
 	if err != nil || len(st) != 1 || st[0].Launches != 2 {
 		t.Fatalf("stats %+v %v", st, err)

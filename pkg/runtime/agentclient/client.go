@@ -468,6 +468,12 @@ func (c *Conn) until(start time.Time, d time.Duration) (time.Time, <-chan struct
 // once it runs again, and every later request fails at once instead of
 // waiting in turn.
 func (c *Conn) call(op agentproto.Op, req agentproto.Message, out agentproto.Message, fds []int) error {
+	return c.callWithin(op, req, out, fds, c.timeoutFor(op))
+}
+
+// callWithin is call with its own bound on the answer: a request that
+// says how long the agent may take (launch) allows that and a margin.
+func (c *Conn) callWithin(op agentproto.Op, req agentproto.Message, out agentproto.Message, fds []int, allowed time.Duration) error {
 	ch := make(chan reply, 1)
 	c.mu.Lock()
 	if c.err != nil {
@@ -491,7 +497,7 @@ func (c *Conn) call(op agentproto.Op, req agentproto.Message, out agentproto.Mes
 		c.forget(id)
 		return fmt.Errorf("agent %s: request of %d bytes is over the 64 MiB frame limit", op, len(payload))
 	}
-	start, allowed := time.Now(), c.timeoutFor(op)
+	start := time.Now()
 	end, changed := c.until(start, allowed)
 	frame := agentproto.AppendFrame(nil, op, id, payload)
 	c.wmu.Lock()

@@ -3,6 +3,7 @@ package agentclient
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 )
@@ -190,6 +191,25 @@ func (c *Conn) Clock(t Target, rounds int) (agentproto.ClockReply, error) {
 		return agentproto.ClockReply{}, err
 	}
 	return r, nil
+}
+
+// Launch runs r.Function (loaded by this session with LoadPTX in r.Target's
+// context) once as a kernel of its own and waits for it (see
+// agentproto.LaunchRequest). Only an agent in direct mode launches
+// (Info().Direct); an agent preloaded into an application refuses with
+// agentproto.StatusUnsupported. The answer may take r.TimeoutMs and then
+// CallTimeout more.
+func (c *Conn) Launch(r agentproto.LaunchRequest) (agentproto.LaunchReply, error) {
+	ms := r.TimeoutMs
+	if ms == 0 {
+		ms = agentproto.LaunchDefaultTimeoutMs
+	}
+	if ms > agentproto.LaunchMaxTimeoutMs {
+		return agentproto.LaunchReply{}, fmt.Errorf("agent launch: timeout %d ms; at most %d", ms, agentproto.LaunchMaxTimeoutMs)
+	}
+	var rep agentproto.LaunchReply
+	err := c.callWithin(agentproto.OpLaunch, &r, &rep, nil, time.Duration(ms)*time.Millisecond+c.timeoutFor(agentproto.OpLaunch))
+	return rep, err
 }
 
 // Deactivate restores kernel's original (0: every kernel of this

@@ -129,6 +129,12 @@ type Hello struct {
 	// context-independent modules belong. Later ones come as
 	// NoteDeviceUsed.
 	DevicesUsed uint64
+	// Direct: the agent runs as a program of its own, the host process of
+	// a direct run (no application; OpLaunch runs the tool's kernels).
+	Direct bool
+	// CUDAError says, in direct mode, why CUDA cannot be used (libcuda
+	// missing, cuInit failed); "" otherwise.
+	CUDAError string
 }
 
 func (m *Hello) Encode(e *Encoder) {
@@ -148,6 +154,8 @@ func (m *Hello) Encode(e *Encoder) {
 		e.I32(v.Minor)
 	}
 	e.U64(m.DevicesUsed)
+	e.Bool(m.Direct)
+	e.Str(m.CUDAError)
 }
 
 func (m *Hello) Decode(d *Decoder) {
@@ -165,6 +173,8 @@ func (m *Hello) Decode(d *Decoder) {
 		m.Devices[i] = Device{Ordinal: d.I32(), Name: d.Str(), Major: d.I32(), Minor: d.I32()}
 	}
 	m.DevicesUsed = d.U64()
+	m.Direct = d.Bool()
+	m.CUDAError = d.Str()
 }
 
 // Encode writes a device (NoteDeviceUsed's payload).
@@ -817,6 +827,80 @@ type ClockReply struct {
 func (m *ClockReply) Encode(e *Encoder) { e.U64(uint64(m.Offset)); e.U64(m.Bound); e.U64(m.At) }
 func (m *ClockReply) Decode(d *Decoder) { m.Offset = int64(d.U64()); m.Bound = d.U64(); m.At = d.U64() }
 
+// LaunchRequest runs Function (a handle from LoadReply of this session,
+// loaded in Target's context) once as a kernel of its own (OpLaunch): on the
+// session's stream, with Grid and Block dimensions (each at least 1),
+// SharedBytes of dynamic shared memory and Params, the parameters packed
+// the way CUDA lays out kernelParams (each at its natural alignment; empty
+// for a kernel without any). The agent waits for the kernel up to
+// TimeoutMs (0: LaunchDefaultTimeoutMs). Only an agent in direct mode
+// (Hello.Direct) launches; inside an application it answers
+// StatusUnsupported. A kernel still running at the timeout answers
+// StatusCUDA with CUResult LaunchTimedOut; one that faulted, StatusCUDA
+// with its CUresult (its context is then unusable).
+type LaunchRequest struct {
+	Target
+	Function    uint64
+	Grid        [3]uint32
+	Block       [3]uint32
+	SharedBytes uint32
+	Params      []byte
+	TimeoutMs   uint32
+}
+
+// Launch limits and results.
+const (
+	LaunchDefaultTimeoutMs = 60_000
+	LaunchMaxTimeoutMs     = 86_400_000
+	LaunchMaxParams        = 32764 // the driver's limit on a kernel's parameter bytes
+	LaunchTimedOut         = 600   // CUDA_ERROR_NOT_READY: the kernel was still running
+)
+
+func (m *LaunchRequest) Encode(e *Encoder) {
+	m.Target.encode(e)
+	e.U64(m.Function)
+	for _, v := range m.Grid {
+		e.U32(v)
+	}
+	for _, v := range m.Block {
+		e.U32(v)
+	}
+	e.U32(m.SharedBytes)
+	e.Bytes(m.Params)
+	e.U32(m.TimeoutMs)
+}
+
+func (m *LaunchRequest) Decode(d *Decoder) {
+	m.Target.decode(d)
+	m.Function = d.U64()
+	for i := range m.Grid {
+		m.Grid[i] = d.U32()
+	}
+	for i := range m.Block {
+		m.Block[i] = d.U32()
+	}
+	m.SharedBytes = d.U32()
+	m.Params = d.Bytes()
+	m.TimeoutMs = d.U32()
+}
+
+// LaunchReply times a kernel that ran to completion: KernelNanos between
+// CUDA events recorded around it on its stream (Timed), or, where the
+// events could not time it, the wall time; WallNanos from the launch call
+// to the agent seeing it done.
+type LaunchReply struct {
+	KernelNanos uint64
+	WallNanos   uint64
+	Timed       bool
+}
+
+func (m *LaunchReply) Encode(e *Encoder) { e.U64(m.KernelNanos); e.U64(m.WallNanos); e.Bool(m.Timed) }
+func (m *LaunchReply) Decode(d *Decoder) {
+	m.KernelNanos = d.U64()
+	m.WallNanos = d.U64()
+	m.Timed = d.Bool()
+}
+
 // CountReply carries a count (Deactivate: probes removed).
 type CountReply struct{ Count uint32 }
 
@@ -895,6 +979,8 @@ func ReplyFor(op Op) Message {
 		return &RingDrainReply{}
 	case OpClock:
 		return &ClockReply{}
+	case OpLaunch:
+		return &LaunchReply{}
 	}
 	return nil
 }
@@ -940,6 +1026,8 @@ func RequestFor(op Op) Message {
 		return &RingDrainRequest{}
 	case OpClock:
 		return &ClockRequest{}
+	case OpLaunch:
+		return &LaunchRequest{}
 	}
 	return nil
 }

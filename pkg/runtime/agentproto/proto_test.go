@@ -9,13 +9,14 @@ import (
 
 var allOps = []Op{OpHello, OpList, OpFetch, OpGlobals, OpLoad, OpUnload, OpAlloc, OpFree, OpMemset,
 	OpWrite, OpRead, OpRegisterHost, OpUnregisterHost, OpSnapshot, OpActivate, OpDeactivate, OpDetach,
-	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock}
+	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock, OpLaunch}
 
 func TestRoundTrip(t *testing.T) {
 	msgs := []Message{
 		&HelloRequest{Version: Version, Flags: FlagHold, Client: "test"},
 		&Hello{Version: 1, PID: 42, UID: 0, Exe: "/bin/x", AgentVersion: "0.1.0", DriverVersion: 13000,
 			PTXISAMax: 90, CUDAReady: true, Devices: []Device{{0, "H200", 9, 0}, {1, "H200", 9, 0}}, DevicesUsed: 2},
+		&Hello{Version: Version, PID: 7, Direct: true, CUDAError: "cannot load libcuda.so.1", Devices: []Device{}},
 		&Device{Ordinal: 1, Name: "H200", Major: 9, Minor: 0},
 		&DeviceRequest{Ordinal: 1},
 		&Inventory{Modules: []Module{{ID: 1, Kind: LibraryData, Handle: 7, Format: FormatFatbin, Size: 99, Path: ""}},
@@ -38,6 +39,10 @@ func TestRoundTrip(t *testing.T) {
 		&ClockReply{Offset: 1<<62 + 5, Bound: 1, At: 2},
 		&Stats{Probes: []ProbeStat{{Kernel: 1, CloneID: 2, Launches: 5, Disabled: true}}},
 		&ProbeFailed{Kernel: 1, CUResult: 701},
+		&LaunchRequest{Target: Target{Device: 1}, Function: 0x55aa, Grid: [3]uint32{4096, 2, 1}, Block: [3]uint32{256, 1, 1},
+			SharedBytes: 48 << 10, Params: []byte{1, 2, 3, 4, 5, 6, 7, 8}, TimeoutMs: 10_000},
+		&LaunchRequest{Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}},
+		&LaunchReply{KernelNanos: 12_345, WallNanos: 80_000, Timed: true},
 	}
 	for _, m := range msgs {
 		p := Marshal(m)
@@ -89,6 +94,9 @@ func FuzzDecode(f *testing.F) {
 		BufOffset: 16, Region: 4, Offset: 64, Slots: 8}}))
 	f.Add(Marshal(&ClockRequest{Target: Target{Device: 0}, Rounds: 8}))
 	f.Add(MarshalReply(&ClockReply{Offset: -5, Bound: 3, At: 9}))
+	f.Add(Marshal(&LaunchRequest{Function: 9, Grid: [3]uint32{1, 2, 3}, Block: [3]uint32{4, 5, 6}, Params: []byte("p")}))
+	f.Add(MarshalReply(&LaunchReply{KernelNanos: 1, WallNanos: 2, Timed: true}))
+	f.Add(MarshalReply(&Hello{Direct: true, CUDAError: "no libcuda"}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, op := range allOps {
@@ -137,5 +145,22 @@ func TestWireLayout(t *testing.T) {
 	}
 	if OpClock.String() != "clock" {
 		t.Fatalf("OpClock is %q", OpClock)
+	}
+	l := Marshal(&LaunchRequest{Target: Target{Device: 1, Ctx: 2}, Function: 3, Grid: [3]uint32{4, 5, 6},
+		Block: [3]uint32{7, 8, 9}, SharedBytes: 10, Params: []byte{0xaa, 0xbb}, TimeoutMs: 11})
+	want = []byte{
+		1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, // target
+		3, 0, 0, 0, 0, 0, 0, 0, // function
+		4, 0, 0, 0, 5, 0, 0, 0, 6, 0, 0, 0, // grid
+		7, 0, 0, 0, 8, 0, 0, 0, 9, 0, 0, 0, // block
+		10, 0, 0, 0, // shared bytes
+		2, 0, 0, 0, 0xaa, 0xbb, // params
+		11, 0, 0, 0, // timeout ms
+	}
+	if !bytes.Equal(l, want) {
+		t.Fatalf("launch request\n got % x\nwant % x", l, want)
+	}
+	if OpLaunch.String() != "launch" {
+		t.Fatalf("OpLaunch is %q", OpLaunch)
 	}
 }

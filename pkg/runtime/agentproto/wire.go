@@ -15,8 +15,9 @@ import (
 )
 
 // Version is the protocol version this package speaks (sent in Hello).
-// 3: launch words in ActivateRequest, OpClock.
-const Version = 4
+// 3: launch words in ActivateRequest, OpClock. 5: OpLaunch, Hello.Direct
+// and Hello.CUDAError.
+const Version = 5
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12
@@ -52,6 +53,7 @@ const (
 	OpDeviceReady    Op = 21
 	OpRingDrain      Op = 22
 	OpClock          Op = 23
+	OpLaunch         Op = 24
 
 	// Notifications (request id 0), sent by the agent after Hello.
 	NoteModuleLoaded Op = 0x40
@@ -68,7 +70,7 @@ var opNames = map[Op]string{
 	OpStats: "stats", OpContinue: "continue", NoteModuleLoaded: "module-loaded",
 	NoteProbeFailed: "probe-failed", OpReleaseUnload: "release-unload", NoteUnloading: "unloading",
 	OpDeviceReady: "device-ready", NoteDeviceUsed: "device-used", OpRingDrain: "ring-drain",
-	OpClock: "clock",
+	OpClock: "clock", OpLaunch: "launch",
 }
 
 func (o Op) String() string {

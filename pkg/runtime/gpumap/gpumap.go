@@ -577,3 +577,53 @@ func HashLookup(b []byte, p Placement, key []byte) ([]byte, bool) {
 	}
 	return nil, false
 }
+
+// HashInsert puts key -> value into a Hash image on the host (Init's bytes,
+// before the map is written to the device): what an update from the GPU
+// would leave, so lookups there find it. A key already present gets the new
+// value; a map holding MaxEntries keys refuses a new one.
+func HashInsert(b []byte, p Placement, key, value []byte) error {
+	if uint32(len(key)) != p.KeySize || uint32(len(value)) != p.ValueSize {
+		return fmt.Errorf("hash entry of a %d-byte key and a %d-byte value; the map has %d-byte keys and %d-byte values", len(key), len(value), p.KeySize, p.ValueSize)
+	}
+	capa := HashCapacity(p.MaxEntries)
+	ss := HashSlotSize(p.KeySize, p.ValueSize)
+	if uint64(len(b)) < HeaderSize+capa*ss {
+		return fmt.Errorf("hash image of %d bytes is shorter than %d", len(b), HeaderSize+capa*ss)
+	}
+	le := binary.LittleEndian
+	h := FNV1a(key)
+	free := int64(-1)
+	for i := uint64(0); i < capa; i++ {
+		off := HeaderSize + ((uint64(h)+i)&(capa-1))*ss
+		s := b[off : off+ss]
+		switch le.Uint32(s) {
+		case HashValid:
+			if le.Uint32(s[4:]) == h && string(s[8:8+len(key)]) == string(key) {
+				copy(s[8+Stride(p.KeySize):], value)
+				return nil
+			}
+			continue
+		case HashDeleted:
+			if free < 0 {
+				free = int64(off)
+			}
+			continue
+		}
+		if free < 0 {
+			free = int64(off)
+		}
+		break // an empty slot ends the probe chain: the key is not there
+	}
+	count := le.Uint64(b[OffCount:])
+	if free < 0 || count >= uint64(p.MaxEntries) {
+		return fmt.Errorf("the hash map is full: it holds %d entries", p.MaxEntries)
+	}
+	s := b[free : free+int64(ss)]
+	le.PutUint32(s, HashValid)
+	le.PutUint32(s[4:], h)
+	copy(s[8:], key)
+	copy(s[8+Stride(p.KeySize):], value)
+	le.PutUint64(b[OffCount:], count+1)
+	return nil
+}

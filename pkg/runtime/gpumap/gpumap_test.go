@@ -150,3 +150,40 @@ func TestHashLookup(t *testing.T) {
 		t.Fatalf("FNV-1a of \"a\" = %#x", FNV1a([]byte("a")))
 	}
 }
+
+// Entries put in on the host are what the GPU's lookups (HashLookup does
+// the same probing) find.
+func TestHashInsert(t *testing.T) {
+	p := Placement{Kind: Hash, KeySize: 4, ValueSize: 8, MaxEntries: 5}
+	b := Init(p)
+	key := func(k uint32) []byte { return binary.LittleEndian.AppendUint32(nil, k) }
+	val := func(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
+	for k := uint32(0); k < 5; k++ {
+		if err := HashInsert(b, p, key(k*16), val(uint64(k)+100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := HashInsert(b, p, key(32), val(7)); err != nil { // update in place
+		t.Fatal(err)
+	}
+	if err := HashInsert(b, p, key(99), val(1)); err == nil || !strings.Contains(err.Error(), "full: it holds 5 entries") {
+		t.Fatalf("insert into a full map: %v", err)
+	}
+	if err := HashInsert(b, p, []byte{1}, val(1)); err == nil {
+		t.Fatal("a 1-byte key went into a map of 4-byte keys")
+	}
+	for k, want := range map[uint32]uint64{0: 100, 16: 101, 32: 7, 48: 103, 64: 104} {
+		v, ok := HashLookup(b, p, key(k))
+		if !ok || binary.LittleEndian.Uint64(v) != want {
+			t.Errorf("key %d: %v %v, want %d", k, v, ok, want)
+		}
+	}
+	if h, _ := ReadHeader(b); h.Count != 5 {
+		t.Errorf("count %d, want 5", h.Count)
+	}
+	n := 0
+	HashEntries(b, p, func(k, v []byte) bool { n++; return true })
+	if n != 5 {
+		t.Errorf("%d entries, want 5", n)
+	}
+}

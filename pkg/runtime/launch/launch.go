@@ -30,6 +30,9 @@ type Options struct {
 	Hold bool
 	// AgentLib overrides where the agent library is (default: agentlib.Path).
 	AgentLib string
+	// Env is added to the command's environment (the direct-run host:
+	// the agent library itself, started with GPUBPF_AGENT_DIRECT=1).
+	Env []string
 }
 
 // Start starts argv with its stdio passed through. The child is
@@ -44,7 +47,7 @@ func Start(argv []string, opts Options) (*Command, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot start %s: %w", argv[0], err)
 	}
-	env := os.Environ()
+	env := append(os.Environ(), opts.Env...)
 	if opts.Agent {
 		lib := opts.AgentLib
 		if lib == "" {

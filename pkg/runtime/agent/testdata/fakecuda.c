@@ -4,6 +4,9 @@
  * for each parameter a loaded module's entry declares; clone unloads print
  * "UNLOAD <name>". The agent's clock kernel runs as a thread that answers
  * with a "globaltimer" FAKE_GLOBALTIMER_OFFSET ns ahead of CLOCK_MONOTONIC.
+ * Launches of a direct run's kernels (gpubpf_direct_*) print "DIRECT <name>
+ * grid X,Y,Z block X,Y,Z params N" instead; FAKECUDA_LAUNCH_STALL_MS=N makes
+ * each such kernel "run" N ms (cuEventQuery answers not-ready until then).
  * Test double only. */
 #include <pthread.h>
 #include <sched.h>
@@ -327,6 +330,21 @@ static void bump_host_maps(void)
 			__atomic_fetch_add((uint64_t *)((char *)h + 256), 1, __ATOMIC_SEQ_CST);
 	}
 }
+static uint64_t direct_done; /* mono() when the last direct kernel "ends" */
+
+static CUresult direct_launch(obj *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+			      void **x)
+{
+	size_t size = 0;
+	for (int i = 0; x && x[i]; i += 2)
+		if (x[i] == (void *)2)
+			size = *(size_t *)x[i + 1];
+	printf("DIRECT %s grid %u,%u,%u block %u,%u,%u params %zu\n", f->name, gx, gy, gz, bx, by, bz, size);
+	fflush(stdout);
+	const char *stall = getenv("FAKECUDA_LAUNCH_STALL_MS");
+	__atomic_store_n(&direct_done, mono() + (stall ? (uint64_t)atol(stall) * 1000000ull : 0), __ATOMIC_RELEASE);
+	return 0;
+}
 
 static CUresult launch(void *f, void **p, void **x)
 {
@@ -341,6 +359,8 @@ static CUresult launch(void *f, void **p, void **x)
 CUresult cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
 			unsigned sh, void *s, void **p, void **x)
 {
+	if (!strncmp(((obj *)f)->name, "gpubpf_direct_", 14))
+		return direct_launch(f, a, b, c, d, e, g, x);
 	return launch(f, p, x);
 }
 CUresult cuLaunchKernel_ptsz(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
@@ -373,6 +393,8 @@ CUresult cuEventCreate(void **e, unsigned f) { *e = malloc(1); return 0; }
 CUresult cuEventRecord(void *e, void *s) { return 0; }
 CUresult cuEventSynchronize(void *e) { return 0; }
 CUresult cuEventDestroy(void *e) { free(e); return 0; }
+CUresult cuEventQuery(void *e) { return mono() < __atomic_load_n(&direct_done, __ATOMIC_ACQUIRE) ? 600 : 0; }
+CUresult cuEventElapsedTime(float *ms, void *a, void *b) { *ms = 0.0125f; return 0; }
 /* Stream FAKE_CAPTURE_STREAM is being captured into graph capgraph. */
 #define FAKE_CAPTURE_STREAM ((void *)0xCA970000ull)
 static obj capgraph = {6, "capgraph"};
@@ -446,7 +468,8 @@ static const struct {
 	E(cuFuncGetName), E(cuLibraryGetGlobal), E(cuModuleGetGlobal), E(cuModuleLoadDataEx), E(cuModuleLoadData),
 	E(cuModuleGetFunction), E(cuModuleUnload), E(cuLaunchKernel), E(cuMemAlloc), E(cuMemFree), E(cuMemsetD8),
 	E(cuMemcpyHtoD), E(cuMemcpyDtoH), E(cuMemHostRegister), E(cuMemHostUnregister), E(cuMemHostGetDevicePointer),
-	E(cuEventCreate), E(cuEventRecord), E(cuEventSynchronize), E(cuEventDestroy), E(cuStreamIsCapturing),
+	E(cuEventCreate), E(cuEventRecord), E(cuEventSynchronize), E(cuEventDestroy), E(cuEventQuery),
+	E(cuEventElapsedTime), E(cuStreamIsCapturing),
 	E(cuStreamCreate), E(cuStreamDestroy), E(cuStreamSynchronize), E(cuMemsetD8Async), E(cuMemcpyHtoDAsync),
 	E(cuMemcpyDtoHAsync), E(cuThreadExchangeStreamCaptureMode), E(cuStreamWaitEvent), E(cuStreamQuery),
 	E(cuGraphAddKernelNode), E(cuStreamWriteValue64), E(cuPointerGetAttribute), E(cuGraphInstantiateWithFlags),
