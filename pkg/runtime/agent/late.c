@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "agent.h"
@@ -113,21 +114,37 @@ static int search(uintptr_t lo, uintptr_t hi, int ro, const struct target *t, si
 {
 	int n = 0;
 	long page = sysconf(_SC_PAGESIZE);
-	for (uintptr_t *w = (uintptr_t *)lo; (uintptr_t)(w + 1) <= hi; w++) {
-		uintptr_t v = __atomic_load_n(w, __ATOMIC_RELAXED);
-		if (v < t[0].real || v > t[nt - 1].real)
-			continue;
-		const struct target *m = find(t, nt, v);
-		if (!m)
-			continue;
-		void *pg = (void *)((uintptr_t)w & ~(uintptr_t)(page - 1));
-		if (ro && mprotect(pg, (size_t)page, PROT_READ | PROT_WRITE) != 0)
-			continue;
-		__atomic_store_n(w, m->wrapper, __ATOMIC_RELEASE);
-		if (ro)
-			mprotect(pg, (size_t)page, PROT_READ);
-		record(w, v, m->wrapper, ro);
-		n++;
+	/* Read through process_vm_readv, a chunk at a time: a library the
+	 * program unloads meanwhile makes the read fail, not the program. */
+	static uintptr_t buf[8192];
+	for (uintptr_t at = lo; at < hi;) {
+		size_t len = hi - at < sizeof(buf) ? hi - at : sizeof(buf);
+		struct iovec local = {buf, len}, remote = {(void *)at, len};
+		ssize_t got = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+		if (got <= 0)
+			break;
+		for (size_t i = 0; i < (size_t)got / sizeof(uintptr_t); i++) {
+			uintptr_t v = buf[i];
+			if (v < t[0].real || v > t[nt - 1].real)
+				continue;
+			const struct target *m = find(t, nt, v);
+			if (!m)
+				continue;
+			uintptr_t *w = (uintptr_t *)at + i;
+			void *pg = (void *)((uintptr_t)w & ~(uintptr_t)(page - 1));
+			if (ro && mprotect(pg, (size_t)page, PROT_READ | PROT_WRITE) != 0)
+				continue;
+			/* only if it still holds the driver's pointer */
+			uintptr_t want = v;
+			int done = __atomic_compare_exchange_n(w, &want, m->wrapper, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+			if (ro)
+				mprotect(pg, (size_t)page, PROT_READ);
+			if (done) {
+				record(w, v, m->wrapper, ro);
+				n++;
+			}
+		}
+		at += (size_t)got;
 	}
 	return n;
 }
