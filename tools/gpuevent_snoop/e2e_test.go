@@ -26,7 +26,7 @@ var (
 	toolBin   string
 )
 
-func build(t *testing.T) {
+func build(t testing.TB) {
 	t.Helper()
 	testenv.Root(t)
 	gcc := testenv.Tool(t, "gcc")
@@ -46,6 +46,17 @@ func build(t *testing.T) {
 				"-l:libcudart.so.12", "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN", "-lpthread"},
 			{gcc, "-O2", "-o", filepath.Join(workDir, "app_static"), filepath.Join(td, "app.c"),
 				filepath.Join(td, "fakecuda_runtime.c"), filepath.Join(td, "fakecuda_driver.c"), "-I" + td, "-lpthread"},
+			// The CPU proxy of the launch-rate benchmark (bench_test.go):
+			// static cudart (nvcc's default) and -cudart shared, both
+			// opening the driver with dlopen as the real cudart does.
+			{"mkdir", "-p", filepath.Join(workDir, "bench")},
+			{gcc, "-O2", "-fPIC", "-shared", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(workDir, "bench", "libcuda.so.1"), filepath.Join(td, "bench", "fakedrv.c")},
+			{gcc, "-O2", "-fPIC", "-shared", "-Wl,-soname,libcudart.so.12", "-o", filepath.Join(workDir, "bench", "libcudart.so.12"),
+				filepath.Join(td, "bench", "fakert.c"), "-Wl,-rpath,$ORIGIN", "-ldl", "-lpthread"},
+			{gcc, "-O2", "-o", filepath.Join(workDir, "bench", "launch_heavy"), filepath.Join(td, "bench", "launch_heavy.c"),
+				filepath.Join(td, "bench", "fakert.c"), "-Wl,-rpath,$ORIGIN", "-ldl", "-lpthread"},
+			{gcc, "-O2", "-o", filepath.Join(workDir, "bench", "launch_heavy_shared"), filepath.Join(td, "bench", "launch_heavy.c"),
+				"-L" + filepath.Join(workDir, "bench"), "-l:libcudart.so.12", "-Wl,-rpath,$ORIGIN"},
 		}
 		for _, s := range steps {
 			out, err := exec.Command(s[0], s[1:]...).CombinedOutput()
