@@ -582,15 +582,15 @@ func (a *Attacher) launchesThroughDriver(hostPath, shown string) string {
 	}
 	base := filepath.Base(shown)
 	staticCudart := false
-	for name := range in.funcs {
-		api := apiByName[name]
-		if api == nil {
+	for i := range apis {
+		api := &apis[i]
+		if _, ok := in.funcs[api.Name]; !ok {
 			continue
 		}
 		if api.isDriverLaunch() {
 			// The driver linked into the program (the test stand-ins):
 			// its callers cannot be told apart.
-			return base + " defines " + name
+			return base + " defines " + api.Name
 		}
 		if !api.Driver {
 			staticCudart = true
@@ -606,14 +606,6 @@ func (a *Attacher) launchesThroughDriver(hostPath, shown string) string {
 	}
 	return ""
 }
-
-var apiByName = func() map[string]*API {
-	m := map[string]*API{}
-	for i := range apis {
-		m[apis[i].Name] = &apis[i]
-	}
-	return m
-}()
 
 // PrepareCommand probes, before a command's exec, its executable (static
 // cudart) and the CUDA libraries it may load, in its process only, and
