@@ -225,7 +225,10 @@ static __always_inline void emit(struct pt_regs *ctx, __u64 id, struct inflight 
 	if (ret_known && (cookie & GES_C_OUT_ARG0))
 		bpf_probe_read_user(&e->out, sizeof(e->out), (void *)e->regs[0]);
 
-	__builtin_memset(e->cfg, 0, sizeof(e->cfg));
+	/* cfg, argw and stack are left as the ring buffer had them unless
+	 * filled: the decoder reads them only per the cookie and the counts,
+	 * and at hundreds of thousands of launches a second every store
+	 * counts. */
 	if (cookie & GES_C_LAUNCH_CONFIG)
 		bpf_probe_read_user(e->cfg, sizeof(e->cfg), (void *)e->regs[0]);
 
@@ -242,7 +245,6 @@ static __always_inline void emit(struct pt_regs *ctx, __u64 id, struct inflight 
 		break;
 	}
 	e->nargw = 0;
-	__builtin_memset(e->argw, 0, sizeof(e->argw));
 	if (params && want_nargs) {
 		/* Each kernelParams[i] points at argument i; copy 8 bytes of it
 		 * (a 4-byte argument comes with 4 bytes of whatever follows). */
@@ -280,7 +282,7 @@ static __always_inline bool want_return(__u32 tgid, struct inflight *in)
 	__u64 *n = counter(GES_CNT_LAUNCH);
 	if (n && sample_mask && ((*n) & sample_mask) == 0)
 		return true;
-	if (bpf_ktime_get_ns() - last_fail_ns < 1000000000ULL)
+	if (in->ts - last_fail_ns < 1000000000ULL)
 		return true;
 
 	/* The configuration from the registers and stack words the layout
