@@ -385,7 +385,7 @@ func TestOneProbeHitPerLaunch(t *testing.T) {
 	build(t)
 	const n = 5000
 	for _, bin := range []string{"launch_heavy", "launch_heavy_shared"} {
-		out, errOut, code := runTool(t, "-j", "--", filepath.Join(workDir, "bench", bin), fmt.Sprint(n), "4")
+		out, errOut, code := runTool(t, "-j", "--", filepath.Join(workDir, "bench", bin), fmt.Sprint(n), "4", "quiet")
 		if code != 0 {
 			t.Fatalf("%s: exit %d\nstderr: %s", bin, code, errOut)
 		}
