@@ -217,8 +217,11 @@ static __always_inline void emit(struct pt_regs *ctx, __u64 id, struct inflight 
 	__builtin_memcpy(e->stk, in->stk, sizeof(e->stk));
 	e->caller2 = in->caller2;
 	e->ip = in->ip;
-	struct task_struct___ges *task = (void *)bpf_get_current_task();
-	e->exe_start = BPF_CORE_READ(task, mm, start_code);
+	/* Plain loads through the task's BTF pointer (the verifier turns
+	 * them into faulting-safe reads), cheaper than probe-read helpers. */
+	struct task_struct___ges *task = (void *)bpf_get_current_task_btf();
+	struct mm_struct___ges *mm = task->mm;
+	e->exe_start = mm ? mm->start_code : 0;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	e->out = 0;
