@@ -382,6 +382,9 @@ func TestSharedCudartNamesFromExecutable(t *testing.T) {
 // first launch of each configuration (one per stream) and one in 64 have
 // their return taken. Every launch is still reported, with its name.
 func TestOneProbeHitPerLaunch(t *testing.T) {
+	if os.Getenv("GPUEVENT_SNOOP_SINGLE_UPROBES") != "" {
+		t.Skip("single uprobes name no process: the driver's launch functions are probed in all")
+	}
 	build(t)
 	const n = 5000
 	for _, bin := range []string{"launch_heavy", "launch_heavy_shared"} {
@@ -408,11 +411,17 @@ func TestOneProbeHitPerLaunch(t *testing.T) {
 		}
 		acc := accountOf(t, recs)
 		checked := n + 1 - unchecked
+		// Without sessions (forced here, or a kernel before 6.13) every
+		// launch takes its return: two hits.
+		minChecked, maxChecked, maxHits := 4, 4+(n+1)/64+1, 1.05
+		if os.Getenv("GPUEVENT_SNOOP_NO_SESSIONS") != "" {
+			minChecked, maxChecked, maxHits = n+1, n+1, 2
+		}
 		if launches != n+1 || acc.num("launches") != n+1 || int(acc.num("launches_checked")) != checked ||
-			checked < 4 || checked > 4+(n+1)/64+1 {
+			checked < minChecked || checked > maxChecked {
 			t.Errorf("%s: %d launches shown, %d checked; account %v", bin, launches, checked, acc)
 		}
-		if h := acc.num("probe_hits_per_launch"); h < 1 || h > 1.05 || acc.str("driver_launch_probes") != "in 0 of 1 processes" {
+		if h := acc.num("probe_hits_per_launch"); h < 1 || h > maxHits || acc.str("driver_launch_probes") != "in 0 of 1 processes" {
 			t.Errorf("%s: account %v: want about 1 probe hit per launch and no driver launch probes", bin, acc)
 		}
 		if !bytes.Contains(errOut, []byte(" probe hits per launch")) || !bytes.Contains(errOut, []byte("its launch functions in 0 of 1 processes")) {
@@ -441,7 +450,11 @@ func TestDriverLaunchesAfterLookup(t *testing.T) {
 		t.Errorf("launches %v, want [cuLaunchKernel:jitgemm()]\nstderr: %s", got, errOut)
 	}
 	acc := accountOf(t, recs)
-	if want := "in 1 of 1 processes (cuModuleGetFunction called from main+0x"; !strings.HasPrefix(acc.str("driver_launch_probes"), want) {
+	want := "in 1 of 1 processes (cuModuleGetFunction called from main+0x"
+	if os.Getenv("GPUEVENT_SNOOP_SINGLE_UPROBES") != "" {
+		want = "in every process" // links name no process
+	}
+	if !strings.HasPrefix(acc.str("driver_launch_probes"), want) {
 		t.Errorf("account %v: want driver launch probes %q...", acc, want)
 	}
 }
