@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -450,16 +451,16 @@ func attachSession(prog *ebpf.Program, hostPath string, l *probeList, pid int) (
 		pid:        uint32(pid),
 	}
 	fd, _, errno := unix.Syscall(unix.SYS_BPF, bpfLinkCreate, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
-	// The kernel has read the arrays by now.
-	keepAlive(path, l)
+	// attr holds them as integers, which the garbage collector does not
+	// see: they must live until the kernel has read them.
+	runtime.KeepAlive(path)
+	runtime.KeepAlive(l.offs)
+	runtime.KeepAlive(l.cookies)
 	if errno != 0 {
 		return nil, errno
 	}
 	return link.NewFromFD(int(fd))
 }
-
-//go:noinline
-func keepAlive(...any) {}
 
 // Objects lists what has been attached.
 func (a *Attacher) Objects() []string {
