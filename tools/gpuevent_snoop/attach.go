@@ -89,7 +89,6 @@ type Attacher struct {
 	attached map[objPID]bool // main probes of object in process (pid 0: all)
 	launchOn map[objPID]bool // driver launch probes likewise
 	driverIn map[int]string  // processes whose driver launches are probed, and why
-	pids     map[int]bool    // processes seen
 	links    []link.Link
 	probes   int
 }
@@ -112,7 +111,6 @@ type object struct {
 	launch      probeList // the driver's launch functions
 	runtime     bool      // defines runtime APIs (cudart, shared or static)
 	driver      bool      // defines driver APIs
-	stepped     []string  // functions whose probe the kernel single-steps
 }
 
 func statID(p string) (fileID, error) {
@@ -127,7 +125,7 @@ func NewAttacher(kinds uint32) *Attacher {
 	return &Attacher{
 		kinds: kinds, byID: map[fileID]*object{}, infos: map[fileID]*elfInfo{},
 		notELF: map[fileID]bool{}, attached: map[objPID]bool{}, launchOn: map[objPID]bool{},
-		driverIn: map[int]string{}, pids: map[int]bool{},
+		driverIn: map[int]string{},
 	}
 }
 
@@ -206,9 +204,6 @@ func (a *Attacher) object(id fileID, in *elfInfo, hostPath, shown string) *objec
 		// for launches from their entry alone.
 		if a.launchEntry && a.mode != modeSession && api.IsLaunch() {
 			c |= cEntryOnly
-		}
-		if fn.probe.stepped {
-			o.stepped = append(o.stepped, api.Name)
 		}
 		l := &o.main
 		if api.isDriverLaunch() {
@@ -498,9 +493,6 @@ func (a *Attacher) AttachProcess(pid int, global bool, logf func(string, ...any)
 	if err != nil {
 		return 0, err
 	}
-	a.mu.Lock()
-	a.pids[pid] = true
-	a.mu.Unlock()
 	linkPID := pid
 	if global {
 		linkPID = 0
@@ -613,9 +605,6 @@ func (a *Attacher) launchesThroughDriver(hostPath, shown string) string {
 // decides from the executable and the libraries it links whether its driver
 // launches are probed from the start.
 func (a *Attacher) PrepareCommand(pid int, exe string, logf func(string, ...any)) {
-	a.mu.Lock()
-	a.pids[pid] = true
-	a.mu.Unlock()
 	if exe != "" {
 		if n, err := a.Attach(exe, exe, pid); err == nil && n > 0 {
 			logf("attached %d probes to %s (static cudart)", n, exe)
