@@ -243,7 +243,8 @@ if [ -x "$S/launch_heavy" ]; then
 	# How each layer was observed, which launch probes the kernel
 	# single-steps (their cost doubles), whether the driver's launch
 	# functions were probed and why.
-	bounded 90 $SUDO "$TOOL" -j -e launch -- "$S/launch_heavy" 20000 4 0 64 2>/dev/null | grep '"type":"account"'
+	bounded 90 $SUDO "$TOOL" -v -j -e launch -- "$S/launch_heavy" 20000 4 0 64 2>"$OUTDIR/launch_heavy_account.err" | grep '"type":"account"'
+	grep -E 'probe points|driver.s launch functions' "$OUTDIR/launch_heavy_account.err"
 	for b in "$S/launch_heavy_shared"; do
 		[ -x "$b" ] || continue
 		us=$(bounded 90 "$b" "$N" 4 0 64 | rate)

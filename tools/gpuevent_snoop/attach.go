@@ -263,6 +263,34 @@ func (a *Attacher) Attach(hostPath, shown string, pid int) (int, error) {
 	return n, nil
 }
 
+// pointNotes lists, for -v, the probes of an object not on the function's
+// first instruction or single-stepped by the kernel: what the cost of a
+// hit depends on.
+func (a *Attacher) pointNotes(hostPath string) string {
+	id, err := statID(hostPath)
+	if err != nil {
+		return ""
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	o := a.byID[id]
+	if o == nil {
+		return ""
+	}
+	var out []string
+	for _, l := range []*probeList{&o.main, &o.launch} {
+		for i, note := range l.notes {
+			if strings.HasPrefix(note, "single-stepped") || strings.HasPrefix(note, "after endbr64") {
+				out = append(out, l.syms[i]+": "+note)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; probe points: " + strings.Join(out, ", ")
+}
+
 // EnableDriverLaunches probes the driver's launch functions in process pid
 // from now on. why says what showed that it launches through the driver.
 func (a *Attacher) EnableDriverLaunches(pid int, why string) error {
@@ -514,7 +542,7 @@ func (a *Attacher) AttachProcess(pid int, global bool, logf func(string, ...any)
 			continue
 		}
 		if n > 0 {
-			logf("attached %d probes to %s (process %d)", n, p, pid)
+			logf("attached %d probes to %s (process %d)%s", n, p, pid, a.pointNotes(hp))
 		}
 		if id, err := statID(hp); err == nil {
 			a.mu.Lock()
@@ -607,14 +635,14 @@ func (a *Attacher) launchesThroughDriver(hostPath, shown string) string {
 func (a *Attacher) PrepareCommand(pid int, exe string, logf func(string, ...any)) {
 	if exe != "" {
 		if n, err := a.Attach(exe, exe, pid); err == nil && n > 0 {
-			logf("attached %d probes to %s (static cudart)", n, exe)
+			logf("attached %d probes to %s (static cudart)%s", n, exe, a.pointNotes(exe))
 		}
 	}
 	for _, lib := range systemLibraries(runpathDirs(exe)) {
 		if n, err := a.Attach(lib, lib, pid); err != nil {
 			logf("%v", err)
 		} else if n > 0 {
-			logf("attached %d probes to %s", n, lib)
+			logf("attached %d probes to %s%s", n, lib, a.pointNotes(lib))
 		}
 	}
 	if exe != "" {

@@ -360,7 +360,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 			if n, err := att.Attach(lib, lib, 0); err != nil {
 				cfg.logf("%v", err)
 			} else if n > 0 {
-				cfg.logf("attached %d probes to %s", 2*n, lib)
+				cfg.logf("attached %d probes to %s%s", n, lib, att.pointNotes(lib))
 			}
 		}
 		rescanAll(att, res, cfg.logf)
