@@ -302,7 +302,14 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	defer att.Close()
 	res := NewResolver()
 	res.objects = att.Object
-	addPID := func(pid int) error { return att.markPID(pid, gesPIDTraced) }
+	addPID := func(pid int) error {
+		if allDriver {
+			// Single uprobes found out only now: runtime launches record
+			// their frame for the driver launch probes every process has.
+			return att.markPID(pid, gesPIDTraced|gesPIDDriverLaunch)
+		}
+		return att.markPID(pid, gesPIDTraced)
+	}
 	// Per-process links need a known process: single uprobes (no
 	// uprobe_multi) and tracing all link to the files alone.
 	perPID := mode != modeSingle
