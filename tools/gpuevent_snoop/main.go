@@ -282,9 +282,12 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		return err
 	}
 	defer objs.Close()
-	if mode == modeSingle {
-		// Links name no process: the driver's launch functions are
-		// probed in all of them or in none.
+	// Per-process links need uprobe_multi's process filter, which before
+	// Linux 6.10 ("bpf: fix multi-uprobe PID filtering logic") ran the
+	// programs for the process's first thread only; tracing all links to
+	// the files alone.
+	perPID := mode == modeSession || (mode == modeMulti && kernelAtLeast(6, 10))
+	if !perPID {
 		allDriver = true
 	}
 
@@ -304,15 +307,13 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	res.objects = att.Object
 	addPID := func(pid int) error {
 		if allDriver {
-			// Single uprobes found out only now: runtime launches record
-			// their frame for the driver launch probes every process has.
+			// Known only after loading (links that name no process):
+			// runtime launches record their frame for the driver launch
+			// probes every process has.
 			return att.markPID(pid, gesPIDTraced|gesPIDDriverLaunch)
 		}
 		return att.markPID(pid, gesPIDTraced)
 	}
-	// Per-process links need a known process: single uprobes (no
-	// uprobe_multi) and tracing all link to the files alone.
-	perPID := mode != modeSingle
 
 	// Targets.
 	var cmd *launch.Command
@@ -631,6 +632,20 @@ loop:
 // readerPoll bounds how long an event waits in the ring buffer when too few
 // are buffered to wake the reader (see wakeup_bytes in the BPF program).
 const readerPoll = 20 * time.Millisecond
+
+// kernelAtLeast reports whether the running kernel's version is at least
+// major.minor (false if it cannot be told).
+func kernelAtLeast(major, minor int) bool {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	var ma, mi int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
+}
 
 func b2u(b bool) uint32 {
 	if b {
