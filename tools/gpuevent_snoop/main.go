@@ -283,9 +283,9 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	}
 	defer objs.Close()
 	// Per-process links need uprobe_multi's process filter, which before
-	// Linux 6.10 ("bpf: fix multi-uprobe PID filtering logic") ran the
-	// programs for the process's first thread only; tracing all links to
-	// the files alone.
+	// Linux 6.10 ("bpf: fix multi-uprobe PID filtering logic", also in
+	// 6.9.5 and 6.6.35, not told apart here) matched one thread, not the
+	// process; tracing all links to the files alone.
 	perPID := mode == modeSession || (mode == modeMulti && kernelAtLeast(6, 10))
 	if !perPID {
 		allDriver = true
