@@ -40,6 +40,13 @@
  * cuda_runtime.h's inline wrappers). Without a frame pointer rbp holds
  * anything, and a read that faults costs more than the rest of the probe. */
 #define GES_C_CALLER2 (1ULL << 14)
+/* A kernel launch. Under uprobe sessions the entry program decides per call
+ * whether to take the return (see want_return in the BPF program); the
+ * others always take it. */
+#define GES_C_LAUNCH (1ULL << 15)
+/* A driver launch: it may run inside an unchecked runtime launch (no
+ * in-flight record), which the thread's launch frame reveals. */
+#define GES_C_DRIVER_LAUNCH (1ULL << 20)
 /* Bits 16-19: where the kernel-parameter array (void **) is. */
 #define GES_C_PARAMS_SHIFT 16
 #define GES_PARAMS_NONE 0
@@ -47,14 +54,26 @@
 #define GES_PARAMS_STK4 2 /* cuLaunchKernel: 10th argument, 4th stack word */
 #define GES_PARAMS_REG2 3 /* cuLaunchKernelEx: 3rd register argument */
 
-/* Indexes of the counters array. */
+/* Flags of a traced process in the pids map. */
+#define GES_PID_TRACED 1
+/* Its driver launch functions are probed: runtime launches record their
+ * frame so that the driver launch they make is folded. */
+#define GES_PID_DRIVER_LAUNCH 2
+
+/* Indexes of the (per-CPU) counters array. */
 enum ges_counter {
 	GES_CNT_RINGBUF_FULL = 0, /* bpf_ringbuf_reserve failed: event lost */
 	GES_CNT_INFLIGHT_FULL = 1, /* no room to remember a call's entry: event lost */
 	GES_CNT_NESTED = 2, /* a traced call made inside another (e.g. cudaMalloc -> cuMemAlloc_v2): folded */
 	GES_CNT_NO_ENTRY = 3, /* a return without its entry (the call began before attach): skipped */
-	GES_CNT_MAX = 4,
+	GES_CNT_LAUNCH = 4, /* launches (not folded into another call) */
+	GES_CNT_LAUNCH_CHECKED = 5, /* launches whose return was taken: result and duration known */
+	GES_CNT_MAX = 6,
 };
+
+/* Probe hits in traced processes, per API id: [2 * id] at entry,
+ * [2 * id + 1] at return. What tracing costs a program is these traps. */
+#define GES_MAX_APIS 64
 
 struct ges_event {
 	__u64 ts; /* entry, bpf_ktime_get_ns (CLOCK_MONOTONIC) */
@@ -80,6 +99,10 @@ struct ges_event {
 	 * in the cookie it gives the object's load bias, so addresses can be
 	 * named after the process has exited and /proc/PID/maps is gone. */
 	__u64 ip;
+	/* mm->start_code: where the executable's code was loaded. With only
+	 * libcudart probed, the kernel stubs and call sites are in the
+	 * executable, which no probe's ip locates. */
+	__u64 exe_start;
 };
 
 #define GES_NAME_LEN 256
@@ -94,6 +117,8 @@ struct ges_name_event {
 	__u32 pad;
 	__u64 handle; /* *arg0 after return */
 	__u64 aux; /* arg1: the CUlibrary, CUmodule or CUkernel */
+	__u64 caller; /* return address: a lookup made outside cudart means the
+			 program launches through the driver itself */
 	char name[GES_NAME_LEN]; /* arg2, NUL-terminated (GES_C_NAME_ARG2) */
 };
 

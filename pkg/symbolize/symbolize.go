@@ -228,6 +228,22 @@ func (o *Object) ContainsVaddr(v uint64) bool {
 	return false
 }
 
+// BiasFromCodeStart returns the load bias of an executable whose code the
+// kernel placed at startCode (mm->start_code, /proc/PID/stat's startcode):
+// the address of its lowest executable PT_LOAD segment.
+func (o *Object) BiasFromCodeStart(startCode uint64) (uint64, bool) {
+	lowest, ok := uint64(0), false
+	for _, p := range o.progs {
+		if p.Flags&elf.PF_X != 0 && (!ok || p.Vaddr < lowest) {
+			lowest, ok = p.Vaddr, true
+		}
+	}
+	if !ok || startCode < lowest {
+		return 0, false
+	}
+	return startCode - lowest, true
+}
+
 // ResolveWithBias symbolises addr in an object whose load bias (runtime
 // address minus ELF virtual address) is known, e.g. from a probed function's
 // runtime address; it needs no /proc/PID/maps.

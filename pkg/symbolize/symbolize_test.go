@@ -76,6 +76,19 @@ int main(void) { printf("%p %p\n", (void *)stub, (void *)helper); fflush(stdout)
 	if !ok || fr2.Name != "_Z4stubv" {
 		t.Errorf("ResolveWithBias = %+v %v", fr2, ok)
 	}
+	// Through the kernel's start_code (/proc/PID/stat field 26), as
+	// gpuevent_snoop gets it from BPF when no probe is in the executable.
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	var startCode uint64
+	fmt.Sscan(fields[23], &startCode)
+	bias, ok := o.BiasFromCodeStart(startCode)
+	if fr3, ok2 := o.ResolveWithBias(bin, bias, uint64(a)); !ok || !ok2 || fr3.Name != "_Z4stubv" {
+		t.Errorf("with the bias from start_code %#x (%#x, %v): %+v", startCode, bias, ok, fr3)
+	}
 	if fr := s.Resolve(cmd.Process.Pid, ms, 8); fr.Module != "" || fr.String() != "0x8" {
 		t.Errorf("unmapped address resolved as %+v", fr)
 	}

@@ -135,13 +135,33 @@ const (
 	cHandle       = 1 << 12
 	cNameArg2     = 1 << 13
 	cCaller2      = 1 << 14
+	cLaunch       = 1 << 15
+	cDriverLaunch = 1 << 20
 	paramsReg5    = 1 << 16
 	paramsStk4    = 2 << 16
 	paramsReg2    = 3 << 16
 )
 
 // cookie is what the BPF programs get for API i.
-func cookie(i int) uint64 { return uint64(i) | apis[i].cookieF }
+func cookie(i int) uint64 {
+	c := uint64(i) | apis[i].cookieF
+	if apis[i].IsLaunch() {
+		c |= cLaunch
+		if apis[i].Driver {
+			c |= cDriverLaunch
+		}
+	}
+	return c
+}
+
+// IsLaunch reports whether the API launches kernels (not a lookup, not a
+// graph launch).
+func (a *API) IsLaunch() bool { return a.Kind == KindLaunch && !a.Lookup }
+
+// isDriverLaunch reports whether the API is one of the driver's launch
+// functions: cudart calls them for every runtime launch, so they are probed
+// only in processes that also call them from elsewhere (see Attacher).
+func (a *API) isDriverLaunch() bool { return a.Driver && a.IsLaunch() }
 
 // cudaErrorNames are cudaError_t's names (CUDA 11-13 runtime headers).
 var cudaErrorNames = map[int32]string{

@@ -27,7 +27,8 @@ const (
 	offComm    = 376
 	offCaller2 = 392
 	offIP      = 400
-	eventSize  = 408
+	offExe     = 408
+	eventSize  = 416
 	maxArgs    = 8
 	maxStack   = 16
 )
@@ -36,8 +37,9 @@ const (
 const (
 	offNameHandle = 16
 	offNameAux    = 24
-	offName       = 32
-	nameEventSize = 32 + 256
+	offNameCaller = 32
+	offName       = 40
+	nameEventSize = 40 + 256
 )
 
 func init() {
@@ -57,6 +59,7 @@ type Lookup struct {
 	Handle uint64 // the CUkernel or CUfunction written to *arg0
 	Parent uint64 // arg1: CUlibrary, CUmodule, or (cuKernelGetFunction) the CUkernel
 	Name   string // mangled kernel name ("" for cuKernelGetFunction)
+	Caller uint64 // return address: who looked the kernel up
 }
 
 // IsLookup tells a kernel-handle lookup record from an API call record.
@@ -78,6 +81,7 @@ func DecodeLookup(b []byte, l *Lookup) error {
 	*l = Lookup{
 		PID: u32(b, 0), API: &apis[id], Ret: int32(u32(b, 8)),
 		Handle: u64(b, offNameHandle), Parent: u64(b, offNameAux), Name: string(name),
+		Caller: u64(b, offNameCaller),
 	}
 	return nil
 }
@@ -89,8 +93,8 @@ type Event struct {
 	PID, TID uint32
 	API      *API
 	APIID    uint8
-	// EntryOnly: seen at entry alone (--launch-entry): no return code or
-	// duration.
+	// EntryOnly: a launch reported from its entry alone (its return was
+	// not taken): no return code or duration.
 	EntryOnly bool
 	Ret       int32
 	comm      [16]byte
@@ -116,6 +120,9 @@ type Event struct {
 	// without /proc/PID/maps.
 	IP  uint64
 	Obj int
+	// ExeStart is where the executable's code was loaded (mm->start_code):
+	// its load bias, for naming addresses in it once the process is gone.
+	ExeStart uint64
 
 	argw   [maxArgs]uint64
 	NArgs  int
@@ -164,6 +171,7 @@ func Decode(b []byte, e *Event) error {
 	e.Caller2 = u64(b, offCaller2)
 	e.IP = u64(b, offIP)
 	e.Obj = int(u32(b, offCookie) >> 24)
+	e.ExeStart = u64(b, offExe)
 	if a.Stream >= 0 {
 		e.Stream = reg(int(a.Stream))
 	}

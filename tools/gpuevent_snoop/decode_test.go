@@ -220,6 +220,7 @@ func TestDecodeLookup(t *testing.T) {
 	le.PutUint32(b[4:], uint32(cookie(apiIndex(t, "cuLibraryGetKernel"))))
 	le.PutUint64(b[offNameHandle:], 0x5555deadbeef)
 	le.PutUint64(b[offNameAux:], 0x10)
+	le.PutUint64(b[offNameCaller:], 0x401234)
 	copy(b[offName:], "_Z5scalePfi\x00junk")
 	if !IsLookup(b) || IsLookup(make([]byte, eventSize)) {
 		t.Fatal("IsLookup does not tell the records apart by size")
@@ -228,7 +229,7 @@ func TestDecodeLookup(t *testing.T) {
 	if err := DecodeLookup(b, &l); err != nil {
 		t.Fatal(err)
 	}
-	if l.PID != 77 || l.API.Name != "cuLibraryGetKernel" || l.Handle != 0x5555deadbeef || l.Parent != 0x10 || l.Name != "_Z5scalePfi" {
+	if l.PID != 77 || l.API.Name != "cuLibraryGetKernel" || l.Handle != 0x5555deadbeef || l.Parent != 0x10 || l.Name != "_Z5scalePfi" || l.Caller != 0x401234 {
 		t.Errorf("decoded %+v", l)
 	}
 	le.PutUint32(b[4:], uint32(cookie(apiIndex(t, "cudaMalloc"))))
@@ -260,20 +261,20 @@ func FuzzDecodeRecord(f *testing.F) {
 
 func TestCostHint(t *testing.T) {
 	for _, tc := range []struct {
-		launches     uint64
-		secs         float64
-		noDrv, entry bool
-		wantHint     bool
+		c        costFacts
+		wantHint string
 	}{
-		{200000, 1, false, false, true},
-		{200000, 1, true, false, true},
-		{200000, 1, true, true, false},    // already the cheap set-up
-		{5000, 0.01, false, false, false}, // too few to matter
-		{100000, 60, false, false, false}, // slow rate
+		{costFacts{launches: 200000, secs: 1, hitsPerLaunch: 2, mode: modeSession, driverWhy: "app imports cuLaunchKernel"}, "app imports cuLaunchKernel"},
+		{costFacts{launches: 200000, secs: 1, hitsPerLaunch: 2, mode: modeMulti}, "--launch-entry"},
+		{costFacts{launches: 200000, secs: 1, hitsPerLaunch: 1, mode: modeSession, stepped: []string{"cudaLaunchKernel"}}, "single-steps"},
+		{costFacts{launches: 200000, secs: 1, hitsPerLaunch: 1, mode: modeSession}, ""}, // nothing to say
+		{costFacts{launches: 200000, secs: 1, hitsPerLaunch: 1, mode: modeMulti, launchEntry: true}, ""},
+		{costFacts{launches: 5000, secs: 0.01, hitsPerLaunch: 2, mode: modeMulti}, ""}, // too few to matter
+		{costFacts{launches: 100000, secs: 60, hitsPerLaunch: 2, mode: modeMulti}, ""}, // slow rate
 	} {
-		h := costHint(tc.launches, tc.secs, tc.noDrv, tc.entry)
-		if (h != "") != tc.wantHint {
-			t.Errorf("costHint(%+v) = %q", tc, h)
+		h := costHint(tc.c)
+		if (h == "") != (tc.wantHint == "") || !strings.Contains(h, tc.wantHint) {
+			t.Errorf("costHint(%+v) = %q, want one with %q", tc.c, h, tc.wantHint)
 		}
 	}
 }

@@ -26,7 +26,7 @@ var (
 	toolBin   string
 )
 
-func build(t *testing.T) {
+func build(t testing.TB) {
 	t.Helper()
 	testenv.Root(t)
 	gcc := testenv.Tool(t, "gcc")
@@ -46,6 +46,18 @@ func build(t *testing.T) {
 				"-l:libcudart.so.12", "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN", "-lpthread"},
 			{gcc, "-O2", "-o", filepath.Join(workDir, "app_static"), filepath.Join(td, "app.c"),
 				filepath.Join(td, "fakecuda_runtime.c"), filepath.Join(td, "fakecuda_driver.c"), "-I" + td, "-lpthread"},
+			{gcc, "-O2", "-o", filepath.Join(workDir, "drvlookup"), filepath.Join(td, "drvlookup.c"), "-I" + td, "-ldl", "-Wl,-rpath,$ORIGIN"},
+			// The CPU proxy of the launch-rate benchmark (bench_test.go):
+			// static cudart (nvcc's default) and -cudart shared, both
+			// opening the driver with dlopen as the real cudart does.
+			{"mkdir", "-p", filepath.Join(workDir, "bench")},
+			{gcc, "-O2", "-fPIC", "-shared", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(workDir, "bench", "libcuda.so.1"), filepath.Join(td, "bench", "fakedrv.c")},
+			{gcc, "-O2", "-fPIC", "-shared", "-Wl,-soname,libcudart.so.12", "-o", filepath.Join(workDir, "bench", "libcudart.so.12"),
+				filepath.Join(td, "bench", "fakert.c"), "-Wl,-rpath,$ORIGIN", "-ldl", "-lpthread"},
+			{gcc, "-O2", "-o", filepath.Join(workDir, "bench", "launch_heavy"), filepath.Join(td, "bench", "launch_heavy.c"),
+				filepath.Join(td, "bench", "fakert.c"), "-Wl,-rpath,$ORIGIN", "-ldl", "-lpthread"},
+			{gcc, "-O2", "-o", filepath.Join(workDir, "bench", "launch_heavy_shared"), filepath.Join(td, "bench", "launch_heavy.c"),
+				"-L" + filepath.Join(workDir, "bench"), "-l:libcudart.so.12", "-Wl,-rpath,$ORIGIN"},
 		}
 		for _, s := range steps {
 			out, err := exec.Command(s[0], s[1:]...).CombinedOutput()
@@ -256,6 +268,13 @@ func runTool(t *testing.T, args ...string) (stdout, stderr []byte, code int) {
 func TestCommandSharedCudart(t *testing.T) { testCommand(t, "app_shared") }
 func TestCommandStaticCudart(t *testing.T) { testCommand(t, "app_static") }
 
+// Kernels without uprobe sessions (before 6.13) take every return with an
+// entry and a return link: same trace.
+func TestCommandNoSessions(t *testing.T) {
+	t.Setenv("GPUEVENT_SNOOP_NO_SESSIONS", "1")
+	testCommand(t, "app_shared")
+}
+
 // Kernels without uprobe_multi links get one link per probe: same trace.
 func TestCommandSingleUprobes(t *testing.T) {
 	t.Setenv("GPUEVENT_SNOOP_SINGLE_UPROBES", "1")
@@ -287,6 +306,185 @@ func testCommand(t *testing.T, app string) {
 	checkAppTrace(t, recs, pid, app, true)
 	if !bytes.Contains(errOut, []byte("gpuevent_snoop: 16 events")) {
 		t.Errorf("stderr lacks the account line: %s", errOut)
+	}
+	// What observed each layer, and the cost: app.c calls the driver's
+	// launch function itself, so it is probed there; its two launches
+	// are each the first of their configuration (entry and return), and
+	// cudart's launch goes on to the driver's probe, folded: under
+	// sessions without its return (5 hits), else with it (6).
+	acc := accountOf(t, recs)
+	mech, hits := "uprobe sessions", 5.0
+	if os.Getenv("GPUEVENT_SNOOP_SINGLE_UPROBES") != "" {
+		mech, hits = "single uprobes+uretprobes", 6
+	} else if os.Getenv("GPUEVENT_SNOOP_NO_SESSIONS") != "" {
+		mech, hits = "uprobes+uretprobes", 6
+	}
+	if !strings.HasPrefix(acc.str("runtime_layer"), mech+" on ") || !strings.HasPrefix(acc.str("driver_layer"), mech+" on ") ||
+		acc.num("launches") != 2 || acc.num("launches_checked") != 2 || acc.num("launch_probe_hits") != hits {
+		t.Errorf("account %v: want both layers by %s, 2 launches checked, %v launch probe hits", acc, mech, hits)
+	}
+	for _, want := range []string{"runtime layer by " + mech + " on ", fmt.Sprintf("%.2f probe hits per launch", hits/2)} {
+		if !bytes.Contains(errOut, []byte(want)) {
+			t.Errorf("stderr account lacks %q: %s", want, errOut)
+		}
+	}
+}
+
+func accountOf(t *testing.T, recs []record) record {
+	t.Helper()
+	for _, r := range recs {
+		if r.str("type") == "account" {
+			return r
+		}
+	}
+	t.Fatal("no account record")
+	return nil
+}
+
+// With only libcudart probed, the kernel stubs and call sites are in the
+// executable, which no probe locates: they are named from its symbols
+// through the load address the events carry, also when the process exited
+// before the tool read its mappings (app_shared planted exits at once).
+func TestSharedCudartNamesFromExecutable(t *testing.T) {
+	build(t)
+	for _, flags := range [][]string{nil, {"--no-driver"}} {
+		out, errOut, code := runTool(t, append(append([]string{"-j"}, flags...), "--", "./app_shared", "planted")...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\nstderr: %s", flags, code, errOut)
+		}
+		var launch, malloc record
+		for _, r := range parseJSONLines(t, out) {
+			switch r.str("type") {
+			case "launch":
+				launch = r
+			case "malloc":
+				malloc = r
+			}
+		}
+		if launch == nil || launch.str("kernel") != "plantedKernel(float*, int)" || launch.str("kernel_mangled") != "_Z13plantedKernelPfi" {
+			t.Errorf("%v: launch %v, want plantedKernel(float*, int)", flags, launch)
+		}
+		if malloc == nil || !strings.HasPrefix(malloc.str("caller"), "main+0x") || !strings.HasSuffix(malloc.str("caller"), "(app_shared)") {
+			t.Errorf("%v: malloc %v, want caller main+0x... (app_shared)", flags, malloc)
+		}
+		text, errOut, _ := runTool(t, append(flags, "--", "./app_shared", "planted")...)
+		for _, want := range []string{"OK   plantedKernel grid=(2,1,1) block=(64,1,1)", "caller=main+0x", "│ main+0x"} {
+			if !bytes.Contains(text, []byte(want)) {
+				t.Errorf("%v: text stream lacks %q:\n%s%s", flags, want, text, errOut)
+			}
+		}
+	}
+}
+
+// A program whose launches all go through cudart (the stand-in of
+// launch_heavy, with static and with shared cudart) pays one probe hit per
+// launch: the driver's launch functions are not probed in it, and only the
+// first launch of each configuration (one per stream) and one in 64 have
+// their return taken. Every launch is still reported, with its name.
+func TestOneProbeHitPerLaunch(t *testing.T) {
+	if os.Getenv("GPUEVENT_SNOOP_SINGLE_UPROBES") != "" {
+		t.Skip("single uprobes name no process: the driver's launch functions are probed in all")
+	}
+	build(t)
+	const n = 5000
+	for _, bin := range []string{"launch_heavy", "launch_heavy_shared"} {
+		out, errOut, code := runTool(t, "-j", "--", filepath.Join(workDir, "bench", bin), fmt.Sprint(n), "4", "quiet")
+		if code != 0 {
+			t.Fatalf("%s: exit %d\nstderr: %s", bin, code, errOut)
+		}
+		recs := parseJSONLines(t, out)
+		launches, unchecked := 0, 0
+		for _, r := range recs {
+			if r.str("type") != "launch" {
+				continue
+			}
+			launches++
+			if r.str("kernel") != "tick(unsigned int*, int, long long)" {
+				t.Fatalf("%s: launch %v, want tick(...)", bin, r)
+			}
+			if r["ret"] == nil {
+				unchecked++
+				if r["dur_ns"] != nil || r["error"] != nil {
+					t.Errorf("%s: unchecked launch %v has a result", bin, r)
+				}
+			}
+		}
+		acc := accountOf(t, recs)
+		checked := n + 1 - unchecked
+		// Without sessions (forced here, or a kernel before 6.13) every
+		// launch takes its return: two hits.
+		minChecked, maxChecked, maxHits := 4, 4+(n+1)/64+1, 1.05
+		if os.Getenv("GPUEVENT_SNOOP_NO_SESSIONS") != "" {
+			minChecked, maxChecked, maxHits = n+1, n+1, 2
+		}
+		if launches != n+1 || acc.num("launches") != n+1 || int(acc.num("launches_checked")) != checked ||
+			checked < minChecked || checked > maxChecked {
+			t.Errorf("%s: %d launches shown, %d checked; account %v", bin, launches, checked, acc)
+		}
+		if h := acc.num("probe_hits_per_launch"); h < 1 || h > maxHits || acc.str("driver_launch_probes") != "in 0 of 1 processes" {
+			t.Errorf("%s: account %v: want about 1 probe hit per launch and no driver launch probes", bin, acc)
+		}
+		if !bytes.Contains(errOut, []byte(" probe hits per launch")) || !bytes.Contains(errOut, []byte("its launch functions in 0 of 1 processes")) {
+			t.Errorf("%s: stderr account: %s", bin, errOut)
+		}
+	}
+}
+
+// A program that launches through the driver by a name it builds at run
+// time (as ctypes or a JIT does) shows it only by looking a kernel up
+// outside cudart: from then on its driver launches are probed.
+func TestDriverLaunchesAfterLookup(t *testing.T) {
+	build(t)
+	out, errOut, code := runTool(t, "-j", "--", "./drvlookup")
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", code, errOut)
+	}
+	recs := parseJSONLines(t, out)
+	var got []string
+	for _, r := range recs {
+		if r.str("type") == "launch" {
+			got = append(got, r.str("api")+":"+r.str("kernel"))
+		}
+	}
+	if fmt.Sprint(got) != "[cuLaunchKernel:jitgemm()]" {
+		t.Errorf("launches %v, want [cuLaunchKernel:jitgemm()]\nstderr: %s", got, errOut)
+	}
+	acc := accountOf(t, recs)
+	want := "in 1 of 1 processes (cuModuleGetFunction called from main+0x"
+	if os.Getenv("GPUEVENT_SNOOP_SINGLE_UPROBES") != "" {
+		want = "in every process" // links name no process
+	}
+	if !strings.HasPrefix(acc.str("driver_launch_probes"), want) {
+		t.Errorf("account %v: want driver launch probes %q...", acc, want)
+	}
+}
+
+// Launch failures are reported as such although most launches are
+// reported from their entry: the first failing launch is a new
+// configuration, and after a failure every launch's return is taken.
+func TestLaunchFailuresReported(t *testing.T) {
+	build(t)
+	const n = 300
+	out, errOut, code := runTool(t, "-j", "--", "./app_shared", "fail", fmt.Sprint(n))
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", code, errOut)
+	}
+	var fails, ok, unchecked int
+	for _, r := range parseJSONLines(t, out) {
+		if r.str("api") != "cudaLaunchKernel" {
+			continue
+		}
+		switch {
+		case r["ret"] == nil:
+			unchecked++
+		case r.str("error") == "cudaErrorInvalidDeviceFunction":
+			fails++
+		case r.num("ret") == 0:
+			ok++
+		}
+	}
+	if fails != n || fails+ok+unchecked != 3*n {
+		t.Errorf("%d failures, %d OK, %d unchecked; want %d failures of %d launches\nstderr: %s", fails, ok, unchecked, n, 3*n, errOut)
 	}
 }
 

@@ -14,24 +14,25 @@ import (
 )
 
 type gpueventsnoopGesEvent struct {
-	_       structs.HostLayout
-	Ts      uint64
-	Dur     uint64
-	Pid     uint32
-	Tid     uint32
-	Cookie  uint32
-	Ret     int32
-	Regs    [6]uint64
-	Stk     [6]uint64
-	Out     uint64
-	Cfg     [5]uint64
-	Argw    [8]uint64
-	Nargw   uint32
-	Nstack  int32
-	Stack   [16]uint64
-	Comm    [16]int8
-	Caller2 uint64
-	Ip      uint64
+	_        structs.HostLayout
+	Ts       uint64
+	Dur      uint64
+	Pid      uint32
+	Tid      uint32
+	Cookie   uint32
+	Ret      int32
+	Regs     [6]uint64
+	Stk      [6]uint64
+	Out      uint64
+	Cfg      [5]uint64
+	Argw     [8]uint64
+	Nargw    uint32
+	Nstack   int32
+	Stack    [16]uint64
+	Comm     [16]int8
+	Caller2  uint64
+	Ip       uint64
+	ExeStart uint64
 }
 
 type gpueventsnoopGesNameEvent struct {
@@ -42,6 +43,7 @@ type gpueventsnoopGesNameEvent struct {
 	Pad    uint32
 	Handle uint64
 	Aux    uint64
+	Caller uint64
 	Name   [256]int8
 }
 
@@ -49,6 +51,7 @@ type gpueventsnoopHandleCall struct {
 	_      structs.HostLayout
 	Cookie uint64
 	Regs   [3]uint64
+	Caller uint64
 }
 
 type gpueventsnoopInflight struct {
@@ -63,24 +66,45 @@ type gpueventsnoopInflight struct {
 	Ip      uint64
 }
 
+type gpueventsnoopLaunchFrame struct {
+	_   structs.HostLayout
+	Sp  uint64
+	Ret uint64
+}
+
+type gpueventsnoopLaunchKey struct {
+	_    structs.HostLayout
+	Tgid uint32
+	Pad  uint32
+	Hash uint64
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	gpueventsnoopMapCounters        = "counters"
-	gpueventsnoopMapEvents          = "events"
-	gpueventsnoopMapHandleCalls     = "handle_calls"
-	gpueventsnoopMapInflight        = "inflight"
-	gpueventsnoopMapPids            = "pids"
-	gpueventsnoopProgGesEnter       = "ges_enter"
-	gpueventsnoopProgGesExit        = "ges_exit"
-	gpueventsnoopVarCostMode        = "cost_mode"
-	gpueventsnoopVarFilterPids      = "filter_pids"
-	gpueventsnoopVarUnusedEvent     = "unused_event"
-	gpueventsnoopVarUnusedNameEvent = "unused_name_event"
-	gpueventsnoopVarWakeupBytes     = "wakeup_bytes"
-	gpueventsnoopVarWantNargs       = "want_nargs"
-	gpueventsnoopVarWantStack       = "want_stack"
+	gpueventsnoopMapApiHits           = "api_hits"
+	gpueventsnoopMapCounters          = "counters"
+	gpueventsnoopMapEvents            = "events"
+	gpueventsnoopMapHandleCalls       = "handle_calls"
+	gpueventsnoopMapInflight          = "inflight"
+	gpueventsnoopMapLaunchConfigs     = "launch_configs"
+	gpueventsnoopMapLaunchFrames      = "launch_frames"
+	gpueventsnoopMapPids              = "pids"
+	gpueventsnoopProgGesEnter         = "ges_enter"
+	gpueventsnoopProgGesExit          = "ges_exit"
+	gpueventsnoopProgGesSession       = "ges_session"
+	gpueventsnoopVarAllDriverLaunches = "all_driver_launches"
+	gpueventsnoopVarCostMode          = "cost_mode"
+	gpueventsnoopVarFilterPids        = "filter_pids"
+	gpueventsnoopVarLastFailNs        = "last_fail_ns"
+	gpueventsnoopVarLaunchEntryOnly   = "launch_entry_only"
+	gpueventsnoopVarSampleMask        = "sample_mask"
+	gpueventsnoopVarUnusedEvent       = "unused_event"
+	gpueventsnoopVarUnusedNameEvent   = "unused_name_event"
+	gpueventsnoopVarWakeupBytes       = "wakeup_bytes"
+	gpueventsnoopVarWantNargs         = "want_nargs"
+	gpueventsnoopVarWantStack         = "want_stack"
 )
 
 // loadGpueventsnoop returns the embedded CollectionSpec for gpueventsnoop.
@@ -125,32 +149,40 @@ type gpueventsnoopSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gpueventsnoopProgramSpecs struct {
-	GesEnter *ebpf.ProgramSpec `ebpf:"ges_enter"`
-	GesExit  *ebpf.ProgramSpec `ebpf:"ges_exit"`
+	GesEnter   *ebpf.ProgramSpec `ebpf:"ges_enter"`
+	GesExit    *ebpf.ProgramSpec `ebpf:"ges_exit"`
+	GesSession *ebpf.ProgramSpec `ebpf:"ges_session"`
 }
 
 // gpueventsnoopMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gpueventsnoopMapSpecs struct {
-	Counters    *ebpf.MapSpec `ebpf:"counters"`
-	Events      *ebpf.MapSpec `ebpf:"events"`
-	HandleCalls *ebpf.MapSpec `ebpf:"handle_calls"`
-	Inflight    *ebpf.MapSpec `ebpf:"inflight"`
-	Pids        *ebpf.MapSpec `ebpf:"pids"`
+	ApiHits       *ebpf.MapSpec `ebpf:"api_hits"`
+	Counters      *ebpf.MapSpec `ebpf:"counters"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	HandleCalls   *ebpf.MapSpec `ebpf:"handle_calls"`
+	Inflight      *ebpf.MapSpec `ebpf:"inflight"`
+	LaunchConfigs *ebpf.MapSpec `ebpf:"launch_configs"`
+	LaunchFrames  *ebpf.MapSpec `ebpf:"launch_frames"`
+	Pids          *ebpf.MapSpec `ebpf:"pids"`
 }
 
 // gpueventsnoopVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gpueventsnoopVariableSpecs struct {
-	CostMode        *ebpf.VariableSpec `ebpf:"cost_mode"`
-	FilterPids      *ebpf.VariableSpec `ebpf:"filter_pids"`
-	UnusedEvent     *ebpf.VariableSpec `ebpf:"unused_event"`
-	UnusedNameEvent *ebpf.VariableSpec `ebpf:"unused_name_event"`
-	WakeupBytes     *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
-	WantNargs       *ebpf.VariableSpec `ebpf:"want_nargs"`
-	WantStack       *ebpf.VariableSpec `ebpf:"want_stack"`
+	AllDriverLaunches *ebpf.VariableSpec `ebpf:"all_driver_launches"`
+	CostMode          *ebpf.VariableSpec `ebpf:"cost_mode"`
+	FilterPids        *ebpf.VariableSpec `ebpf:"filter_pids"`
+	LastFailNs        *ebpf.VariableSpec `ebpf:"last_fail_ns"`
+	LaunchEntryOnly   *ebpf.VariableSpec `ebpf:"launch_entry_only"`
+	SampleMask        *ebpf.VariableSpec `ebpf:"sample_mask"`
+	UnusedEvent       *ebpf.VariableSpec `ebpf:"unused_event"`
+	UnusedNameEvent   *ebpf.VariableSpec `ebpf:"unused_name_event"`
+	WakeupBytes       *ebpf.VariableSpec `ebpf:"wakeup_bytes"`
+	WantNargs         *ebpf.VariableSpec `ebpf:"want_nargs"`
+	WantStack         *ebpf.VariableSpec `ebpf:"want_stack"`
 }
 
 // gpueventsnoopObjects contains all objects after they have been loaded into the kernel.
@@ -173,19 +205,25 @@ func (o *gpueventsnoopObjects) Close() error {
 //
 // It can be passed to loadGpueventsnoopObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gpueventsnoopMaps struct {
-	Counters    *ebpf.Map `ebpf:"counters"`
-	Events      *ebpf.Map `ebpf:"events"`
-	HandleCalls *ebpf.Map `ebpf:"handle_calls"`
-	Inflight    *ebpf.Map `ebpf:"inflight"`
-	Pids        *ebpf.Map `ebpf:"pids"`
+	ApiHits       *ebpf.Map `ebpf:"api_hits"`
+	Counters      *ebpf.Map `ebpf:"counters"`
+	Events        *ebpf.Map `ebpf:"events"`
+	HandleCalls   *ebpf.Map `ebpf:"handle_calls"`
+	Inflight      *ebpf.Map `ebpf:"inflight"`
+	LaunchConfigs *ebpf.Map `ebpf:"launch_configs"`
+	LaunchFrames  *ebpf.Map `ebpf:"launch_frames"`
+	Pids          *ebpf.Map `ebpf:"pids"`
 }
 
 func (m *gpueventsnoopMaps) Close() error {
 	return _GpueventsnoopClose(
+		m.ApiHits,
 		m.Counters,
 		m.Events,
 		m.HandleCalls,
 		m.Inflight,
+		m.LaunchConfigs,
+		m.LaunchFrames,
 		m.Pids,
 	)
 }
@@ -194,27 +232,33 @@ func (m *gpueventsnoopMaps) Close() error {
 //
 // It can be passed to loadGpueventsnoopObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gpueventsnoopVariables struct {
-	CostMode        *ebpf.Variable `ebpf:"cost_mode"`
-	FilterPids      *ebpf.Variable `ebpf:"filter_pids"`
-	UnusedEvent     *ebpf.Variable `ebpf:"unused_event"`
-	UnusedNameEvent *ebpf.Variable `ebpf:"unused_name_event"`
-	WakeupBytes     *ebpf.Variable `ebpf:"wakeup_bytes"`
-	WantNargs       *ebpf.Variable `ebpf:"want_nargs"`
-	WantStack       *ebpf.Variable `ebpf:"want_stack"`
+	AllDriverLaunches *ebpf.Variable `ebpf:"all_driver_launches"`
+	CostMode          *ebpf.Variable `ebpf:"cost_mode"`
+	FilterPids        *ebpf.Variable `ebpf:"filter_pids"`
+	LastFailNs        *ebpf.Variable `ebpf:"last_fail_ns"`
+	LaunchEntryOnly   *ebpf.Variable `ebpf:"launch_entry_only"`
+	SampleMask        *ebpf.Variable `ebpf:"sample_mask"`
+	UnusedEvent       *ebpf.Variable `ebpf:"unused_event"`
+	UnusedNameEvent   *ebpf.Variable `ebpf:"unused_name_event"`
+	WakeupBytes       *ebpf.Variable `ebpf:"wakeup_bytes"`
+	WantNargs         *ebpf.Variable `ebpf:"want_nargs"`
+	WantStack         *ebpf.Variable `ebpf:"want_stack"`
 }
 
 // gpueventsnoopPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadGpueventsnoopObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gpueventsnoopPrograms struct {
-	GesEnter *ebpf.Program `ebpf:"ges_enter"`
-	GesExit  *ebpf.Program `ebpf:"ges_exit"`
+	GesEnter   *ebpf.Program `ebpf:"ges_enter"`
+	GesExit    *ebpf.Program `ebpf:"ges_exit"`
+	GesSession *ebpf.Program `ebpf:"ges_session"`
 }
 
 func (p *gpueventsnoopPrograms) Close() error {
 	return _GpueventsnoopClose(
 		p.GesEnter,
 		p.GesExit,
+		p.GesSession,
 	)
 }
 

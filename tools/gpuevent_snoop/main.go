@@ -19,8 +19,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/urfave/cli/v2"
@@ -40,31 +38,46 @@ libcuda.so* (and cuMemCreate/cuMemRelease, where "ptr" is the allocation handle)
 kernel uprobes. A runtime call that goes on to the driver is reported once.
 Ends with a leak report (device allocations never freed, by call site) and a one-line account.
 
+Cost: about one probe hit per launch. A launch is reported from its entry; its return (result
+and duration) is taken for the first launch of each configuration (kernel, grid, block, shared
+memory, stream), for every launch within a second of a failed call, and for one launch in 64
+(Linux 6.13+ uprobe sessions; older kernels take every return). The driver's launch functions,
+which cudart calls for each runtime launch, are probed only in processes that call them
+themselves (an object imports or names cuLaunchKernel*, or a kernel is looked up outside
+cudart); --driver-launches probes them everywhere. The account line says which mechanism
+observed each layer, how many launch results were checked and the probe hits per launch.
+
 Targets: -p PID (may repeat), or -- CMD (started and probed before its first instruction, traced
 until it exits), or neither: ALL processes that map a libcudart/libcuda found in the linker
 cache, LD_LIBRARY_PATH or /usr/local/cuda*, now or later; libraries loaded from elsewhere
 (e.g. pip wheels) and executables with static cudart are found by a rescan of /proc every
 second, so their first calls can be missed. Child processes of a -p/CMD target are not traced.
 
-Stream columns: TIME(s) since start, PID, COMM, CALL, RET (OK, or FAIL with the CUDA error
-name), then per call: malloc size/ptr/caller; free ptr/size; memcpy direction (H2D D2H D2D
-H2H default), bytes, sync|async, GB/s (synchronous copies only); launch kernel, grid, block,
-shared memory, stream; duration of the call. -a copies the 8 bytes at each of the first N
-kernel arguments (a 4-byte argument shows 4 bytes of what follows). Driver-level launches
-name the CUfunction handle (it has no host symbol).
+Stream columns: TIME(s) since start, PID, COMM, CALL, RET (OK, FAIL with the CUDA error
+name, or - for a launch whose result was not checked), then per call: malloc size/ptr/caller;
+free ptr/size; memcpy direction (H2D D2H D2D H2H default), bytes, sync|async, GB/s
+(synchronous copies only); launch kernel, grid, block, shared memory, stream; duration of the
+call. -a copies the 8 bytes at each of the first N kernel arguments (a 4-byte argument shows
+4 bytes of what follows). Driver-level launches name the CUfunction handle (it has no host
+symbol) unless a lookup named it.
 
 JSON (-j), one object per line, field "type":
   malloc|free|memcpy|memset|launch|graph: time_ns (Unix ns), pid, tid, comm, api,
-    layer (runtime|driver), ret, error ("" on success), dur_ns, and
+    layer (runtime|driver), ret, error ("" on success), dur_ns (ret, error and dur_ns
+    are null for a launch whose result was not checked), and
     malloc: size, ptr, caller; free: ptr, size (null if allocated before tracing);
     memcpy: kind, bytes, dst, src, sync, gbps; memset: ptr, value, bytes;
     launch: kernel, kernel_mangled, func, grid [x,y,z], block [x,y,z], shmem, args (-a);
     graph: graph_exec; stream where the call takes one; stack (-s).
-  summary: pid, comm, api, calls, errors, bytes, time_ns   (--summary or -i)
+  summary: pid, comm, api, calls, errors, bytes, time_ns, timed_calls (time_ns is the time
+    of the timed_calls; launches not checked are not timed)   (--summary or -i)
   kernel: pid, kernel, launches, errors                     (--summary or -i)
   leak: pid, comm, site, api, allocs, bytes, ptrs
   account: events, shown, dropped_ringbuf, lost_inflight, nested_folded,
-    cudart_internal, returns_without_entry, processes, objects
+    cudart_internal, returns_without_entry, processes, objects, runtime_layer,
+    driver_layer (mechanism and objects), driver_launch_probes (in which processes),
+    launches, launches_checked, probe_hits, launch_probe_hits, probe_hits_per_launch,
+    single_stepped (launch functions whose probed instruction the kernel single-steps)
 Driver calls that cudart makes outside a traced runtime call (context and stream set-up)
 are left out and counted in the account (cudart_internal).`
 
@@ -89,8 +102,9 @@ func newApp() *cli.App {
 		&cli.IntFlag{Name: "args", Aliases: []string{"a"}, Usage: "copy the first `N` kernel argument words (max 8)"},
 		&cli.BoolFlag{Name: "stack", Aliases: []string{"s"}, Usage: "capture and symbolise the user stack of each call"},
 		&cli.BoolFlag{Name: "summary", Usage: "per-process tables (calls, bytes, time per API; top kernels) instead of the stream"},
-		&cli.BoolFlag{Name: "no-driver", Usage: "do not probe libcuda: halves the cost per runtime call, but misses programs that call the driver API directly (Triton, CuPy RawKernel)"},
-		&cli.BoolFlag{Name: "launch-entry", Usage: "report launches from an entry probe alone: lower cost per launch, but no return code or duration for launches (RET shows -)"},
+		&cli.BoolFlag{Name: "no-driver", Usage: "do not probe libcuda: misses programs that call the driver API directly (Triton, CuPy RawKernel)"},
+		&cli.BoolFlag{Name: "launch-entry", Usage: "never take a launch's return: no return code or duration for any launch (RET shows -); by default the first launch of each kernel configuration, launches after a failure and one in 64 are checked"},
+		&cli.BoolFlag{Name: "driver-launches", Usage: "probe the driver's launch functions in every traced process, not only in those that call them outside cudart (costs a probe hit per runtime launch)"},
 		&cli.IntFlag{Name: "buffer-mb", Aliases: []string{"b"}, Value: 16, Usage: "ring buffer size in `MiB` (rounded up to a power of two)"},
 	)
 	app.Action = run
@@ -174,9 +188,10 @@ func run(c *cli.Context) error {
 		}
 	}
 	return trace(c.App.Writer, c.App.ErrWriter, traceConfig{
-		noDriver:    c.Bool("no-driver"),
-		launchEntry: c.Bool("launch-entry"),
-		pids:        pids, argv: argv, kinds: kinds, opt: opt, bufMB: bufMB,
+		noDriver:       c.Bool("no-driver"),
+		launchEntry:    c.Bool("launch-entry"),
+		driverLaunches: c.Bool("driver-launches"),
+		pids:           pids, argv: argv, kinds: kinds, opt: opt, bufMB: bufMB,
 		interval: time.Duration(c.Float64(toolkit.FlagInterval) * float64(time.Second)),
 		duration: time.Duration(c.Float64(toolkit.FlagDuration) * float64(time.Second)),
 		logf:     logf,
@@ -184,16 +199,17 @@ func run(c *cli.Context) error {
 }
 
 type traceConfig struct {
-	noDriver    bool
-	launchEntry bool
-	pids        []int
-	argv        []string
-	kinds       uint32
-	opt         Options
-	bufMB       int
-	interval    time.Duration
-	duration    time.Duration
-	logf        func(string, ...any)
+	noDriver       bool
+	launchEntry    bool
+	driverLaunches bool
+	pids           []int
+	argv           []string
+	kinds          uint32
+	opt            Options
+	bufMB          int
+	interval       time.Duration
+	duration       time.Duration
+	logf           func(string, ...any)
 }
 
 func roundPow2(n int) uint32 {
@@ -248,36 +264,55 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	if err := set("wakeup_bytes", min(uint64(spec.Maps["events"].MaxEntries)/16, 256<<10)); err != nil {
 		return err
 	}
-	// One uprobe_multi link per object where the kernel has them: detaching
-	// is then one RCU wait per object instead of one per probe.
-	multi := features.HaveBPFLinkUprobeMulti() == nil && os.Getenv("GPUEVENT_SNOOP_SINGLE_UPROBES") == ""
-	if multi {
-		spec.Programs["ges_enter"].AttachType = ebpf.AttachTraceUprobeMulti
-		spec.Programs["ges_exit"].AttachType = ebpf.AttachTraceUprobeMulti
+	tracingAll := len(cfg.pids) == 0 && len(cfg.argv) == 0
+	if err := set("launch_entry_only", b2u(cfg.launchEntry)); err != nil {
+		return err
 	}
-	var objs gpueventsnoopObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return fmt.Errorf("the kernel refused the BPF program (kernel 5.15+ with uprobe BPF cookies is needed): %+v", ve)
-		}
-		return fmt.Errorf("loading the BPF program into the kernel: %w", err)
+	if err := set("sample_mask", uint64(launchSampleMask)); err != nil {
+		return err
+	}
+	// Tracing all, a process is not known before its first call: the
+	// driver's launch functions are probed everywhere.
+	allDriver := cfg.driverLaunches || tracingAll
+	if err := set("all_driver_launches", b2u(allDriver)); err != nil {
+		return err
+	}
+	objs, mode, err := loadObjects(spec)
+	if err != nil {
+		return err
 	}
 	defer objs.Close()
+	// Per-process links need uprobe_multi's process filter, which before
+	// Linux 6.10 ("bpf: fix multi-uprobe PID filtering logic", also in
+	// 6.9.5 and 6.6.35, not told apart here) matched one thread, not the
+	// process; tracing all links to the files alone.
+	perPID := mode == modeSession || (mode == modeMulti && kernelAtLeast(6, 10))
+	if !perPID {
+		allDriver = true
+	}
 
-	att := NewAttacher(objs.GesEnter, objs.GesExit, cfg.kinds)
+	att := NewAttacher(cfg.kinds)
+	att.enter, att.exit, att.session, att.mode = objs.Enter, objs.Exit, objs.Session, mode
 	att.noDriver = cfg.noDriver
 	att.launchEntry = cfg.launchEntry
-	att.multi = multi
+	att.allDriverLaunches = allDriver
+	att.markPID = func(pid int, flags uint8) error {
+		if err := objs.Pids.Put(uint32(pid), flags); err != nil {
+			return fmt.Errorf("adding process %d to the BPF filter: %w", pid, err)
+		}
+		return nil
+	}
 	defer att.Close()
 	res := NewResolver()
 	res.objects = att.Object
 	addPID := func(pid int) error {
-		one := uint8(1)
-		if err := objs.Pids.Put(uint32(pid), one); err != nil {
-			return fmt.Errorf("adding process %d to the BPF filter: %w", pid, err)
+		if allDriver {
+			// Known only after loading (links that name no process):
+			// runtime launches record their frame for the driver launch
+			// probes every process has.
+			return att.markPID(pid, gesPIDTraced|gesPIDDriverLaunch)
 		}
-		return nil
+		return att.markPID(pid, gesPIDTraced)
 	}
 
 	// Targets.
@@ -289,7 +324,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 			if err := addPID(pid); err != nil {
 				return err
 			}
-			n, err := att.AttachProcess(pid, cfg.logf)
+			n, err := att.AttachProcess(pid, !perPID, cfg.logf)
 			if err != nil {
 				if errors.Is(err, procmaps.ErrNoProcess) {
 					return fmt.Errorf("process %d does not exist: check the PID", pid)
@@ -316,17 +351,13 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 			return err
 		}
 		exe, _ := execPath(cfg.argv[0])
-		if exe != "" {
-			if n, err := att.Attach(exe, exe); err == nil && n > 0 {
-				cfg.logf("attached %d probes to %s (static cudart)", 2*n, exe)
-			}
+		linkPID := cmd.PID()
+		if !perPID {
+			linkPID = 0
 		}
-		for _, lib := range systemLibraries(runpathDirs(exe)) {
-			if n, err := att.Attach(lib, lib); err != nil {
-				cfg.logf("%v", err)
-			} else if n > 0 {
-				cfg.logf("attached %d probes to %s", 2*n, lib)
-			}
+		att.PrepareCommand(linkPID, exe, cfg.logf)
+		if exe != "" {
+			res.SetExe(uint32(cmd.PID()), exe, exe)
 		}
 		if len(att.Objects()) == 0 {
 			fmt.Fprintf(stderr, "gpuevent_snoop: no CUDA library found yet for %s (looked for cudart symbols in it and for libcudart.so*/libcuda.so* in the linker cache, LD_LIBRARY_PATH, its RUNPATH and /usr/local/cuda*); watching for one it loads\n", cfg.argv[0])
@@ -334,10 +365,10 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		target = fmt.Sprintf("PID %d (%s)", cmd.PID(), filepath.Base(cfg.argv[0]))
 	default:
 		for _, lib := range systemLibraries(nil) {
-			if n, err := att.Attach(lib, lib); err != nil {
+			if n, err := att.Attach(lib, lib, 0); err != nil {
 				cfg.logf("%v", err)
 			} else if n > 0 {
-				cfg.logf("attached %d probes to %s", 2*n, lib)
+				cfg.logf("attached %d probes to %s%s", n, lib, att.pointNotes(lib))
 			}
 		}
 		rescanAll(att, res, cfg.logf)
@@ -363,7 +394,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	// The start line goes to stderr in every mode: stdout stays pure JSON
 	// with -j.
 	toolkit.StartLine(stderr, fmt.Sprintf("Tracing CUDA %s calls in %s (%d probes on %s)",
-		strings.Join(kindsShown, ", "), target, 2*att.probes, describeObjects(att.Objects())))
+		strings.Join(kindsShown, ", "), target, att.Probes(), describeObjects(att.Objects())))
 	tr.Header()
 
 	// The reader goroutine owns the tracer between interval prints; the
@@ -400,7 +431,27 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 				}
 				lock()
 				res.AddLookup(&lk)
+				why := ""
+				if perPID && !tracingAll && lk.Ret == 0 {
+					// A kernel looked up outside cudart is one the program
+					// will launch through the driver itself.
+					if _, on := att.DriverLaunchesIn(int(lk.PID)); !on {
+						if site := res.SiteOf(lk.PID, lk.Caller); !isCudartInternal(site) {
+							why = lk.API.Name + " called from " + site
+						}
+					}
+				}
 				unlock()
+				if why != "" {
+					// Here, not in the main loop, which may be busy reading
+					// a new object: the driver launch may follow within
+					// microseconds (see the README's limits).
+					if err := att.EnableDriverLaunches(int(lk.PID), why); err != nil {
+						cfg.logf("probing the driver's launch functions in process %d: %v", lk.PID, err)
+					} else {
+						cfg.logf("probing the driver's launch functions in process %d: %s", lk.PID, why)
+					}
+				}
 				continue
 			}
 			if err := Decode(rec.RawSample, &ev); err != nil {
@@ -463,13 +514,13 @@ loop:
 		case <-rescan.C:
 			switch {
 			case cmd != nil:
-				if _, err := att.AttachProcess(cmd.PID(), cfg.logf); err == nil {
+				if _, err := att.AttachProcess(cmd.PID(), !perPID, cfg.logf); err == nil {
 					res.Refresh(uint32(cmd.PID()))
 				}
 			case len(cfg.pids) > 0:
 				alive := 0
 				for _, pid := range cfg.pids {
-					if _, err := att.AttachProcess(pid, cfg.logf); err == nil {
+					if _, err := att.AttachProcess(pid, !perPID, cfg.logf); err == nil {
 						res.Refresh(uint32(pid))
 						alive++
 					}
@@ -503,19 +554,21 @@ loop:
 
 	// Completeness account.
 	cnt := readCounters(objs.Counters)
+	hits := readHits(objs.ApiHits)
+	lay := att.Layers(len(tr.procs))
 	acc := toolkit.Account{Tool: "gpuevent_snoop"}
 	acc.Add(tr.Seen, "events", "")
 	if tr.Shown != tr.Seen-tr.Internal {
 		acc.Add(tr.Shown, "shown", "the rest filtered by -k/--min-size")
 	}
-	acc.Add(cnt[0], "dropped", "ring buffer full: raise -b")
-	acc.Add(cnt[1], "lost", "in-flight call table full")
-	acc.Add(cnt[2], "nested calls folded", "driver calls made by a traced runtime call")
+	acc.Add(cnt[cntRingbufFull], "dropped", "ring buffer full: raise -b")
+	acc.Add(cnt[cntInflightFull], "lost", "in-flight call table full")
+	acc.Add(cnt[cntNested], "nested calls folded", "driver calls made by a traced runtime call")
 	if tr.Internal > 0 {
 		acc.Add(tr.Internal, "cudart-internal driver calls left out", "")
 	}
-	if cnt[3] > 0 {
-		acc.Add(cnt[3], "returns without entry", "calls already running at attach")
+	if cnt[cntNoEntry] > 0 {
+		acc.Add(cnt[cntNoEntry], "returns without entry", "calls already running at attach")
 	}
 	if named, unnamed := tr.KernelCounts(); named+unnamed > 0 {
 		acc.Add(uint64(named), "kernels named", "")
@@ -525,15 +578,42 @@ loop:
 	}
 	acc.Add(uint64(len(tr.procs)), "processes", "")
 	acc.Add(uint64(len(att.Objects())), "objects probed", "")
+	accountLayers(acc.Note, lay, mode, cfg.launchEntry, cnt, &hits)
 	if childStatus != "" {
 		acc.Note("command " + childStatus)
 	}
+	stepped := steppedLaunches(lay, &hits)
 	if cfg.opt.JSON {
-		fmt.Fprintf(stdout, `{"type":"account","events":%d,"shown":%d,"dropped_ringbuf":%d,"lost_inflight":%d,"nested_folded":%d,"cudart_internal":%d,"returns_without_entry":%d,"processes":%d,"objects":%d}`+"\n",
-			tr.Seen, tr.Shown, cnt[0], cnt[1], cnt[2], tr.Internal, cnt[3], len(tr.procs), len(att.Objects()))
+		b := fmt.Appendf(nil, `{"type":"account","events":%d,"shown":%d,"dropped_ringbuf":%d,"lost_inflight":%d,"nested_folded":%d,"cudart_internal":%d,"returns_without_entry":%d,"processes":%d,"objects":%d`,
+			tr.Seen, tr.Shown, cnt[cntRingbufFull], cnt[cntInflightFull], cnt[cntNested], tr.Internal, cnt[cntNoEntry], len(tr.procs), len(att.Objects()))
+		b = append(b, `,"runtime_layer":`...)
+		b = toolkit.AppendJSONString(b, lay.runtime)
+		b = append(b, `,"driver_layer":`...)
+		b = toolkit.AppendJSONString(b, lay.driver)
+		b = append(b, `,"driver_launch_probes":`...)
+		b = toolkit.AppendJSONString(b, lay.driverLaunches)
+		b = fmt.Appendf(b, `,"launches":%d,"launches_checked":%d,"probe_hits":%d,"launch_probe_hits":%d,"probe_hits_per_launch":%.3f,"single_stepped":[`,
+			cnt[cntLaunch], cnt[cntLaunchChecked], hits.total(), hits.launch(), hits.perLaunch(cnt[cntLaunch]))
+		for i, s := range stepped {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = toolkit.AppendJSONString(b, s)
+		}
+		b = append(b, "]}\n"...)
+		stdout.Write(b)
 	}
 	fmt.Fprintln(stderr, acc.String())
-	if h := costHint(tr.Launches(), time.Since(tracingSince).Seconds(), cfg.noDriver, cfg.launchEntry); h != "" {
+	driverWhy := ""
+	for _, pid := range tr.PIDs() {
+		if why, ok := att.DriverLaunchesIn(int(pid)); ok {
+			driverWhy = why
+		}
+	}
+	if h := costHint(costFacts{
+		launches: cnt[cntLaunch], secs: time.Since(tracingSince).Seconds(), hitsPerLaunch: hits.perLaunch(cnt[cntLaunch]),
+		mode: mode, launchEntry: cfg.launchEntry, driverWhy: driverWhy, stepped: stepped,
+	}); h != "" {
 		fmt.Fprintln(stderr, "gpuevent_snoop: "+h)
 	}
 	if len(cfg.opt.Kernels) > 0 {
@@ -552,6 +632,20 @@ loop:
 // readerPoll bounds how long an event waits in the ring buffer when too few
 // are buffered to wake the reader (see wakeup_bytes in the BPF program).
 const readerPoll = 20 * time.Millisecond
+
+// kernelAtLeast reports whether the running kernel's version is at least
+// major.minor (false if it cannot be told).
+func kernelAtLeast(major, minor int) bool {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return false
+	}
+	var ma, mi int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
+}
 
 func b2u(b bool) uint32 {
 	if b {
@@ -624,17 +718,11 @@ func rescanAll(att *Attacher, res *Resolver, logf func(string, ...any)) {
 		if pid == os.Getpid() {
 			continue
 		}
-		att.AttachProcess(pid, logf)
-	}
-}
-
-func readCounters(m *ebpf.Map) [4]uint64 {
-	var out [4]uint64
-	for i := range out {
-		var v uint64
-		if err := m.Lookup(uint32(i), &v); err == nil {
-			out[i] = v
+		if n, _ := att.AttachProcess(pid, true, logf); n > 0 {
+			if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
+				exe = strings.TrimSuffix(exe, " (deleted)")
+				res.SetExe(uint32(pid), procmaps.HostPath(pid, exe), exe)
+			}
 		}
 	}
-	return out
 }

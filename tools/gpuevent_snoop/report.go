@@ -50,7 +50,10 @@ type Tracer struct {
 }
 
 type apiStats struct {
-	calls, errors, bytes, ns uint64
+	calls, errors, bytes uint64
+	// ns is the time spent in the timed calls: every call but launches
+	// reported from their entry alone.
+	ns, timed uint64
 }
 
 type kernelStats struct {
@@ -163,7 +166,10 @@ func (t *Tracer) Handle(e *Event) {
 	t.Shown++
 	s := &p.apis[e.APIID]
 	s.calls++
-	s.ns += e.Dur
+	if !e.EntryOnly {
+		s.ns += e.Dur
+		s.timed++
+	}
 	if !e.OK() {
 		s.errors++
 	} else if e.API.Kind == KindFree {
@@ -399,15 +405,16 @@ func (t *Tracer) jsonEvent(e *Event, p *procStats, k *Kernel, site string, freed
 	} else {
 		b = append(b, `","layer":"runtime","ret":`...)
 	}
-	b = strconv.AppendInt(b, int64(e.Ret), 10)
-	b = append(b, `,"error":"`...)
-	if !e.OK() {
-		b = append(b, errorName(e.API.Driver, e.Ret)...)
-	}
-	b = append(b, `","dur_ns":`...)
+	// A launch reported from its entry alone has no result or duration.
 	if e.EntryOnly {
-		b = append(b, "null"...)
+		b = append(b, `null,"error":null,"dur_ns":null`...)
 	} else {
+		b = strconv.AppendInt(b, int64(e.Ret), 10)
+		b = append(b, `,"error":"`...)
+		if !e.OK() {
+			b = append(b, errorName(e.API.Driver, e.Ret)...)
+		}
+		b = append(b, `","dur_ns":`...)
 		b = strconv.AppendUint(b, e.Dur, 10)
 	}
 	switch e.API.Kind {
@@ -550,7 +557,7 @@ func (t *Tracer) PrintSummary(reset bool, now time.Time) {
 				b = toolkit.AppendJSONString(b, p.comm)
 				b = append(b, `,"api":"`...)
 				b = append(b, apis[i].Name...)
-				b = fmt.Appendf(b, `","calls":%d,"errors":%d,"bytes":%d,"time_ns":%d}`+"\n", s.calls, s.errors, s.bytes, s.ns)
+				b = fmt.Appendf(b, `","calls":%d,"errors":%d,"bytes":%d,"time_ns":%d,"timed_calls":%d}`+"\n", s.calls, s.errors, s.bytes, s.ns, s.timed)
 				t.buf = b
 				t.w.Write(b)
 			}
@@ -581,8 +588,9 @@ func (t *Tracer) PrintSummary(reset bool, now time.Time) {
 				if apis[i].Kind != KindLaunch && apis[i].Kind != KindGraph {
 					bytes = fmtBytes(s.bytes)
 				}
+				total, avg := s.times()
 				tb.Append(apis[i].Name, strconv.FormatUint(s.calls, 10), strconv.FormatUint(s.errors, 10),
-					bytes, fmtDur(s.ns), fmtDur(s.ns/s.calls))
+					bytes, total, avg)
 			}
 			tb.Render()
 			if ks := topKernels(p, 10); len(ks) > 0 {
@@ -601,6 +609,20 @@ func (t *Tracer) PrintSummary(reset bool, now time.Time) {
 		}
 	}
 	t.w.Flush()
+}
+
+// times renders the total and average time of an API's calls. When only
+// some were timed (launches whose return was taken), both are estimates
+// from those, marked "~".
+func (s *apiStats) times() (total, avg string) {
+	switch {
+	case s.timed == 0:
+		return "-", "-"
+	case s.timed == s.calls:
+		return fmtDur(s.ns), fmtDur(s.ns / s.calls)
+	}
+	mean := float64(s.ns) / float64(s.timed)
+	return "~" + fmtDur(uint64(mean*float64(s.calls))), "~" + fmtDur(uint64(mean))
 }
 
 func truncate(s string, n int) string {
@@ -767,6 +789,15 @@ func (t *Tracer) KernelCounts() (named, unnamed int) {
 	return named, unnamed
 }
 
+// PIDs lists the processes that sent events.
+func (t *Tracer) PIDs() []uint32 {
+	out := make([]uint32, 0, len(t.procs))
+	for pid := range t.procs {
+		out = append(out, pid)
+	}
+	return out
+}
+
 // Launches counts the launches traced (all processes).
 func (t *Tracer) Launches() uint64 {
 	var n uint64
@@ -780,17 +811,39 @@ func (t *Tracer) Launches() uint64 {
 	return n
 }
 
-// costHint tells users of launch-heavy programs how to trace them more
-// cheaply: by default a runtime launch hits four uprobes (entry and return
-// of cudaLaunchKernel and of the driver's cuLaunchKernel), each a trap into
-// the kernel. "" when the rate is low or the cheap set-up is in use.
-func costHint(launches uint64, secs float64, noDriver, launchEntry bool) string {
-	if secs <= 0 || launches < 10000 || float64(launches)/secs < 20000 || (noDriver && launchEntry) {
+// costFacts is what the cost hint at exit is made of.
+type costFacts struct {
+	launches      uint64
+	secs          float64
+	hitsPerLaunch float64
+	mode          attachMode
+	launchEntry   bool
+	driverWhy     string   // why the driver's launch functions are probed ("" if not)
+	stepped       []string // launch APIs hit whose probe the kernel single-steps
+}
+
+// costHint tells users of launch-heavy programs where the probe cost per
+// launch comes from, when it is above one hit: "" when the rate is low or
+// nothing can be done.
+func costHint(c costFacts) string {
+	if c.secs <= 0 || c.launches < 10000 || float64(c.launches)/c.secs < 20000 {
 		return ""
 	}
-	return fmt.Sprintf("%d launches traced (%.0f/s): each launch goes through up to four probes; "+
-		"--launch-entry --no-driver traces it with one (no return codes for launches, no direct driver calls)",
-		launches, float64(launches)/secs)
+	var why []string
+	if c.hitsPerLaunch > 1.5 && c.driverWhy != "" {
+		why = append(why, "the driver's launch functions are probed as well ("+c.driverWhy+"), so a runtime launch hits two probes")
+	}
+	if c.mode != modeSession && !c.launchEntry {
+		why = append(why, "this kernel has no uprobe sessions (Linux 6.13+), so every launch's return is probed; --launch-entry reports launches from their entry alone")
+	}
+	if len(c.stepped) > 0 {
+		why = append(why, "the kernel single-steps the probed first instruction of "+strings.Join(c.stepped, ", ")+" (two traps per hit)")
+	}
+	if len(why) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d launches traced (%.0f/s) at %.2f probe hits per launch: %s",
+		c.launches, float64(c.launches)/c.secs, c.hitsPerLaunch, strings.Join(why, "; "))
 }
 
 // Unmatched lists (sorted, at most n) kernels that -k left out.

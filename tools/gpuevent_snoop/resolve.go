@@ -32,6 +32,10 @@ type Resolver struct {
 	// objects gives the probed object an event's cookie names, for the
 	// fallback when the process's mappings cannot be read (it exited).
 	objects func(i int) (*symbolize.Object, string)
+	// exes: each process's executable (host path, and as the process
+	// sees it), for the same fallback when no probe is in it (shared
+	// cudart): its load bias comes with each event (Event.ExeStart).
+	exes map[uint32][2]string
 }
 
 type pidAddr struct {
@@ -65,7 +69,16 @@ func NewResolver() *Resolver {
 
 		handles:    map[pidAddr]string{},
 		funcKernel: map[pidAddr]uint64{},
+		exes:       map[uint32][2]string{},
 	}
+}
+
+// SetExe records a process's executable: hostPath opens it here, shown is
+// the path the process sees.
+func (r *Resolver) SetExe(pid uint32, hostPath, shown string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.exes[pid] = [2]string{hostPath, shown}
 }
 
 // AddLookup records what a kernel-handle lookup returned. Launches seen
@@ -112,6 +125,10 @@ func (r *Resolver) Prime(pid uint32) {
 		return
 	}
 	pi.maps, pi.readAt, pi.gone = ms, time.Now(), false
+	if exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); err == nil {
+		exe = strings.TrimSuffix(exe, " (deleted)")
+		r.exes[pid] = [2]string{procmaps.HostPath(int(pid), exe), exe}
+	}
 }
 
 // Refresh re-reads the mappings of a process the resolver already knows
@@ -127,24 +144,37 @@ func (r *Resolver) Refresh(pid uint32) {
 	}
 }
 
-// frameE is frame with a fallback for processes already gone: addresses in
+// frameE is frame with fallbacks for processes already gone: addresses in
 // the object that holds the probed function are named through its load bias
-// (static cudart: the executable, with the kernel stubs and call sites).
+// (static cudart: the executable, with the kernel stubs and call sites), and
+// addresses in the executable through the load address of its code that
+// the event carries (shared cudart: the probes are in libcudart, the stubs
+// and call sites in the executable).
 func (r *Resolver) frameE(e *Event, addr uint64) symbolize.Frame {
 	fr := r.frame(e.PID, addr)
-	if fr.Module != "" || r.objects == nil || e.IP == 0 {
+	if fr.Module != "" {
 		return fr
 	}
-	o, mod := r.objects(e.Obj)
-	if o == nil {
-		return fr
+	if r.objects != nil && e.IP != 0 && e.API != nil {
+		if o, mod := r.objects(e.Obj); o != nil {
+			if fv, ok := o.Symbol(e.API.Name); ok {
+				if fb, ok := o.ResolveWithBias(mod, e.IP-fv, addr); ok {
+					return fb
+				}
+			}
+		}
 	}
-	fv, ok := o.Symbol(e.API.Name)
-	if !ok {
-		return fr
-	}
-	if fb, ok := o.ResolveWithBias(mod, e.IP-fv, addr); ok {
-		return fb
+	if e.ExeStart != 0 {
+		r.mu.Lock()
+		exe := r.exes[e.PID]
+		r.mu.Unlock()
+		if o := r.sym.Object(exe[0]); exe[0] != "" && o != nil {
+			if bias, ok := o.BiasFromCodeStart(e.ExeStart); ok {
+				if fb, ok := o.ResolveWithBias(exe[1], bias, addr); ok {
+					return fb
+				}
+			}
+		}
 	}
 	return fr
 }
@@ -230,6 +260,11 @@ func (r *Resolver) Site(e *Event, addr uint64) string {
 	}
 	r.sites[key] = s
 	return s
+}
+
+// SiteOf names an address of process pid (a lookup's call site).
+func (r *Resolver) SiteOf(pid uint32, addr uint64) string {
+	return r.Site(&Event{PID: pid}, addr)
 }
 
 // matchKernel reports whether a kernel name matches any -k pattern

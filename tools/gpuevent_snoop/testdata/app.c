@@ -4,7 +4,10 @@
  * "loop N" makes N launches and nothing else (ring-buffer overflow test);
  * "handles" launches through kernel handles the way CUDA 12.x/13 code does;
  * "stub" keeps a handle in a static named like nvcc 13's host-stub static,
- * then waits on stdin (for -p) and launches it. */
+ * then waits on stdin (for -p) and launches it; "planted" allocates and
+ * launches plantedKernel, then exits at once (before the tool has read its
+ * mappings); "fail N" makes N good launches, N failing ones (no function),
+ * N good ones. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +17,10 @@
 /* A host stub with the mangled name nvcc gives vecAdd(const float*, const float*, float*, int). */
 __attribute__((noinline)) void vec_add_stub(const float *a, const float *b, float *c, int n) __asm__("_Z6vecAddPKfS0_Pfi");
 __attribute__((noinline)) void vec_add_stub(const float *a, const float *b, float *c, int n) { (void)a; (void)b; (void)c; (void)n; }
+
+/* The stub of __global__ void plantedKernel(float *, int). */
+__attribute__((noinline)) void planted_stub(float *p, int n) __asm__("_Z13plantedKernelPfi");
+__attribute__((noinline)) void planted_stub(float *p, int n) { (void)p; (void)n; }
 
 /* nvcc 13's host stub keeps its kernel handle in a local static named so. */
 static void *stub_handle __asm__("_ZZ35__device_stub__Z9vectorAddPKfS0_PfiPKfS0_PfiE8__handle") __attribute__((used));
@@ -40,6 +47,21 @@ int main(int argc, char **argv)
 		dim3 g = {1, 1, 1}, bl = {32, 1, 1};
 		for (long i = 0; i < n; i++)
 			cudaLaunchKernel((const void *)vec_add_stub, g, bl, 0, 0, 0);
+		return 0;
+	}
+	if (argc > 1 && argv[1][0] == 'p') {
+		dim3 g = {2, 1, 1}, bl = {64, 1, 1};
+		void *p = 0;
+		cudaMalloc(&p, 4096);
+		cudaLaunchKernel((const void *)planted_stub, g, bl, 0, 0, 0);
+		return 0;
+	}
+	if (argc > 2 && argv[1][0] == 'f') {
+		long n = atol(argv[2]);
+		dim3 g = {1, 1, 1}, bl = {32, 1, 1};
+		for (long i = 0; i < 3 * n; i++)
+			cudaLaunchKernel(i / n == 1 ? 0 : (const void *)vec_add_stub, g, bl, 0, 0, 0);
+		usleep(200 * 1000);
 		return 0;
 	}
 	if (argc > 1 && argv[1][0] == 'h') {
