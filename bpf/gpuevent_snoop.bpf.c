@@ -164,7 +164,9 @@ struct task_struct___ges {
 	struct mm_struct___ges *mm;
 } __attribute__((preserve_access_index));
 
+#ifndef GES_NO_BTF
 extern bool bpf_session_is_return(void) __ksym __weak;
+#endif
 
 static __always_inline __u64 *counter(__u32 idx)
 {
@@ -217,11 +219,15 @@ static __always_inline void emit(struct pt_regs *ctx, __u64 id, struct inflight 
 	__builtin_memcpy(e->stk, in->stk, sizeof(e->stk));
 	e->caller2 = in->caller2;
 	e->ip = in->ip;
+#ifndef GES_NO_BTF
 	/* Plain loads through the task's BTF pointer (the verifier turns
 	 * them into faulting-safe reads), cheaper than probe-read helpers. */
 	struct task_struct___ges *task = (void *)bpf_get_current_task_btf();
 	struct mm_struct___ges *mm = task->mm;
 	e->exe_start = mm ? mm->start_code : 0;
+#else
+	e->exe_start = 0; /* no kernel BTF: user space reads /proc/PID/maps */
+#endif
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 
 	e->out = 0;
@@ -483,8 +489,10 @@ int ges_exit(struct pt_regs *ctx)
 	return 0;
 }
 
+#ifndef GES_NO_BTF
 /* One program for both ends of a uprobe_multi session (the loader sets its
- * attach type): at entry its result says whether to take the return. */
+ * attach type): at entry its result says whether to take the return.
+ * (Sessions need kernel BTF for their kfunc; so does exe_start.) */
 SEC("uprobe.multi")
 int ges_session(struct pt_regs *ctx)
 {
@@ -494,3 +502,4 @@ int ges_session(struct pt_regs *ctx)
 	}
 	return enter(ctx, true);
 }
+#endif

@@ -275,6 +275,14 @@ func TestCommandNoSessions(t *testing.T) {
 	testCommand(t, "app_shared")
 }
 
+// Kernels built without BTF get the object without sessions and without
+// the CO-RE read of the executable's load address: same trace, entry and
+// return links.
+func TestCommandNoBTF(t *testing.T) {
+	t.Setenv("GPUEVENT_SNOOP_NO_BTF", "1")
+	testCommand(t, "app_shared")
+}
+
 // Kernels without uprobe_multi links get one link per probe: same trace.
 func TestCommandSingleUprobes(t *testing.T) {
 	t.Setenv("GPUEVENT_SNOOP_SINGLE_UPROBES", "1")
@@ -316,7 +324,7 @@ func testCommand(t *testing.T, app string) {
 	mech, hits := "uprobe sessions", 5.0
 	if os.Getenv("GPUEVENT_SNOOP_SINGLE_UPROBES") != "" {
 		mech, hits = "single uprobes+uretprobes", 6
-	} else if os.Getenv("GPUEVENT_SNOOP_NO_SESSIONS") != "" {
+	} else if os.Getenv("GPUEVENT_SNOOP_NO_SESSIONS") != "" || os.Getenv("GPUEVENT_SNOOP_NO_BTF") != "" {
 		mech, hits = "uprobes+uretprobes", 6
 	}
 	if !strings.HasPrefix(acc.str("runtime_layer"), mech+" on ") || !strings.HasPrefix(acc.str("driver_layer"), mech+" on ") ||

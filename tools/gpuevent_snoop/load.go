@@ -39,7 +39,7 @@ func (o *snoopObjects) Close() {
 // GPUEVENT_SNOOP_NO_SESSIONS force the older ways (tests, comparisons).
 func loadObjects(spec *ebpf.CollectionSpec) (*snoopObjects, attachMode, error) {
 	multi := features.HaveBPFLinkUprobeMulti() == nil && os.Getenv("GPUEVENT_SNOOP_SINGLE_UPROBES") == ""
-	if multi && os.Getenv("GPUEVENT_SNOOP_NO_SESSIONS") == "" {
+	if multi && spec.Programs["ges_session"] != nil && os.Getenv("GPUEVENT_SNOOP_NO_SESSIONS") == "" {
 		var o struct {
 			gpueventsnoopMaps
 			Session *ebpf.Program `ebpf:"ges_session"`

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
 	"github.com/urfave/cli/v2"
@@ -230,7 +231,15 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	if err := rlimit.RemoveMemlock(); err != nil {
 		return fmt.Errorf("cannot lift the locked-memory limit for BPF maps: %w", err)
 	}
-	spec, err := loadGpueventsnoop()
+	load := loadGpueventsnoop
+	if _, err := btf.LoadKernelSpec(); err != nil || os.Getenv("GPUEVENT_SNOOP_NO_BTF") != "" {
+		// No kernel BTF (CONFIG_DEBUG_INFO_BTF off; GPUEVENT_SNOOP_NO_BTF
+		// for tests): the object without
+		// sessions and without the CO-RE read; names of an exited
+		// shared-cudart program's kernels then need /proc while it runs.
+		load = loadGpueventsnoopnobtf
+	}
+	spec, err := load()
 	if err != nil {
 		return fmt.Errorf("the embedded BPF object is invalid (rebuild with make generate): %w", err)
 	}
