@@ -10,8 +10,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/gpubpf/gpubpf/internal/testenv"
 )
 
 // TestDirectRunEndToEnd runs `gpubpf run --direct` the way a user does, on
@@ -21,29 +19,16 @@ import (
 // dumped. (The stand-in executes no PTX: results stay as filled; the GPU
 // check, scripts/gpu/direct-check.sh, proves them.)
 func TestDirectRunEndToEnd(t *testing.T) {
-	gcc := testenv.Tool(t, "gcc")
+	tool := gpubpfTool(t) // next to libgpubpf-agent.so, as make installs them
+	_, fakeEnv := fakeCUDA(t)
+	sockDir := envValue(fakeEnv, "GPUBPF_AGENT_SOCKET_DIR")
 	dir := t.TempDir()
-	agentSrc, _ := filepath.Abs("../../pkg/runtime/agent")
-	cudaDir := filepath.Join(dir, "cuda")
-	sockDir := filepath.Join(dir, "sock")
-	os.MkdirAll(cudaDir, 0o755)
-	run := func(name string, args ...string) {
-		t.Helper()
-		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-		}
-	}
-	run("make", "-s", "-C", agentSrc, "OUT="+dir, "CC="+gcc)
-	run(gcc, "-O1", "-fPIC", "-shared", "-pthread", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(cudaDir, "libcuda.so.1"), filepath.Join(agentSrc, "testdata/fakecuda.c"))
-	tool := filepath.Join(dir, "gpubpf") // next to libgpubpf-agent.so, as make installs them
-	run("go", "build", "-o", tool, ".")
 	obj, _ := filepath.Abs("../../bpf/examples/direct_run_bpfel.o")
 
 	gpubpf := func(env []string, args ...string) (stdout, stderr string, code int, took time.Duration) {
 		t.Helper()
 		cmd := exec.Command(tool, args...)
-		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_AGENT_SOCKET_DIR="+sockDir)
-		cmd.Env = append(cmd.Env, env...)
+		cmd.Env = append(append([]string(nil), fakeEnv...), env...)
 		var o, e bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &o, &e
 		start := time.Now()
