@@ -26,3 +26,6 @@ print(v)
 PY
 }
 
+
+# med V...: the median of the numbers given, 2 decimals ("nan" for none).
+med() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{statistics.median(v):.2f}' if v else 'nan')" "$@"; }

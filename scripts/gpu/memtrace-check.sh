@@ -131,7 +131,7 @@ else
 fi
 
 # ---- cost on bpftime's presets ------------------------------------------------
-med() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{statistics.median(v):.2f}' if v else 'nan')" "$@"; }
+. scripts/gpu/lib.sh # med
 PRESETS=${PRESETS:-"tiny:32 10000 32 1;small:1000 10000 256 4;medium:10000 1000 256 40"}
 declare -A K
 IFS=';' read -ra PS <<<"$PRESETS"

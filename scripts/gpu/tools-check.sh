@@ -126,7 +126,7 @@ done
 
 # ---- overhead ---------------------------------------------------------------
 kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $NF}'; }
-med() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{statistics.median(v):.2f}' if v else 'nan')" "$@"; }
+. scripts/gpu/lib.sh # med
 PRESETS=${PRESETS:-"medium:10000 1000 256 40;large:100000 1000 512 196;xlarge:1000000 1000 512 1954"}
 declare -A K
 IFS=';' read -ra PS <<<"$PRESETS"
