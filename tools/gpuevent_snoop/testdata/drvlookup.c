@@ -2,7 +2,8 @@
  * JIT does: libcuda opened with dlopen, the launch function found by a name
  * built at run time, so no file of the program imports or names it. The
  * kernel lookup from outside cudart is what tells gpuevent_snoop to probe
- * the driver's launch functions in it; the program gives it 100 ms. */
+ * the driver's launch functions in it;the program gives it 1 s (a loaded CI machine
+ * may take a while to attach). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
@@ -31,7 +32,7 @@ int main(void)
 		return 3;
 	CUfunction f = 0;
 	getfn(&f, (CUmodule)0x30, "_Z7jitgemmv");
-	usleep(100 * 1000);
+	usleep(1000 * 1000);
 	launch(f, 8, 1, 1, 128, 1, 1, 0, (CUstream)0x77, 0, 0);
 	printf("drvlookup done\n");
 	fflush(stdout);
