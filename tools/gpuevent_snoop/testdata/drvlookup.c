@@ -2,8 +2,8 @@
  * JIT does: libcuda opened with dlopen, the launch function found by a name
  * built at run time, so no file of the program imports or names it. The
  * kernel lookup from outside cudart is what tells gpuevent_snoop to probe
- * the driver's launch functions in it;the program gives it 1 s (a loaded CI machine
- * may take a while to attach). */
+ * the driver's launch functions in it; the program gives it 1 s (a loaded
+ * CI machine may take a while to attach). */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <string.h>
