@@ -73,7 +73,7 @@ func (p *Process) lateFatbins(m agentproto.Module, inv *agentproto.Inventory) ([
 	}
 	var out []*fatbin.Fatbin
 	for _, obj := range ms.Objects() {
-		for _, fb := range p.s.mappedFatbins(procmaps.HostPath(p.PID, obj)) {
+		for _, fb := range p.mappedFatbins(procmaps.HostPath(p.PID, obj)) {
 			for _, k := range fatbin.Kernels(fb) {
 				if want[k.Name] {
 					out = append(out, fb)
@@ -103,8 +103,14 @@ type fatbinCache struct {
 	files map[string][]*fatbin.Fatbin
 }
 
-func (s *Session) mappedFatbins(path string) []*fatbin.Fatbin {
-	c := &s.fatbins
+// mappedFatbins is the device code of a file the process maps, through the
+// session's cache (none for a one-off listing: gpubpf kernels).
+func (p *Process) mappedFatbins(path string) []*fatbin.Fatbin {
+	if p.s == nil {
+		fbs, _ := fatbin.FromELF(path)
+		return fbs
+	}
+	c := &p.s.fatbins
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if fbs, ok := c.files[path]; ok {

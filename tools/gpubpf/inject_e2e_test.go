@@ -143,6 +143,14 @@ func TestRunPIDInjects(t *testing.T) {
 	if l := launch(); l != "LAUNCH _Z6vecAddPfi" {
 		t.Errorf("after the tool left the app launched %q", l)
 	}
+	// The agent stays: it lists the module it learnt, with its code
+	// from the mapped file.
+	kernels := exec.Command(tool, "kernels", "-p", fmt.Sprint(pid))
+	kernels.Env = append(os.Environ(), "GPUBPF_AGENT_SOCKET_DIR="+sockDir)
+	if out, err := kernels.CombinedOutput(); err != nil ||
+		!strings.Contains(string(out), "(loaded before the agent)") || !strings.Contains(string(out), "vecAdd") {
+		t.Errorf("gpubpf kernels -p after the injection: %v\n%s", err, out)
+	}
 }
 
 // envValue is the value of NAME in env ("NAME=value" entries; the last wins).
