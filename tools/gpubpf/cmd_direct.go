@@ -6,9 +6,11 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -176,13 +178,13 @@ func programOrder(file string, spec *ebpf.CollectionSpec) []string {
 // directFills reads --map-file, then --map (later values win), for the
 // maps the session's programs use.
 func directFills(c *cli.Context, sess *runtime.Session) (map[string]runtime.MapFill, error) {
-	maps := map[string]mapjson.Map{}
+	known := map[string]mapjson.Map{}
 	for name, spec := range sess.DirectMaps() {
 		m, err := mapjson.FromSpec(name, spec)
 		if err != nil {
 			return nil, err
 		}
-		maps[name] = m
+		known[name] = m
 	}
 	out := map[string]runtime.MapFill{}
 	add := func(name string, f mapjson.Fill) {
@@ -194,11 +196,11 @@ func directFills(c *cli.Context, sess *runtime.Session) (map[string]runtime.MapF
 		if err != nil {
 			return nil, fmt.Errorf("--map-file %s: %w; give a JSON file of map names and values", file, err)
 		}
-		fills, err := mapjson.ParseFile(maps, data, file)
+		fills, err := mapjson.ParseFile(known, data, file)
 		if err != nil {
 			return nil, err
 		}
-		for _, name := range sortedKeys(fills) {
+		for _, name := range slices.Sorted(maps.Keys(fills)) {
 			add(name, fills[name])
 		}
 	}
@@ -207,9 +209,9 @@ func directFills(c *cli.Context, sess *runtime.Session) (map[string]runtime.MapF
 		if !ok || name == "" {
 			return nil, toolkit.Usagef("--map %s: want NAME=JSON, e.g. --map 'vec_N=[1048576]' or --map 'vec_A={\"start\":0,\"step\":1}'", v)
 		}
-		m, ok := maps[name]
+		m, ok := known[name]
 		if !ok {
-			return nil, mapjson.UnknownMap("--map "+name, name, maps)
+			return nil, mapjson.UnknownMap("--map "+name, name, known)
 		}
 		f, err := mapjson.Parse(m, []byte(js), "--map "+name)
 		if err != nil {
@@ -218,15 +220,6 @@ func directFills(c *cli.Context, sess *runtime.Session) (map[string]runtime.MapF
 		add(name, f)
 	}
 	return out, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // runDirect is gpubpf run --direct OBJ.

@@ -31,8 +31,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -134,8 +136,8 @@ func Parse(m Map, data []byte, source string) (Fill, error) {
 }
 
 // ParseFile reads an object NAME -> map JSON (--map-file), for maps among
-// maps.
-func ParseFile(maps map[string]Map, data []byte, source string) (map[string]Fill, error) {
+// known.
+func ParseFile(known map[string]Map, data []byte, source string) (map[string]Fill, error) {
 	v, err := decode(data, source)
 	if err != nil {
 		return nil, err
@@ -145,10 +147,10 @@ func ParseFile(maps map[string]Map, data []byte, source string) (map[string]Fill
 		return nil, fmt.Errorf("%s: want a JSON object of map names and their values, like {\"vec_A\": [1, 2, 3]}; got %s", source, kindOf(v))
 	}
 	out := map[string]Fill{}
-	for _, name := range sortedKeys(obj) {
-		m, ok := maps[name]
+	for _, name := range slices.Sorted(maps.Keys(obj)) {
+		m, ok := known[name]
 		if !ok {
-			return nil, UnknownMap(source, name, maps)
+			return nil, UnknownMap(source, name, known)
 		}
 		f, err := parseMap(m, obj[name], source)
 		if err != nil {
@@ -159,10 +161,10 @@ func ParseFile(maps map[string]Map, data []byte, source string) (map[string]Fill
 	return out, nil
 }
 
-// UnknownMap is the error for a map name that is not among maps.
-func UnknownMap(source, name string, maps map[string]Map) error {
-	names := make([]string, 0, len(maps))
-	for n, m := range maps {
+// UnknownMap is the error for a map name that is not among known.
+func UnknownMap(source, name string, known map[string]Map) error {
+	names := make([]string, 0, len(known))
+	for n, m := range known {
 		if m.fillable() == nil && !strings.HasPrefix(n, ".rodata") { // constants: not worth suggesting
 			names = append(names, n)
 		}
@@ -246,7 +248,7 @@ func parseMap(m Map, v any, source string) (Fill, error) {
 		if uint64(len(x)) > uint64(m.MaxEntries) {
 			return Fill{}, fmt.Errorf("%s has %d entries, and the object gives %d: give at most %d", where, m.MaxEntries, len(x), m.MaxEntries)
 		}
-		for _, ks := range sortedKeys(x) {
+		for _, ks := range slices.Sorted(maps.Keys(x)) {
 			key, err := m.parseKey(ks)
 			if err != nil {
 				return Fill{}, fmt.Errorf("%s key %q: %w", where, ks, err)
@@ -510,15 +512,6 @@ func kindOf(v any) string {
 		return "an object"
 	}
 	return fmt.Sprintf("%T", v)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // AppendValue appends value v of the map as JSON, in the form Parse reads.
