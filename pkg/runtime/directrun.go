@@ -321,12 +321,12 @@ func (p *Process) fillMap(d *device, name string, f MapFill) error {
 	case m.place.Kind == gpumap.Array:
 		stride := gpumap.Stride(m.spec.ValueSize)
 		img := make([]byte, uint64(m.spec.MaxEntries)*stride)
-		for _, kv := range m.spec.Contents {
-			k, _ := kv.Key.(uint32)
-			v, _ := kv.Value.([]byte)
-			if k < m.spec.MaxEntries {
-				copy(img[uint64(k)*stride:], v)
-			}
+		err := eachContent(name, m.spec, func(off uint64, v []byte) error {
+			copy(img[off-gpumap.HeaderSize:], v)
+			return nil
+		})
+		if err != nil {
+			return err
 		}
 		for i := range n {
 			k := binary.LittleEndian.Uint32(key(i))
