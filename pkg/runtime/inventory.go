@@ -47,26 +47,12 @@ func KernelsOf(pid int) ([]ModuleKernels, error) {
 		if m.Path != "" {
 			mk.Source += " " + m.Path
 		}
-		var err error
-		if m.Size == 0 && m.Path == "" {
-			// loaded before the agent (it was injected): the code is in a
-			// file the process maps
+		if loadedBeforeAgent(m) {
 			mk.Source += " (loaded before the agent)"
-			var fbs []*fatbin.Fatbin
-			if fbs, err = p.lateFatbins(m, inv); err == nil {
-				mk.Kernels, err = fatbin.Inventory(fbs...)
-				if len(mk.Kernels) > 0 {
-					err = nil
-				}
-			}
-		} else {
-			var img []byte
-			if img, err = p.moduleImage(m); err == nil {
-				var mc *moduleCode
-				if mc, err = parseModule(m, img); err == nil {
-					mk.Kernels = mc.kernels
-				}
-			}
+		}
+		mc, err := p.moduleCode(m, inv)
+		if err == nil {
+			mk.Kernels = mc.kernels
 		}
 		mk.Err = err
 		sort.Slice(mk.Kernels, func(i, j int) bool { return mk.Kernels[i].Demangled < mk.Kernels[j].Demangled })

@@ -54,10 +54,17 @@ func (s *Session) dialOrInject(p *Process, opts AttachOptions, copts agentclient
 	return dialAgent(opts.Context, p.PID, copts, 2*time.Second)
 }
 
+// loadedBeforeAgent reports a module the agent learnt of after it was
+// loaded (the agent was injected later): it has neither an image nor a file.
+func loadedBeforeAgent(m agentproto.Module) bool { return m.Size == 0 && m.Path == "" }
+
 // lateFatbins finds the code of a module that was loaded before the agent
 // (the agent knows its kernels, not its image): the fatbin containers, in
 // the files the process maps, that define the module's kernels.
 func (p *Process) lateFatbins(m agentproto.Module, inv *agentproto.Inventory) ([]*fatbin.Fatbin, error) {
+	if inv == nil {
+		return nil, fmt.Errorf("loaded before the agent, and the agent listed none of its kernels")
+	}
 	want := map[string]bool{}
 	for _, k := range inv.Kernels {
 		if k.ModuleID == m.ID && k.Name != "" {
@@ -65,7 +72,7 @@ func (p *Process) lateFatbins(m agentproto.Module, inv *agentproto.Inventory) ([
 		}
 	}
 	if len(want) == 0 {
-		return nil, fmt.Errorf("module %d was loaded before the agent and none of its kernels has been launched yet", m.ID)
+		return nil, fmt.Errorf("loaded before the agent, and none of its kernels has been launched yet")
 	}
 	ms, err := procmaps.Read(p.PID)
 	if err != nil {
@@ -90,8 +97,8 @@ func (p *Process) lateFatbins(m agentproto.Module, inv *agentproto.Inventory) ([
 		for n := range want {
 			names = append(names, n)
 		}
-		return nil, fmt.Errorf("module %d was loaded before the agent from memory (no file the process maps holds %s): its kernels cannot be instrumented in this run; start the program with the agent (LD_PRELOAD) to trace them",
-			m.ID, strings.Join(names, ", "))
+		return nil, fmt.Errorf("loaded before the agent, from memory (no file the process maps holds %s): its kernels cannot be instrumented in this run; start the program with the agent (LD_PRELOAD) to trace them",
+			strings.Join(names, ", "))
 	}
 	return out, nil
 }

@@ -367,13 +367,38 @@ func parseModule(m agentproto.Module, img []byte) (*moduleCode, error) {
 		if err != nil {
 			return nil, err
 		}
-		mc.fatbins = fbs
-		mc.kernels, err = fatbin.Inventory(fbs...)
-		if err != nil && len(mc.kernels) == 0 {
-			return nil, err
-		}
+		return codeOfFatbins(fbs)
 	}
 	return mc, nil
+}
+
+// codeOfFatbins is the code of fatbin containers; elements that cannot be
+// read are an error only when no kernel could be listed at all.
+func codeOfFatbins(fbs []*fatbin.Fatbin) (*moduleCode, error) {
+	mc := &moduleCode{fatbins: fbs}
+	var err error
+	if mc.kernels, err = fatbin.Inventory(fbs...); err != nil && len(mc.kernels) == 0 {
+		return nil, err
+	}
+	return mc, nil
+}
+
+// moduleCode reads module m's code: the agent's copy of its image or its
+// file, or, for a module loaded before the agent (injected later), the
+// device code of the files the process maps.
+func (p *Process) moduleCode(m agentproto.Module, inv *agentproto.Inventory) (*moduleCode, error) {
+	if loadedBeforeAgent(m) {
+		fbs, err := p.lateFatbins(m, inv)
+		if err != nil {
+			return nil, err
+		}
+		return codeOfFatbins(fbs)
+	}
+	img, err := p.moduleImage(m)
+	if err != nil {
+		return nil, err
+	}
+	return parseModule(m, img)
 }
 
 // ptxFor returns the PTX text that defines kernel for a device of maxSM.
@@ -495,30 +520,15 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 	if inv != nil && !p.anyTargeted(m.ID, inv) {
 		return
 	}
-	var mc *moduleCode
-	if m.Size == 0 && m.Path == "" && inv != nil {
-		// Loaded before the agent was (injected later): the code is
-		// in the files the process maps.
-		fbs, err := p.lateFatbins(m, inv)
-		if err != nil {
-			p.s.warnf("process %d: %v", p.PID, err)
-			return
-		}
-		mc = &moduleCode{fatbins: fbs}
-		if mc.kernels, err = fatbin.Inventory(fbs...); err != nil && len(mc.kernels) == 0 {
-			p.s.logf("process %d: module %d: %v", p.PID, m.ID, err)
-			return
-		}
-	} else {
-		img, err := p.moduleImage(m)
-		if err != nil {
-			p.s.logf("process %d: module %d: %v", p.PID, m.ID, err)
-			return
-		}
-		if mc, err = parseModule(m, img); err != nil {
+	mc, err := p.moduleCode(m, inv)
+	if err != nil {
+		if loadedBeforeAgent(m) {
+			// the user attached with -p and expects these kernels
+			p.s.warnf("process %d: module %d: %v", p.PID, m.ID, err)
+		} else {
 			p.s.logf("process %d: module %d (%s): %v", p.PID, m.ID, m.Format, err)
-			return
 		}
+		return
 	}
 	names := make([]string, 0, len(mc.kernels))
 	pm := &preparedModule{m: m, inv: inv, mc: mc, byName: map[string]fatbin.Kernel{}, sets: map[string]probeSet{},
