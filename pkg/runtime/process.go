@@ -778,13 +778,36 @@ func (p *Process) refreshLaunches() {
 	if err != nil {
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	// A kernel probed again after a deactivate has a retired entry and a
+	// live one: its counts are their sum.
+	launches, failures := map[probeKey]uint64{}, map[probeKey]uint64{}
 	for _, pr := range probes {
 		k := probeKey{pr.Kernel, pr.Ctx}
-		p.launches[k] = max(p.launches[k], pr.Launches)
-		p.failures[k] = max(p.failures[k], pr.Failures)
+		launches[k] += pr.Launches
+		failures[k] += pr.Failures
 	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for k, n := range launches {
+		p.launches[k] = max(p.launches[k], n)
+		p.failures[k] = max(p.failures[k], failures[k])
+	}
+}
+
+// stopProbes ends the GPU side of the trace in a process that runs on:
+// its kernels go back to the originals, so the maps read after this (the
+// agent's reads wait for the instrumented launches already queued) hold
+// every launch the final counters count, and none comes after them.
+func (p *Process) stopProbes() {
+	select {
+	case <-p.conn.Done():
+		return
+	default:
+	}
+	if _, err := p.conn.Deactivate(0); err != nil {
+		p.s.logf("process %d: turning the probes off at the end of the trace: %v", p.PID, err)
+	}
+	p.refreshLaunches()
 }
 
 // addStats adds this process's agent-side counters and ring drops.

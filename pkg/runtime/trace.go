@@ -158,6 +158,7 @@ func (s *Session) windUp() {
 	for _, p := range s.Processes() {
 		if p.conn != nil {
 			p.conn.SetDeadline(dl)
+			p.stopProbes()
 		}
 	}
 }

@@ -174,7 +174,8 @@ struct activation {
 	void *handle;     /* what the tool named */
 	CUcontext ctx;    /* the clone's context */
 	CUfunction fn;    /* instrumented function */
-	struct clone *clone;
+	struct clone *clone; /* NULL once retired */
+	uint64_t clone_id;   /* retired: its clone's id (the clone may be gone) */
 	struct session *owner;
 	uint64_t launches, failures; /* atomics */
 	int last_err;
@@ -255,6 +256,14 @@ extern HIDDEN __thread int g_agent_thread;
 HIDDEN void server_notify_failure(struct activation *a, CUresult r);
 HIDDEN void server_hold(uint64_t id);
 HIDDEN void server_device_used(CUdevice dev);
+/* The application destroys a context (server.c): server_ctx_lock holds
+ * every tool request off meanwhile; server_ctx_gone (lock held) makes the
+ * sessions forget what they had in c without touching it; server_ctx_born
+ * clears a handle the driver hands out again. */
+HIDDEN void server_ctx_lock(void);
+HIDDEN void server_ctx_unlock(void);
+HIDDEN void server_ctx_gone(CUcontext c);
+HIDDEN void server_ctx_born(CUcontext c);
 HIDDEN void server_atfork_child(void);
 /* Direct mode: serve one tool session; returns the exit status (0 after a
  * session, non-zero when none came within wait_ms). */

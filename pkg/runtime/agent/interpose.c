@@ -200,6 +200,8 @@ typedef CUresult (*ctxretain_t)(CUcontext *, CUdevice);
 typedef CUresult (*ctxcreate2_t)(CUcontext *, unsigned, CUdevice);
 typedef CUresult (*ctxcreate3_t)(CUcontext *, void *, int, unsigned, CUdevice);
 typedef CUresult (*ctxcreate4_t)(CUcontext *, void *, unsigned, CUdevice);
+typedef CUresult (*ctxdestroy_t)(CUcontext);
+typedef CUresult (*primctx_t)(CUdevice);
 typedef CUresult (*libgetkernel_t)(CUkernel *, CUlibrary, const char *);
 typedef CUresult (*kernelgetfn_t)(CUfunction *, CUkernel);
 typedef CUresult (*modgetfn_t)(CUfunction *, CUmodule, const char *);
@@ -252,6 +254,12 @@ enum {
 	R_cuCtxCreate_v2,
 	R_cuCtxCreate_v3,
 	R_cuCtxCreate_v4,
+	R_cuCtxDestroy,
+	R_cuCtxDestroy_v2,
+	R_cuDevicePrimaryCtxRelease,
+	R_cuDevicePrimaryCtxRelease_v2,
+	R_cuDevicePrimaryCtxReset,
+	R_cuDevicePrimaryCtxReset_v2,
 	R_COUNT
 };
 
@@ -296,6 +304,12 @@ static const char *const real_names[R_COUNT] = {
 	N(cuCtxCreate_v2),
 	N(cuCtxCreate_v3),
 	N(cuCtxCreate_v4),
+	N(cuCtxDestroy),
+	N(cuCtxDestroy_v2),
+	N(cuDevicePrimaryCtxRelease),
+	N(cuDevicePrimaryCtxRelease_v2),
+	N(cuDevicePrimaryCtxReset),
+	N(cuDevicePrimaryCtxReset_v2),
 #undef N
 };
 static void *wrappers[R_COUNT];
@@ -434,6 +448,8 @@ EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 	if (!f)
 		return NOFUNC;
 	CUresult r = f(pctx, dev);
+	if (r == CUDA_SUCCESS)
+		server_ctx_born(*pctx);
 	if (r == CUDA_SUCCESS && !g_agent_thread)
 		server_device_used(dev);
 	return r;
@@ -446,6 +462,8 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned flags, CUdevice dev)
 	if (!f)
 		return NOFUNC;
 	CUresult r = f(pctx, flags, dev);
+	if (r == CUDA_SUCCESS)
+		server_ctx_born(*pctx);
 	if (r == CUDA_SUCCESS && !g_agent_thread)
 		server_device_used(dev);
 	return r;
@@ -457,6 +475,8 @@ EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, void *params, int n, unsigned fl
 	if (!f)
 		return NOFUNC;
 	CUresult r = f(pctx, params, n, flags, dev);
+	if (r == CUDA_SUCCESS)
+		server_ctx_born(*pctx);
 	if (r == CUDA_SUCCESS && !g_agent_thread)
 		server_device_used(dev);
 	return r;
@@ -468,10 +488,94 @@ EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, void *params, unsigned flags, CU
 	if (!f)
 		return NOFUNC;
 	CUresult r = f(pctx, params, flags, dev);
+	if (r == CUDA_SUCCESS)
+		server_ctx_born(*pctx);
 	if (r == CUDA_SUCCESS && !g_agent_thread)
 		server_device_used(dev);
 	return r;
 }
+
+/* A context the application destroys takes along what tools placed in it
+ * (maps, clones, streams): the agent forgets those first, with every tool
+ * request held off, so none ever reaches a dead context (the driver can
+ * crash on one). A primary context goes with its last release or a reset
+ * (cudaDeviceReset). */
+static CUresult ctx_destroy(int slot, CUcontext c)
+{
+	ctxdestroy_t f = (ctxdestroy_t)real(slot);
+	if (!f)
+		return NOFUNC;
+	if (g_agent_thread || !c)
+		return f(c);
+	server_ctx_lock();
+	server_ctx_gone(c);
+	CUresult r = f(c);
+	server_ctx_unlock();
+	return r;
+}
+EXPORT CUresult cuCtxDestroy(CUcontext c) { return ctx_destroy(R_cuCtxDestroy, c); }
+EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { return ctx_destroy(R_cuCtxDestroy_v2, c); }
+
+/* dev's primary context if it is active, its use count left as it was. */
+static CUcontext primary_of(CUdevice dev)
+{
+	unsigned fl = 0;
+	int active = 0;
+	CUcontext c = NULL;
+	if (drv_init() != 0 || !D.cuDevicePrimaryCtxGetState || !D.cuDevicePrimaryCtxRetain ||
+	    !D.cuDevicePrimaryCtxRelease || D.cuDevicePrimaryCtxGetState(dev, &fl, &active) != CUDA_SUCCESS || !active)
+		return NULL;
+	if (D.cuDevicePrimaryCtxRetain(&c, dev) != CUDA_SUCCESS)
+		return NULL;
+	D.cuDevicePrimaryCtxRelease(dev);
+	return c;
+}
+
+static int primary_active(CUdevice dev)
+{
+	unsigned fl = 0;
+	int active = 1;
+	if (D.cuDevicePrimaryCtxGetState)
+		D.cuDevicePrimaryCtxGetState(dev, &fl, &active);
+	return active;
+}
+
+static CUresult primary_release(int slot, CUdevice dev)
+{
+	primctx_t f = (primctx_t)real(slot);
+	if (!f)
+		return NOFUNC;
+	if (g_agent_thread)
+		return f(dev);
+	server_ctx_lock();
+	CUcontext c = primary_of(dev);
+	CUresult r = f(dev);
+	if (c && r == CUDA_SUCCESS && !primary_active(dev))
+		server_ctx_gone(c); /* the last use: it is gone (no request ran meanwhile) */
+	server_ctx_unlock();
+	return r;
+}
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(R_cuDevicePrimaryCtxRelease, dev); }
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	return primary_release(R_cuDevicePrimaryCtxRelease_v2, dev);
+}
+
+static CUresult primary_reset(int slot, CUdevice dev)
+{
+	primctx_t f = (primctx_t)real(slot);
+	if (!f)
+		return NOFUNC;
+	if (g_agent_thread)
+		return f(dev);
+	server_ctx_lock();
+	server_ctx_gone(primary_of(dev));
+	CUresult r = f(dev);
+	server_ctx_unlock();
+	return r;
+}
+EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_reset(R_cuDevicePrimaryCtxReset, dev); }
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_reset(R_cuDevicePrimaryCtxReset_v2, dev); }
 
 /* ---------------- kernel handles ---------------- */
 
@@ -1005,6 +1109,12 @@ static int gpa_index(const char *sym, int ver, uint64_t flags)
 		return ver >= 12000 ? R_cuGraphExecUpdate_v2 : i;
 	case R_cuGraphLaunch:
 		return ptds ? R_cuGraphLaunch_ptsz : i;
+	case R_cuCtxDestroy:
+		return ver >= 4000 ? R_cuCtxDestroy_v2 : i;
+	case R_cuDevicePrimaryCtxRelease:
+		return ver >= 11000 ? R_cuDevicePrimaryCtxRelease_v2 : i;
+	case R_cuDevicePrimaryCtxReset:
+		return ver >= 11000 ? R_cuDevicePrimaryCtxReset_v2 : i;
 	default:
 		return i;
 	}
@@ -1202,6 +1312,12 @@ static void fill_wrappers(void)
 	W(cuCtxCreate_v2);
 	W(cuCtxCreate_v3);
 	W(cuCtxCreate_v4);
+	W(cuCtxDestroy);
+	W(cuCtxDestroy_v2);
+	W(cuDevicePrimaryCtxRelease);
+	W(cuDevicePrimaryCtxRelease_v2);
+	W(cuDevicePrimaryCtxReset);
+	W(cuDevicePrimaryCtxReset_v2);
 #undef W
 }
 

@@ -224,6 +224,9 @@ struct session {
 	int nfail;
 	struct failure fails[32];
 	struct clk clocks[16];
+	/* probes turned off (deactivate, or their context destroyed): their
+	 * launch counts stay in the stats until the session ends */
+	struct activation *retired;
 	struct session *next;
 };
 
@@ -578,12 +581,56 @@ static int recv_frame(struct session *s, uint16_t *type, uint32_t *req, uint8_t 
 
 /* ---------------- contexts ---------------- */
 
+/* Contexts the application destroyed (g_mu): a tool may still name one in
+ * a request, and the driver crashes on some calls with a dead handle. */
+static CUcontext g_dead[64];
+static unsigned g_ndead; /* g_mu; entries used: min(g_ndead, 64) */
+
+static int ctx_dead(CUcontext c)
+{
+	int dead = 0;
+	pthread_mutex_lock(&g_mu);
+	for (unsigned i = 0; i < g_ndead && i < 64; i++)
+		if (g_dead[i] == c)
+			dead = 1;
+	pthread_mutex_unlock(&g_mu);
+	return dead;
+}
+
+void server_ctx_born(CUcontext c)
+{
+	if (!c || !__atomic_load_n(&g_ndead, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&g_mu);
+	for (unsigned i = 0; i < g_ndead && i < 64; i++)
+		if (g_dead[i] == c)
+			g_dead[i] = NULL;
+	pthread_mutex_unlock(&g_mu);
+}
+
+/* Held shared while a tool request is served, exclusively while the
+ * application destroys a context: no request is ever inside a context as
+ * it goes. Writers first, or a busy tool could hold a destroy off. */
+static pthread_rwlock_t g_ctx_rw = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+
+void server_ctx_lock(void)
+{
+	pthread_rwlock_wrlock(&g_ctx_rw);
+}
+
+void server_ctx_unlock(void)
+{
+	pthread_rwlock_unlock(&g_ctx_rw);
+}
+
 /* Makes ctx current, or the primary context of dev when ctx is 0. */
 static CUresult use_ctx(struct session *s, int dev, uint64_t ctx, CUcontext *out)
 {
 	if (drv_init() != 0)
 		return CUDA_ERROR_NOT_INITIALIZED;
 	CUcontext c = (CUcontext)(uintptr_t)ctx;
+	if (c && ctx_dead(c))
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	if (!c) {
 		if (dev < 0 || dev >= 64)
 			return CUDA_ERROR_INVALID_VALUE;
@@ -597,6 +644,7 @@ static CUresult use_ctx(struct session *s, int dev, uint64_t ctx, CUcontext *out
 			r = D.cuDevicePrimaryCtxRetain(&s->prim[dev], d);
 			if (r != CUDA_SUCCESS)
 				return r;
+			server_ctx_born(s->prim[dev]);
 		}
 		c = s->prim[dev];
 	}
@@ -684,27 +732,106 @@ static void clone_unload(struct clone *c)
 	(void)r;
 }
 
-/* Removes the session's activations matching handle (all when NULL). */
-static int deactivate(struct session *s, void *handle)
+/* Takes the activations of owner s (any when NULL) on handle (any when
+ * NULL) in context ctx (any when NULL) off the launch path; each goes to
+ * its owner's retired list, where its counts stay. g_rw write held, g_mu
+ * held. */
+static int retire(struct session *s, void *handle, CUcontext ctx)
 {
 	int n = 0;
-	pthread_rwlock_wrlock(&g_rw);
-	pthread_mutex_lock(&g_mu);
 	struct activation **pp = &g_acts;
 	while (*pp) {
 		struct activation *a = *pp;
-		if (a->owner == s && (!handle || a->handle == handle)) {
+		if ((!s || a->owner == s) && (!handle || a->handle == handle) && (!ctx || a->ctx == ctx)) {
 			*pp = a->next;
-			free(a);
+			a->clone_id = a->clone ? a->clone->id : 0;
+			a->clone = NULL;
+			a->slots = NULL;
+			a->region = 0;
+			a->next = a->owner->retired;
+			a->owner->retired = a;
 			n++;
 		} else {
 			pp = &a->next;
 		}
 	}
-	probe_rebuild();
+	if (n)
+		probe_rebuild();
+	return n;
+}
+
+/* Removes the session's activations matching handle (all when NULL). */
+static int deactivate(struct session *s, void *handle)
+{
+	pthread_rwlock_wrlock(&g_rw);
+	pthread_mutex_lock(&g_mu);
+	int n = retire(s, handle, NULL);
 	pthread_mutex_unlock(&g_mu);
 	pthread_rwlock_unlock(&g_rw);
 	return n;
+}
+
+/* The application destroys c (or has: the caller holds g_ctx_rw, so no
+ * request used it since). Every session forgets what it had there, without
+ * a driver call on it: the context takes its streams, memory, modules and
+ * events along, and later requests naming it get CONTEXT_IS_DESTROYED. */
+void server_ctx_gone(CUcontext c)
+{
+	if (!c)
+		return;
+	DBG("the application destroys context %p: the sessions forget what they had there", (void *)c);
+	pthread_rwlock_wrlock(&g_rw);
+	pthread_mutex_lock(&g_mu);
+	unsigned i;
+	for (i = 0; i < g_ndead && i < 64; i++)
+		if (!g_dead[i] || g_dead[i] == c)
+			break;
+	if (i == g_ndead || i >= 64)
+		i = g_ndead++ % 64;
+	g_dead[i] = c;
+	retire(NULL, NULL, c);
+	for (struct session *s = g_sessions; s; s = s->next) {
+		for (struct clone **pp = &s->clones; *pp;) {
+			struct clone *cl = *pp;
+			if (cl->ctx != c) {
+				pp = &cl->next;
+				continue;
+			}
+			*pp = cl->next;
+			clone_free(cl);
+		}
+		for (struct alloc **pp = &s->allocs; *pp;) {
+			struct alloc *a = *pp;
+			if (a->ctx != c) {
+				pp = &a->next;
+				continue;
+			}
+			*pp = a->next;
+			free(a);
+		}
+		for (struct region *g = s->regions; g; g = g->next)
+			if (g->ctx == c) {
+				g->registered = 0; /* the host memory stays the tool's */
+				g->ctx = NULL;
+				g->dev = 0;
+			}
+		for (int k = 0; k < 16; k++) {
+			if (s->clocks[k].ctx == c) {
+				if (s->clocks[k].mb)
+					munmap(s->clocks[k].mb, s->clocks[k].mbsize);
+				memset(&s->clocks[k], 0, sizeof(s->clocks[k]));
+			}
+			if (s->streams[k].ctx == c) {
+				s->streams[k].s = NULL;
+				s->streams[k].ctx = NULL;
+			}
+		}
+		for (int d = 0; d < 64; d++)
+			if (s->prim[d] == c)
+				s->prim[d] = NULL;
+	}
+	pthread_mutex_unlock(&g_mu);
+	pthread_rwlock_unlock(&g_rw);
 }
 
 static int clones_pinned(struct session *s)
@@ -1572,7 +1699,7 @@ static int op_unregister(struct session *s, uint32_t req, struct rbuf *r, struct
 	}
 	CUcontext saved = NULL;
 	D.cuCtxGetCurrent(&saved);
-	if (D.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
+	if (g->registered && D.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
 		D.cuMemHostUnregister(g->host);
 	D.cuCtxSetCurrent(saved);
 	munmap(g->host, g->size);
@@ -2140,26 +2267,39 @@ static int op_launch(struct session *s, uint32_t req, struct rbuf *r, struct wbu
 	return ret;
 }
 
+static void op_stats_one(struct wbuf *w, struct activation *a)
+{
+	wb_u64(w, (uint64_t)(uintptr_t)a->handle);
+	wb_u64(w, a->clone ? a->clone->id : a->clone_id);
+	wb_u64(w, (uint64_t)(uintptr_t)a->ctx);
+	wb_u64(w, __atomic_load_n(&a->launches, __ATOMIC_RELAXED));
+	wb_u64(w, __atomic_load_n(&a->failures, __ATOMIC_RELAXED));
+	wb_i32(w, a->last_err);
+	wb_u32(w, (uint32_t)__atomic_load_n(&a->disabled, __ATOMIC_RELAXED));
+}
+
+/* The session's probes, live and retired (a kernel probed again after a
+ * deactivate appears twice: the tool adds them up). */
 static void op_stats(struct session *s, struct wbuf *w)
 {
 	pthread_rwlock_rdlock(&g_rw);
+	pthread_mutex_lock(&g_mu); /* the retired list */
 	uint32_t n = 0;
 	for (struct activation *a = g_acts; a; a = a->next)
 		if (a->owner == s)
 			n++;
+	for (struct activation *a = s->retired; a; a = a->next)
+		n++;
 	wb_i32(w, ST_OK);
 	wb_u32(w, n);
+	for (struct activation *a = s->retired; a; a = a->next)
+		op_stats_one(w, a);
 	for (struct activation *a = g_acts; a; a = a->next) {
 		if (a->owner != s)
 			continue;
-		wb_u64(w, (uint64_t)(uintptr_t)a->handle);
-		wb_u64(w, a->clone->id);
-		wb_u64(w, (uint64_t)(uintptr_t)a->ctx);
-		wb_u64(w, __atomic_load_n(&a->launches, __ATOMIC_RELAXED));
-		wb_u64(w, __atomic_load_n(&a->failures, __ATOMIC_RELAXED));
-		wb_i32(w, a->last_err);
-		wb_u32(w, (uint32_t)__atomic_load_n(&a->disabled, __ATOMIC_RELAXED));
+		op_stats_one(w, a);
 	}
+	pthread_mutex_unlock(&g_mu);
 	pthread_rwlock_unlock(&g_rw);
 }
 
@@ -2380,7 +2520,13 @@ static void *session_main(void *arg)
 			uint8_t *body;
 			if (recv_frame(s, &type, &req, &body, &len) < 0)
 				break;
+			pthread_rwlock_rdlock(&g_ctx_rw);
 			int r = handle(s, type, req, body, len);
+			/* never keep a context current between requests: the
+			 * application may destroy it meanwhile */
+			if (D.ready)
+				D.cuCtxSetCurrent(NULL);
+			pthread_rwlock_unlock(&g_ctx_rw);
 			free(body);
 			if (s->pending_fd >= 0) {
 				/* it came with a request that takes none: a later
@@ -2394,7 +2540,11 @@ static void *session_main(void *arg)
 	}
 	/* The tool is gone (exit, crash or SIGKILL): put everything back. */
 	DBG("tool disconnected: restoring original kernels");
+	pthread_rwlock_rdlock(&g_ctx_rw);
 	detach_all(s);
+	if (D.ready)
+		D.cuCtxSetCurrent(NULL);
+	pthread_rwlock_unlock(&g_ctx_rw);
 	pthread_mutex_lock(&g_mu);
 	for (struct session **pp = &g_sessions; *pp; pp = &(*pp)->next)
 		if (*pp == s) {
@@ -2406,6 +2556,11 @@ static void *session_main(void *arg)
 	pthread_mutex_unlock(&g_mu);
 	if (last)
 		late_restore(); /* the program goes on exactly as before */
+	while (s->retired) {
+		struct activation *a = s->retired;
+		s->retired = a->next;
+		free(a);
+	}
 	close(s->fd);
 	close(s->efd);
 	if (s->pending_fd >= 0)
@@ -2622,6 +2777,9 @@ void server_atfork_child(void)
 	g_sock_path[0] = 0;
 	g_hold_waited = 0;
 	g_dev_used = 0; /* the child has no contexts of its own yet */
+	g_ndead = 0;
+	pthread_rwlock_t fresh = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+	g_ctx_rw = fresh; /* a request of the parent's may have held it */
 	__atomic_store_n(&g_started, 0, __ATOMIC_RELAXED);
 	__atomic_store_n(&g_need_start, 1, __ATOMIC_RELAXED);
 }

@@ -231,6 +231,21 @@ int main(void)
 			CUresult (*create4)(void **, void *, unsigned, int) = get("cuCtxCreate", 0);
 			void *c1;
 			printf("CREATED 1 %d\n", create4(&c1, NULL, 0, 1));
+		} else if (!strcmp(line, "release0\n")) {
+			/* its last use of the primary context: the driver destroys it */
+			CUresult (*release)(int) = get("cuDevicePrimaryCtxRelease", 0);
+			printf("RELEASED 0 %d\n", release(0));
+		} else if (!strcmp(line, "reset0\n")) {
+			/* cudaDeviceReset */
+			CUresult (*reset)(int) = get("cuDevicePrimaryCtxReset", 0);
+			printf("RESET 0 %d\n", reset(0));
+		} else if (!strcmp(line, "destroy\n")) {
+			CUresult (*destroy)(void *) = get("cuCtxDestroy", 0);
+			printf("DESTROYED %d\n", destroy(ctx));
+		} else if (!strcmp(line, "ctx\n")) {
+			printf("CTX %p\n", ctx);
+		} else if (!strcmp(line, "retain0\n")) {
+			printf("RETAINED 0 %d\n", retain(&ctx, 0));
 		} else if (!strcmp(line, "unload\n")) {
 			/* what cudart does at exit: the agent may hold us here */
 			printf("UNLOADED %d\n", libunload(lib));

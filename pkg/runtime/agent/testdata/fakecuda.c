@@ -47,6 +47,7 @@ static int ndev(void)
 	return e && e[0] == '2' ? 2 : 1;
 }
 static int retained[2];
+static int ctx0_dead, ctx_gen; /* see ctx_kill */
 CUresult cuDeviceGetCount(int *n) { *n = ndev(); return 0; }
 CUresult cuDeviceGet(int *d, int o) { if (o < 0 || o >= ndev()) return 101; *d = o; return 0; }
 CUresult cuDeviceGetName(char *n, int l, int d) { snprintf(n, l, "Fake GPU"); return 0; }
@@ -60,6 +61,7 @@ CUresult cuDevicePrimaryCtxRetain(void **c, int d)
 	if (d < 0 || d >= ndev())
 		return 101;
 	retained[d]++;
+	ctx0_dead = 0;
 	*c = &ctx0;
 	return 0;
 }
@@ -87,9 +89,52 @@ CUresult cuDevicePrimaryCtxGetState(int d, unsigned *flags, int *active)
 	*active = retained[d] > 0;
 	return 0;
 }
-CUresult cuDevicePrimaryCtxRelease(int d) { return 0; }
+/* Destroying ctx0 (its primary contexts' last release, a reset, or
+ * cuCtxDestroy) makes any later use of it, or of a stream made in it, abort
+ * the process, as the real driver may crash on a dead handle; a retain
+ * brings it back. */
+static void ctx_kill(void)
+{
+	ctx0_dead = 1;
+	ctx_gen++;
+}
+static void ctx_check(void *c, const char *what)
+{
+	if (c == &ctx0 && ctx0_dead) {
+		fprintf(stderr, "FAKECUDA: %s on a destroyed context\n", what);
+		abort();
+	}
+}
+CUresult cuDevicePrimaryCtxRelease(int d)
+{
+	if (d < 0 || d >= ndev() || retained[d] == 0)
+		return 201;
+	if (--retained[d] == 0 && retained[0] + retained[1] == 0)
+		ctx_kill();
+	return 0;
+}
+CUresult cuDevicePrimaryCtxReset(int d)
+{
+	if (d < 0 || d >= ndev())
+		return 101;
+	retained[0] = retained[1] = 0;
+	ctx_kill();
+	return 0;
+}
+CUresult cuCtxDestroy_v2(void *c)
+{
+	if (c != &ctx0)
+		return 201;
+	ctx_kill();
+	return 0;
+}
 CUresult cuCtxGetCurrent(void **c) { *c = cur; return 0; }
-CUresult cuCtxSetCurrent(void *c) { cur = c; return 0; }
+CUresult cuCtxSetCurrent(void *c)
+{
+	ctx_check(c, "cuCtxSetCurrent");
+	cur = c;
+	return 0;
+}
 CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
 CUresult cuCtxSynchronize(void) { return 0; }
 CUresult cuLibraryLoadData(void **lib, const void *code, void *a, void *b, unsigned c, void *d, void *e, unsigned f)
@@ -446,12 +491,56 @@ CUresult cuGraphLaunch(void *x, void *s)
 	return 0;
 }
 CUresult cuGraphLaunch_ptsz(void *x, void *s) { return cuGraphLaunch(x, s ? s : (void *)2); }
-CUresult cuStreamCreate(void **s, unsigned f) { *s = malloc(1); return 0; }
-CUresult cuStreamDestroy(void *s) { free(s); return 0; }
-CUresult cuStreamSynchronize(void *s) { return 0; }
-CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s) { return cuMemsetD8(p, v, n); }
-CUresult cuMemcpyHtoDAsync(uint64_t d, const void *src, size_t n, void *s) { return cuMemcpyHtoD(d, src, n); }
-CUresult cuMemcpyDtoHAsync(void *d, uint64_t src, size_t n, void *s) { return cuMemcpyDtoH(d, src, n); }
+/* Streams made here carry their context's generation: one used after its
+ * context was destroyed aborts (see ctx_kill). Others (the app's own
+ * handles) are not looked at. */
+#define STREAM_MAGIC 0x57524541u
+struct fstream {
+	unsigned magic;
+	int gen;
+};
+static void stream_check(void *s, const char *what)
+{
+	struct fstream *f = s;
+	if ((uintptr_t)s > 4096 && f->magic == STREAM_MAGIC && f->gen != ctx_gen) {
+		fprintf(stderr, "FAKECUDA: %s on a stream of a destroyed context\n", what);
+		abort();
+	}
+}
+CUresult cuStreamCreate(void **s, unsigned f)
+{
+	struct fstream *st = malloc(sizeof(*st));
+	st->magic = STREAM_MAGIC;
+	st->gen = ctx_gen;
+	*s = st;
+	return 0;
+}
+CUresult cuStreamDestroy(void *s)
+{
+	stream_check(s, "cuStreamDestroy");
+	free(s);
+	return 0;
+}
+CUresult cuStreamSynchronize(void *s)
+{
+	stream_check(s, "cuStreamSynchronize");
+	return 0;
+}
+CUresult cuMemsetD8Async(uint64_t p, unsigned char v, size_t n, void *s)
+{
+	stream_check(s, "cuMemsetD8Async");
+	return cuMemsetD8(p, v, n);
+}
+CUresult cuMemcpyHtoDAsync(uint64_t d, const void *src, size_t n, void *s)
+{
+	stream_check(s, "cuMemcpyHtoDAsync");
+	return cuMemcpyHtoD(d, src, n);
+}
+CUresult cuMemcpyDtoHAsync(void *d, uint64_t src, size_t n, void *s)
+{
+	stream_check(s, "cuMemcpyDtoHAsync");
+	return cuMemcpyDtoH(d, src, n);
+}
 CUresult cuThreadExchangeStreamCaptureMode(int *m) { *m = 0; return 0; }
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { return 0; }
 
@@ -473,8 +562,11 @@ static const struct {
 	E(cuStreamCreate), E(cuStreamDestroy), E(cuStreamSynchronize), E(cuMemsetD8Async), E(cuMemcpyHtoDAsync),
 	E(cuMemcpyDtoHAsync), E(cuThreadExchangeStreamCaptureMode), E(cuStreamWaitEvent), E(cuStreamQuery),
 	E(cuGraphAddKernelNode), E(cuStreamWriteValue64), E(cuPointerGetAttribute), E(cuGraphInstantiateWithFlags),
-	E(cuGraphInstantiate_v2), E(cuGraphLaunch), E(cuGraphLaunch_ptsz),
+	E(cuGraphInstantiate_v2), E(cuGraphLaunch), E(cuGraphLaunch_ptsz), E(cuDevicePrimaryCtxReset), E(cuCtxDestroy_v2),
 };
+/* the driver's versioned exports (cuda.h maps the plain names to them) */
+CUresult cuDevicePrimaryCtxRelease_v2(int d) { return cuDevicePrimaryCtxRelease(d); }
+CUresult cuDevicePrimaryCtxReset_v2(int d) { return cuDevicePrimaryCtxReset(d); }
 
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *st);
 CUresult cuGetProcAddress(const char *sym, void **pfn, int ver, uint64_t flags)
@@ -487,6 +579,10 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
 		*st = 0;
 	if (!strcmp(sym, "cuGetProcAddress")) {
 		*pfn = ver >= 12000 ? (void *)cuGetProcAddress_v2 : (void *)cuGetProcAddress;
+		return 0;
+	}
+	if (!strcmp(sym, "cuCtxDestroy")) {
+		*pfn = (void *)cuCtxDestroy_v2;
 		return 0;
 	}
 	if (!strcmp(sym, "cuCtxCreate")) {
