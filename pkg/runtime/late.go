@@ -45,7 +45,11 @@ func (s *Session) dialOrInject(p *Process, opts AttachOptions, copts agentclient
 	}
 	// Only a CUDA process gets the agent: a mistyped -p (init, a shell)
 	// must never be ptrace'd and changed.
-	if ms, merr := procmaps.Read(p.PID); merr != nil || len(ms.Matching(procmaps.LibraryMatcher("libcuda.so"))) == 0 {
+	ms, merr := procmaps.Read(p.PID)
+	if errors.Is(merr, procmaps.ErrNoProcess) {
+		return nil, fmt.Errorf("process %d has exited", p.PID)
+	}
+	if merr != nil || len(ms.Matching(procmaps.LibraryMatcher("libcuda.so"))) == 0 {
 		return nil, fmt.Errorf("%w; it has not loaded libcuda (not a CUDA program, or one that has not touched the GPU yet), so the agent was not loaded into it", err)
 	}
 	if ierr := s.injectAgent(p.PID); ierr != nil {
