@@ -88,22 +88,23 @@ fi
 # 6. PyTorch
 if python3 -c 'import torch' 2>/dev/null; then
 	cat >"$T/t.py" <<'PY'
-import torch, time
+import os, sys, torch, time
 x = torch.arange(1 << 20, device="cuda", dtype=torch.float32)
-end = time.time() + 40
-while time.time() < end:
+end = time.time() + 200 # or sooner: the check touches the stop file when done attaching
+while time.time() < end and not os.path.exists(sys.argv[1]):
     y = (x * 2 + 1).sum().item()
 print("RESULT torch", y == float((1 << 20) * (1 << 20) + (1 << 20) - (1 << 20)), flush=True)
 PY
-	python3 "$T/t.py" >"$T/torch.app" 2>&1 &
+	python3 "$T/t.py" "$T/torch.stop" >"$T/torch.app" 2>&1 &
 	app=$!
 	sleep 15
 	timeout 120 gpubpf kernels -p $app >"$T/torch.kernels" 2>&1
-	n=$(grep -c '^ ' "$T/torch.kernels")
+	n=$(grep -cE '│ (yes|no) ' "$T/torch.kernels")
 	if [ "$n" -gt 0 ]; then ok "torch: gpubpf kernels -p lists $n kernel lines without an agent"; else bad "torch: kernels -p: $(tail -n 3 "$T/torch.kernels")"; fi
 	timeout 60 gpubpf run -j -p $app -d 3 -k '*elementwise*' bpf/examples/counter_bpfel.o >"$T/torch.run" 2>"$T/torch.err"
 	rc=$? l=$(summary_field "$T/torch.run" instrumented_launches)
 	if [ $rc -eq 0 ] && grep -q "had no gpubpf agent: loaded" "$T/torch.err"; then ok "torch: gpubpf run -p loaded the agent, $l launches instrumented (kernels with PTX only)"; else bad "torch: run -p rc=$rc"; tail -n 5 "$T/torch.err"; fi
+	touch "$T/torch.stop"
 	wait $app
 	grep -q "RESULT torch" "$T/torch.app" && ok "torch: script finished after the attach: $(grep RESULT "$T/torch.app")" || bad "torch: $(tail -n 2 "$T/torch.app")"
 

@@ -58,6 +58,9 @@ def entry_body(text, kernel):
 
 def ptxcount(text, kernel):
     body = re.sub(r"//[^\n]*", "", entry_body(text, kernel))
+    # cuobjdump -ptx keeps .loc/.file debug directives, which end without a
+    # ';' and would swallow the instruction after them.
+    body = re.sub(r"^\s*\.(loc|file)\b[^\n]*", "", body, flags=re.M)
     n = {"load": 0, "store": 0, "atomic": 0}
     for stmt in body.split(";"):
         s = stmt.replace("{", " ").replace("}", " ").strip()
