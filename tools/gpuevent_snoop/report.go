@@ -766,9 +766,10 @@ func kindList(s string) (mask uint32, err error) {
 // isCudartInternal reports whether a driver call's call site is inside the
 // CUDA runtime: libcudart.so*, or static cudart's functions in an executable
 // (the runtime API entry points cuda*, its internal cudart:: and __cuda*
-// functions).
+// functions, and CUDA 13's libcudart_static_<hash> ones).
 func isCudartInternal(site string) bool {
 	return strings.HasPrefix(site, "cudart::") || strings.HasPrefix(site, "__cuda") ||
+		strings.HasPrefix(site, "libcudart_static_") ||
 		strings.Contains(site, "(libcudart.so") || strings.HasPrefix(site, "libcudart.so") ||
 		(strings.HasPrefix(site, "cuda") && len(site) > 4 && site[4] >= 'A' && site[4] <= 'Z')
 }
