@@ -210,7 +210,7 @@ func testLate(t *testing.T, global bool) {
 	os.MkdirAll(cuda, 0o755)
 	for _, args := range [][]string{
 		{"-O1", "-fPIC", "-shared", "-pthread", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(cuda, "libcuda.so.1"), filepath.Join(src, "testdata/fakecuda.c")},
-		{"-o", filepath.Join(dir, "app"), filepath.Join(src, "testdata/app.c"), "-ldl"},
+		{"-o", filepath.Join(dir, "app"), filepath.Join(src, "testdata/app.c"), "-ldl", "-pthread"},
 	} {
 		gcc(t, args...)
 	}

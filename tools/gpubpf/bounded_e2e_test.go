@@ -152,7 +152,7 @@ func fakeCUDA(t *testing.T) (app string, env []string) {
 	app = filepath.Join(dir, "app")
 	for _, step := range [][]string{
 		{gcc, "-O1", "-fPIC", "-shared", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(cudaDir, "libcuda.so.1"), filepath.Join(agentSrc, "testdata/fakecuda.c")},
-		{gcc, "-o", app, filepath.Join(agentSrc, "testdata/app.c"), "-ldl"},
+		{gcc, "-o", app, filepath.Join(agentSrc, "testdata/app.c"), "-ldl", "-pthread"},
 		{fatbinary, "--create=" + fb, "--image=profile=compute_90,file=" + ptxFile},
 	} {
 		if out, err := exec.Command(step[0], step[1:]...).CombinedOutput(); err != nil {

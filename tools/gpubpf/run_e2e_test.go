@@ -76,7 +76,7 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	// -Bsymbolic-functions: like the real driver, cuGetProcAddress hands out
 	// the library's own functions, not the agent's interposed exports.
 	run(gcc, "-O1", "-fPIC", "-shared", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(cudaDir, "libcuda.so.1"), filepath.Join(agentSrc, "testdata/fakecuda.c"))
-	run(gcc, "-o", filepath.Join(dir, "app"), filepath.Join(agentSrc, "testdata/app.c"), "-ldl")
+	run(gcc, "-o", filepath.Join(dir, "app"), filepath.Join(agentSrc, "testdata/app.c"), "-ldl", "-pthread")
 	ptxFile := filepath.Join(dir, "k.ptx")
 	os.WriteFile(ptxFile, []byte(testPTX), 0o644)
 	fb := filepath.Join(dir, "k.fatbin")

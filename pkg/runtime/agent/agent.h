@@ -207,6 +207,10 @@ struct activation {
 extern int g_active; /* fast-path flags: */
 #define ACTIVE_PROBES 1   /* an activation is present */
 #define ACTIVE_DISCOVER 2 /* loaded late: learn the kernels launched (late.c) */
+#define ACTIVE_GATE 4     /* a tool request is in the driver: see drv_gate */
+/* Called by the launch paths: pauses the calling thread (bounded) while a
+ * tool request has waited long in the driver (server.c). */
+HIDDEN void drv_gate(void);
 extern pthread_rwlock_t g_rw;
 HIDDEN CUfunction probe_lookup(void *f, struct activation **out); /* g_rw read held */
 HIDDEN void probe_rebuild(void);                                  /* g_rw write held, g_mu held */

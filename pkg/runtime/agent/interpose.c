@@ -730,6 +730,7 @@ static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds
 						      unsigned gy, unsigned gz, unsigned bx, unsigned by,
 						      unsigned bz, unsigned sh, CUstream s, void **p, void **e)
 {
+	drv_gate();
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
@@ -773,6 +774,7 @@ static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int pt
 						    unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 						    unsigned sh, CUstream s, void **p)
 {
+	drv_gate();
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
@@ -815,6 +817,7 @@ COOP_WRAPPER(cuLaunchCooperativeKernel_ptsz, 1)
 static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, const CUlaunchConfig *cfg,
 						  CUfunction f, void **p, void **e)
 {
+	drv_gate();
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
@@ -1036,6 +1039,7 @@ EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec x, CUgraph g, void *info)
 static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_fn, int ptds, CUgraphExec x,
 							    CUstream s)
 {
+	drv_gate();
 	CUstream evs = ev_stream(s, ptds);
 	CUdeviceptr w = 0;
 	pthread_rwlock_rdlock(&g_rw);

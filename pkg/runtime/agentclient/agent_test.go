@@ -135,7 +135,7 @@ func build(t *testing.T) fixture {
 	run("make", "-s", "-C", src, "OUT="+dir, "CC=gcc")
 	run("gcc", "-O1", "-fPIC", "-shared", "-pthread", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o",
 		filepath.Join(f.cudaDir, "libcuda.so.1"), filepath.Join(src, "testdata/fakecuda.c"))
-	run("gcc", "-o", f.app, filepath.Join(src, "testdata/app.c"), "-ldl")
+	run("gcc", "-o", f.app, filepath.Join(src, "testdata/app.c"), "-ldl", "-pthread")
 	t.Setenv("GPUBPF_AGENT_SOCKET_DIR", f.sockDir)
 	return f
 }

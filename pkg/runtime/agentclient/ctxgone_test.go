@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 )
@@ -143,5 +144,43 @@ func TestDeactivateKeepsCounts(t *testing.T) {
 	}
 	if err != nil || len(st) != 2 || sum != 3 {
 		t.Fatalf("stats of a kernel probed twice: %+v %v (want 2 + 1)", st, err)
+	}
+}
+
+// A tool attaching while many threads launch back to back: on the GPU
+// machine the agent's first driver call (an allocation) starved on a driver
+// lock the launching threads took in turn (fault case 2d: 8 threads, no
+// answer within 30 s). The stand-in driver models that lock
+// (FAKECUDA_DRIVER_LOCK); the agent's own requests must still finish
+// promptly, and the program's launches go on.
+func TestAttachWhileManyThreadsLaunch(t *testing.T) {
+	f := build(t)
+	a := f.start(t, "FAKECUDA_DRIVER_LOCK=1")
+	c, err := Dial(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintln(a.in, "storm 8 4000")
+	a.expect("STORMING")
+	time.Sleep(200 * time.Millisecond)
+	start := time.Now()
+	for range 5 {
+		p, err := c.Alloc(OnDevice(0), 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Write(OnDevice(0), p, make([]byte, 64)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	took := time.Since(start)
+	n, _ := strconv.Atoi(strings.TrimPrefix(a.expect("STORMED "), "STORMED "))
+	t.Logf("5 allocations and writes while 8 threads launched: %v; %d launches", took, n)
+	if took > 2*time.Second {
+		t.Fatalf("5 allocations and writes took %v while 8 threads launched: starved on the driver lock", took)
+	}
+	if n == 0 {
+		t.Fatal("the program's threads launched nothing")
 	}
 }

@@ -2,6 +2,7 @@
  * the way cudart does (dlsym of cuGetProcAddress_v2, then everything
  * through cuGetProcAddress) and launches on command from stdin. */
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -95,6 +96,41 @@ struct node_params {
 };
 
 static gpa_t gpa;
+
+/* "storm N MS": N threads launch back to back for MS ms, quietly (the
+ * driver's fakecuda_quiet), as a launch-bound program with many threads. */
+static void *storm_k;
+static long storm_ms, storm_launches;
+static int storm_n;
+static CUresult (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
+			     void **, void **);
+static void *storm_thread(void *arg)
+{
+	struct timespec t0, t;
+	long n = 0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do {
+		launch_fn(storm_k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
+		n++;
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	} while ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 < storm_ms);
+	__atomic_add_fetch(&storm_launches, n, __ATOMIC_RELAXED);
+	return arg;
+}
+static void *storm_main(void *quiet)
+{
+	pthread_t th[64];
+	int n = storm_n > 64 ? 64 : storm_n;
+	__atomic_store_n((int *)quiet, 1, __ATOMIC_RELAXED);
+	for (int i = 0; i < n; i++)
+		pthread_create(&th[i], NULL, storm_thread, NULL);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	__atomic_store_n((int *)quiet, 0, __ATOMIC_RELAXED);
+	printf("STORMED %ld\n", storm_launches);
+	fflush(stdout);
+	return NULL;
+}
 static void *get(const char *n, uint64_t flags)
 {
 	void *p = NULL;
@@ -242,6 +278,19 @@ int main(void)
 		} else if (!strcmp(line, "destroy\n")) {
 			CUresult (*destroy)(void *) = get("cuCtxDestroy", 0);
 			printf("DESTROYED %d\n", destroy(ctx));
+		} else if (!strncmp(line, "storm ", 6)) {
+			int *quiet = dlsym(h, "fakecuda_quiet");
+			pthread_t th;
+			storm_k = k;
+			launch_fn = launch;
+			storm_launches = 0;
+			if (!quiet || sscanf(line + 6, "%d %ld", &storm_n, &storm_ms) != 2 ||
+			    pthread_create(&th, NULL, storm_main, quiet) != 0) {
+				printf("STORM failed\n");
+			} else {
+				pthread_detach(th);
+				printf("STORMING\n");
+			}
 		} else if (!strcmp(line, "ctx\n")) {
 			printf("CTX %p\n", ctx);
 		} else if (!strcmp(line, "retain0\n")) {

@@ -391,10 +391,49 @@ static CUresult direct_launch(obj *f, unsigned gx, unsigned gy, unsigned gz, uns
 	return 0;
 }
 
+/* FAKECUDA_DRIVER_LOCK=1 models the driver lock seen on the GPU machine
+ * (a reader-preferring rwlock): a launch holds it shared for about 20 us,
+ * allocations and copies need it exclusive, so back-to-back launches from
+ * many threads starve them. fakecuda_quiet (set by the app) makes launches
+ * print nothing. */
+int fakecuda_quiet;
+static pthread_rwlock_t drv_lock = PTHREAD_RWLOCK_INITIALIZER;
+static int drv_lock_on = -1;
+static int drv_locking(void)
+{
+	if (drv_lock_on < 0)
+		drv_lock_on = getenv("FAKECUDA_DRIVER_LOCK") != NULL;
+	return drv_lock_on;
+}
+static void drv_exclusive(int on)
+{
+	if (drv_locking()) {
+		if (on)
+			pthread_rwlock_wrlock(&drv_lock);
+		else
+			pthread_rwlock_unlock(&drv_lock);
+	}
+}
+static void drv_launch_hold(void)
+{
+	if (!drv_locking())
+		return;
+	struct timespec t0, t;
+	pthread_rwlock_rdlock(&drv_lock);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 20000);
+	pthread_rwlock_unlock(&drv_lock);
+}
+
 static CUresult launch(void *f, void **p, void **x)
 {
 	if (!strcmp(((obj *)f)->name, "gpubpf_clock"))
 		return clock_launch(p);
+	drv_launch_hold();
+	if (__atomic_load_n(&fakecuda_quiet, __ATOMIC_RELAXED))
+		return 0;
 	bump_host_maps();
 	printf("LAUNCH %s\n", ((obj *)f)->name);
 	print_args(f, p, x);
@@ -428,10 +467,22 @@ CUresult cuGraphAddKernelNode(void **node, void *g, void *deps, size_t n, const 
 	*node = (void *)1;
 	return 0;
 }
-CUresult cuMemAlloc(uint64_t *p, size_t n) { *p = (uint64_t)(uintptr_t)calloc(1, n); return 0; }
+CUresult cuMemAlloc(uint64_t *p, size_t n)
+{
+	drv_exclusive(1);
+	*p = (uint64_t)(uintptr_t)calloc(1, n);
+	drv_exclusive(0);
+	return 0;
+}
 CUresult cuMemFree(uint64_t p) { free((void *)(uintptr_t)p); return 0; }
 CUresult cuMemsetD8(uint64_t p, unsigned char v, size_t n) { memset((void *)(uintptr_t)p, v, n); return 0; }
-CUresult cuMemcpyHtoD(uint64_t d, const void *s, size_t n) { memcpy((void *)(uintptr_t)d, s, n); return 0; }
+CUresult cuMemcpyHtoD(uint64_t d, const void *s, size_t n)
+{
+	drv_exclusive(1);
+	memcpy((void *)(uintptr_t)d, s, n);
+	drv_exclusive(0);
+	return 0;
+}
 CUresult cuMemcpyDtoH(void *d, uint64_t s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
 CUresult cuMemHostGetDevicePointer(uint64_t *d, void *p, unsigned f) { *d = (uint64_t)(uintptr_t)p; return 0; }
 CUresult cuEventCreate(void **e, unsigned f) { *e = malloc(1); return 0; }
