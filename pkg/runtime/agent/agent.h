@@ -10,7 +10,7 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 5u
+#define PROTO_VERSION 6u
 #define PROTO_MAX_FRAME (64u << 20)
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))
@@ -151,6 +151,16 @@ HIDDEN struct kernel *inv_kernel_by_handle(void *h);   /* g_mu held */
 HIDDEN void inv_enumerate(void);                       /* g_mu held */
 HIDDEN void inv_reset(void);
 
+/* ---- launch events (events.c) ---- */
+enum { LEV_LAUNCH, LEV_LAUNCH_PTSZ, LEV_LAUNCH_EX, LEV_LAUNCH_EX_PTSZ, LEV_COOP, LEV_COOP_PTSZ };
+HIDDEN int lev_attach(void *owner, int fd, uint64_t size, char *why, size_t whysz);
+HIDDEN void lev_detach(void *owner);
+/* One launch, after the driver returned r (g_rw read held); t0 from lev_now. */
+HIDDEN void lev_record(int api, const void *f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
+		       CUstream s, CUresult r, uint64_t t0, const void *caller);
+HIDDEN uint64_t lev_now(void);
+HIDDEN void lev_atfork_child(void);
+
 /* ---- probes (probes.c) ---- */
 struct clone {
 	uint64_t id;
@@ -208,6 +218,7 @@ extern int g_active; /* fast-path flags: */
 #define ACTIVE_PROBES 1   /* an activation is present */
 #define ACTIVE_DISCOVER 2 /* loaded late: learn the kernels launched (late.c) */
 #define ACTIVE_GATE 4     /* a tool request is in the driver: see drv_gate */
+#define ACTIVE_EVENTS 8   /* a tool takes every launch as an event (events.c) */
 /* Called by the launch paths: pauses the calling thread (bounded) while a
  * tool request has waited long in the driver (server.c). */
 HIDDEN void drv_gate(void);
@@ -223,6 +234,7 @@ HIDDEN void probes_reset(void);
 /* returns the stream's capture status (probe_after_launch takes it) */
 HIDDEN int probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uint64_t w[2]);
 HIDDEN void probe_tid_reset(void); /* fork child: the cached thread id is the parent's */
+HIDDEN uint32_t probe_tid(void);    /* the calling thread's Linux id, cached */
 /* Graph launches (g_rw held): whether an active probe has launch-word
  * slots, and the stamp of the calling thread's graph launch: its slot's
  * time when that is a fresh pending runtime-API stamp of this thread (the

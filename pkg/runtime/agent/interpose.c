@@ -728,9 +728,11 @@ static int clone_args(struct activation *a, CUstream s, int ptds, void **p, void
 
 static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds, CUfunction f, unsigned gx,
 						      unsigned gy, unsigned gz, unsigned bx, unsigned by,
-						      unsigned bz, unsigned sh, CUstream s, void **p, void **e)
+						      unsigned bz, unsigned sh, CUstream s, void **p, void **e,
+						      const void *caller)
 {
 	drv_gate();
+	uint64_t t0 = __atomic_load_n(&g_active, __ATOMIC_RELAXED) & ACTIVE_EVENTS ? lev_now() : 0;
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
@@ -752,6 +754,10 @@ static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds
 	} else {
 		r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
 	}
+	if (t0) {
+		unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+		lev_record(ptds ? LEV_LAUNCH_PTSZ : LEV_LAUNCH, f, g, b, sh, s, r, t0, caller);
+	}
 	pthread_rwlock_unlock(&g_rw);
 	return r;
 }
@@ -765,16 +771,17 @@ static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds
 			return NOFUNC;                                                                          \
 		if (LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)))                                      \
 			return r(f, gx, gy, gz, bx, by, bz, sh, s, p, e);                                       \
-		return launch_slow(r, PTDS, f, gx, gy, gz, bx, by, bz, sh, s, p, e);                           \
+		return launch_slow(r, PTDS, f, gx, gy, gz, bx, by, bz, sh, s, p, e, __builtin_return_address(0)); \
 	}
 LAUNCH_WRAPPER(cuLaunchKernel, 0)
 LAUNCH_WRAPPER(cuLaunchKernel_ptsz, 1)
 
 static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int ptds, CUfunction f, unsigned gx,
 						    unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-						    unsigned sh, CUstream s, void **p)
+						    unsigned sh, CUstream s, void **p, const void *caller)
 {
 	drv_gate();
+	uint64_t t0 = __atomic_load_n(&g_active, __ATOMIC_RELAXED) & ACTIVE_EVENTS ? lev_now() : 0;
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
@@ -796,6 +803,10 @@ static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int pt
 	} else {
 		r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p);
 	}
+	if (t0) {
+		unsigned g[3] = {gx, gy, gz}, b[3] = {bx, by, bz};
+		lev_record(ptds ? LEV_COOP_PTSZ : LEV_COOP, f, g, b, sh, s, r, t0, caller);
+	}
 	pthread_rwlock_unlock(&g_rw);
 	return r;
 }
@@ -809,15 +820,16 @@ static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int pt
 			return NOFUNC;                                                                          \
 		if (LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)))                                      \
 			return r(f, gx, gy, gz, bx, by, bz, sh, s, p);                                          \
-		return coop_slow(r, PTDS, f, gx, gy, gz, bx, by, bz, sh, s, p);                                \
+		return coop_slow(r, PTDS, f, gx, gy, gz, bx, by, bz, sh, s, p, __builtin_return_address(0));   \
 	}
 COOP_WRAPPER(cuLaunchCooperativeKernel, 0)
 COOP_WRAPPER(cuLaunchCooperativeKernel_ptsz, 1)
 
 static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, const CUlaunchConfig *cfg,
-						  CUfunction f, void **p, void **e)
+						  CUfunction f, void **p, void **e, const void *caller)
 {
 	drv_gate();
+	uint64_t t0 = __atomic_load_n(&g_active, __ATOMIC_RELAXED) & ACTIVE_EVENTS ? lev_now() : 0;
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
@@ -840,6 +852,12 @@ static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, 
 	} else {
 		r = real_fn(cfg, f, p, e);
 	}
+	if (t0 && cfg) {
+		unsigned g[3] = {cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ};
+		unsigned b[3] = {cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ};
+		lev_record(ptds ? LEV_LAUNCH_EX_PTSZ : LEV_LAUNCH_EX, f, g, b, cfg->sharedMemBytes, cfg->hStream, r, t0,
+			   caller);
+	}
 	pthread_rwlock_unlock(&g_rw);
 	return r;
 }
@@ -852,7 +870,7 @@ static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, 
 			return NOFUNC;                                                                          \
 		if (LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)))                                      \
 			return r(cfg, f, p, e);                                                                 \
-		return ex_slow(r, PTDS, cfg, f, p, e);                                                          \
+		return ex_slow(r, PTDS, cfg, f, p, e, __builtin_return_address(0));                             \
 	}
 EX_WRAPPER(cuLaunchKernelEx, 0)
 EX_WRAPPER(cuLaunchKernelEx_ptsz, 1)
@@ -1341,6 +1359,7 @@ static void atfork_child(void)
 	/* The child cannot use its parent's CUDA contexts: drop everything
 	 * inherited and serve its own socket once it touches the driver. */
 	probes_reset();
+	lev_atfork_child();
 	probe_tid_reset();
 	gw_reset();
 	inv_reset();

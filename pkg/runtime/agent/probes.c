@@ -176,7 +176,7 @@ static __thread uint32_t t_tid;
 
 void probe_tid_reset(void) { t_tid = 0; }
 
-static inline uint32_t my_tid(void)
+uint32_t probe_tid(void)
 {
 	uint32_t t = t_tid;
 	if (UNLIKELY(!t))
@@ -216,7 +216,7 @@ uint64_t probe_graph_stamp(void)
 	const uint64_t *base = g_lw_slots;
 	if (!base)
 		return now;
-	uint32_t tid = my_tid();
+	uint32_t tid = probe_tid();
 	const uint64_t *sl = base + 2 * ((tid * 4) & (g_lw_nslots - 1));
 	uint64_t t = __atomic_load_n(&sl[0], __ATOMIC_RELAXED);
 	uint64_t tag = __atomic_load_n(&sl[1], __ATOMIC_RELAXED);
@@ -254,7 +254,7 @@ int probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uin
 	uint64_t stamp = 0, kind = 0;
 	uint64_t *base = a->slots;
 	if (base) {
-		uint32_t tid = my_tid();
+		uint32_t tid = probe_tid();
 		/* tid * 4: threads launching side by side (consecutive tids)
 		 * do not share a cache line with each other's uprobes */
 		uint64_t *sl = base + 2 * ((tid * 4) & (a->nslots - 1));

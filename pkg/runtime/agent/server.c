@@ -48,6 +48,7 @@ enum {
 	OP_RING_DRAIN = 22,
 	OP_CLOCK = 23,
 	OP_LAUNCH = 24,
+	OP_LAUNCH_EVENTS = 25,
 	NOTE_MODULE = 0x40,
 	NOTE_PROBE_FAILED = 0x41,
 	NOTE_UNLOADING = 0x42,
@@ -2323,7 +2324,7 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 				  "direct run (gpubpf run --direct), never inside an application");
 	if (type != OP_HELLO && type != OP_LIST && type != OP_FETCH && type != OP_STATS && type != OP_CONTINUE && type != OP_DEVICE_READY &&
 	    type != OP_RELEASE_UNLOAD &&
-	    type != OP_DEACTIVATE && type != OP_DETACH && drv_init() != 0) {
+	    type != OP_DEACTIVATE && type != OP_DETACH && type != OP_LAUNCH_EVENTS && drv_init() != 0) {
 		if (g_direct)
 			return send_error(s, type, req, ST_UNSUPPORTED, CUDA_ERROR_NOT_INITIALIZED, "%s",
 					  g_direct_err[0] ? g_direct_err : "the CUDA driver could not be initialised");
@@ -2405,6 +2406,39 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 		s->acked_dev |= 1ULL << ord;
 		pthread_cond_broadcast(&g_cond);
 		pthread_mutex_unlock(&g_mu);
+		wb_i32(&w, ST_OK);
+		break;
+	}
+	case OP_LAUNCH_EVENTS: {
+		/* u64 size and the ring's fd: every launch from now on is a
+		 * record (events.c); size 0: no more */
+		uint64_t size = rb_u64(&r);
+		int fd = s->pending_fd;
+		s->pending_fd = -1;
+		if (r.err) {
+			if (fd >= 0)
+				close(fd);
+			ret = send_error(s, type, req, ST_BAD_REQUEST, 0, "malformed launch-events request");
+			break;
+		}
+		if (size == 0) {
+			if (fd >= 0)
+				close(fd);
+			lev_detach(s);
+			wb_i32(&w, ST_OK);
+			break;
+		}
+		if (fd < 0) {
+			ret = send_error(s, type, req, ST_BAD_REQUEST, 0, "launch-events: no ring fd came with the request");
+			break;
+		}
+		char why[256];
+		int rc = lev_attach(s, fd, size, why, sizeof(why));
+		close(fd); /* the mapping keeps the memory */
+		if (rc != 0) {
+			ret = send_error(s, type, req, ST_UNSUPPORTED, 0, "%s", why);
+			break;
+		}
 		wb_i32(&w, ST_OK);
 		break;
 	}
@@ -2589,6 +2623,7 @@ static void *session_main(void *arg)
 	}
 	/* The tool is gone (exit, crash or SIGKILL): put everything back. */
 	DBG("tool disconnected: restoring original kernels");
+	lev_detach(s);
 	pthread_rwlock_rdlock(&g_ctx_rw);
 	detach_all(s);
 	if (D.ready)

@@ -252,3 +252,16 @@ func (c *Conn) ReleaseUnload(id uint64) error {
 func (c *Conn) DeviceReady(ordinal int32) error {
 	return c.call(agentproto.OpDeviceReady, &agentproto.DeviceRequest{Ordinal: uint32(ordinal)}, nil, nil)
 }
+
+// LaunchEvents hands the agent a launch-event ring (launchev.Ring's memfd
+// and size): from now on every kernel launch of the program through the
+// agent is a record there. One tool per process; closing the connection
+// stops it too.
+func (c *Conn) LaunchEvents(f *os.File, size uint64) error {
+	return c.call(agentproto.OpLaunchEvents, &agentproto.LaunchEventsRequest{Size: size}, nil, []int{int(f.Fd())})
+}
+
+// StopLaunchEvents ends LaunchEvents: the agent unmaps the ring.
+func (c *Conn) StopLaunchEvents() error {
+	return c.call(agentproto.OpLaunchEvents, &agentproto.LaunchEventsRequest{}, nil, nil)
+}

@@ -512,6 +512,13 @@ type IDRequest struct{ ID uint64 }
 func (m *IDRequest) Encode(e *Encoder) { e.U64(m.ID) }
 func (m *IDRequest) Decode(d *Decoder) { m.ID = d.U64() }
 
+// LaunchEventsRequest hands the agent a launch-event ring (the fd sent with
+// it, Size bytes: docs/agent-protocol.md "Launch events"); Size 0 stops.
+type LaunchEventsRequest struct{ Size uint64 }
+
+func (m *LaunchEventsRequest) Encode(e *Encoder) { e.U64(m.Size) }
+func (m *LaunchEventsRequest) Decode(d *Decoder) { m.Size = d.U64() }
+
 // AllocRequest allocates zeroed device memory.
 type AllocRequest struct {
 	Target
@@ -1028,6 +1035,8 @@ func RequestFor(op Op) Message {
 		return &ClockRequest{}
 	case OpLaunch:
 		return &LaunchRequest{}
+	case OpLaunchEvents:
+		return &LaunchEventsRequest{}
 	}
 	return nil
 }

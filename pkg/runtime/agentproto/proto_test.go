@@ -9,7 +9,7 @@ import (
 
 var allOps = []Op{OpHello, OpList, OpFetch, OpGlobals, OpLoad, OpUnload, OpAlloc, OpFree, OpMemset,
 	OpWrite, OpRead, OpRegisterHost, OpUnregisterHost, OpSnapshot, OpActivate, OpDeactivate, OpDetach,
-	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock, OpLaunch}
+	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock, OpLaunch, OpLaunchEvents}
 
 func TestRoundTrip(t *testing.T) {
 	msgs := []Message{
@@ -28,6 +28,7 @@ func TestRoundTrip(t *testing.T) {
 		&LoadReply{CloneID: 3, Ctx: 5, LoadNanos: 123, InfoLog: "ok", Functions: []Function{{"f", 77}}},
 		&RegisterHostRequest{Target: Target{Device: 0}, Kind: HostMemfd, Size: 4096},
 		&SnapshotRequest{Src: 1, RegionID: 2, RegionOffset: 3, Size: 4},
+		&LaunchEventsRequest{Size: 4096 + 96*1024},
 		&RingDrainRequest{Target: Target{Device: 1, Ctx: 9}, Ring: 0x7000, RegionID: 2, DataBytes: 1 << 20,
 			TailBytes: 4096, Release: []uint64{200, 0, 1 << 40, 7}, Flags: RingDrainHostData},
 		&RingDrainReply{Copied: 1 << 40},

@@ -17,7 +17,7 @@ import (
 // Version is the protocol version this package speaks (sent in Hello).
 // 3: launch words in ActivateRequest, OpClock. 5: OpLaunch, Hello.Direct
 // and Hello.CUDAError.
-const Version = 5
+const Version = 6
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12
@@ -54,6 +54,7 @@ const (
 	OpRingDrain      Op = 22
 	OpClock          Op = 23
 	OpLaunch         Op = 24
+	OpLaunchEvents   Op = 25
 
 	// Notifications (request id 0), sent by the agent after Hello.
 	NoteModuleLoaded Op = 0x40
@@ -70,7 +71,7 @@ var opNames = map[Op]string{
 	OpStats: "stats", OpContinue: "continue", NoteModuleLoaded: "module-loaded",
 	NoteProbeFailed: "probe-failed", OpReleaseUnload: "release-unload", NoteUnloading: "unloading",
 	OpDeviceReady: "device-ready", NoteDeviceUsed: "device-used", OpRingDrain: "ring-drain",
-	OpClock: "clock", OpLaunch: "launch",
+	OpClock: "clock", OpLaunch: "launch", OpLaunchEvents: "launch-events",
 }
 
 func (o Op) String() string {
