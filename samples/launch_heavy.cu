@@ -10,9 +10,13 @@
 // so launches pile up in the stream queues), then every thread adds 1 to
 // counters[stream_idx]: each counter must end at (launches on that stream) *
 // THREADS. Prints the time to queue all launches, launches/s up to the final
-// synchronisation, and checks the counters.
+// synchronisation, and checks the counters. LAUNCH_HEAVY_GATE=FILE: after the
+// warm-up, print "GATED pid=PID" and wait (60 s at most) for FILE before the
+// timed launches, so a test can attach a tool with -p first.
 #include "common.h"
 
+#include <cstdlib>
+#include <unistd.h>
 #include <vector>
 
 __device__ static inline long long gtimer()
@@ -52,6 +56,12 @@ int main(int argc, char **argv)
 	CHECK(cudaDeviceSynchronize());
 	CHECK(cudaMemset(dCnt, 0, nstreams * sizeof(unsigned)));
 	CHECK(cudaDeviceSynchronize());
+	if (const char *gate = getenv("LAUNCH_HEAVY_GATE")) {
+		printf("GATED pid=%d\n", (int)getpid());
+		fflush(stdout);
+		for (int i = 0; i < 30000 && access(gate, F_OK) != 0; i++)
+			usleep(2000);
+	}
 
 	double t0 = now_ns();
 	for (int k = 0; k < launches; k++) {

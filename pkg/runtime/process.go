@@ -145,9 +145,16 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 	if p.conn != nil {
 		inv, err := p.conn.Inventory(true)
 		if err != nil {
-			p.close()
-			s.forget(pid)
-			return nil, fmt.Errorf("process %d: listing its CUDA modules: %w", pid, err)
+			select {
+			case <-p.conn.Done():
+				// It exited as we attached (a short program): what its
+				// uprobes counted is the trace.
+				inv = &agentproto.Inventory{}
+			default:
+				p.close()
+				s.forget(pid)
+				return nil, fmt.Errorf("process %d: listing its CUDA modules: %w", pid, err)
+			}
 		}
 		for _, m := range inv.Modules {
 			if opts.Context.Err() != nil {

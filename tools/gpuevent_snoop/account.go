@@ -116,7 +116,7 @@ func (a *Attacher) Layers(processes int) layers {
 		if o.driver {
 			drv = append(drv, base)
 		}
-		for _, pl := range []*probeList{&o.main, &o.launch} {
+		for _, pl := range []*probeList{&o.main, &o.rtLaunch, &o.launch} {
 			for i, sym := range pl.syms {
 				if strings.HasPrefix(pl.notes[i], "single-stepped") {
 					l.stepped[sym] = pl.notes[i]

@@ -89,8 +89,11 @@ type Attacher struct {
 	attached map[objPID]bool // main probes of object in process (pid 0: all)
 	launchOn map[objPID]bool // driver launch probes likewise
 	driverIn map[int]string  // processes whose driver launches are probed, and why
-	links    []link.Link
-	probes   int
+	// agentIn: processes whose kernel launches come from the gpubpf agent
+	// loaded in them (agentfeed.go): no launch function is probed there.
+	agentIn map[int]bool
+	links   []link.Link
+	probes  int
 }
 
 type fileID struct{ dev, ino uint64 }
@@ -108,6 +111,7 @@ type object struct {
 	index       uint64 // in the cookie: names the object for the resolver
 	syms        *symbolize.Object
 	main        probeList // runtime APIs and driver APIs other than launches
+	rtLaunch    probeList // the runtime's kernel launch functions
 	launch      probeList // the driver's launch functions
 	runtime     bool      // defines runtime APIs (cudart, shared or static)
 	driver      bool      // defines driver APIs
@@ -125,7 +129,7 @@ func NewAttacher(kinds uint32) *Attacher {
 	return &Attacher{
 		kinds: kinds, byID: map[fileID]*object{}, infos: map[fileID]*elfInfo{},
 		notELF: map[fileID]bool{}, attached: map[objPID]bool{}, launchOn: map[objPID]bool{},
-		driverIn: map[int]string{},
+		driverIn: map[int]string{}, agentIn: map[int]bool{},
 	}
 }
 
@@ -206,12 +210,15 @@ func (a *Attacher) object(id fileID, in *elfInfo, hostPath, shown string) *objec
 			c |= cEntryOnly
 		}
 		l := &o.main
-		if api.isDriverLaunch() {
+		switch {
+		case api.isDriverLaunch():
 			l = &o.launch
+		case api.IsLaunch():
+			l = &o.rtLaunch
 		}
 		l.add(api.Name, fn.fileOff+fn.probe.off, c, fn.probe.note)
 	}
-	if len(o.main.syms)+len(o.launch.syms) == 0 {
+	if len(o.main.syms)+len(o.rtLaunch.syms)+len(o.launch.syms) == 0 {
 		a.byID[id] = nil
 		return nil
 	}
@@ -247,7 +254,16 @@ func (a *Attacher) Attach(hostPath, shown string, pid int) (int, error) {
 		return 0, err
 	}
 	n := len(o.main.syms)
-	if len(o.launch.syms) > 0 && (pid == 0 || a.allDriverLaunches || a.driverIn[pid] != "") {
+	if !a.agentIn[pid] {
+		rl, err := a.attachList(o, &o.rtLaunch, pid)
+		if err != nil {
+			links.CloseAll(ls)
+			return 0, err
+		}
+		ls = append(ls, rl...)
+		n += len(o.rtLaunch.syms)
+	}
+	if len(o.launch.syms) > 0 && !a.agentIn[pid] && (pid == 0 || a.allDriverLaunches || a.driverIn[pid] != "") {
 		ll, err := a.attachList(o, &o.launch, pid)
 		if err != nil {
 			links.CloseAll(ls)
@@ -278,7 +294,7 @@ func (a *Attacher) pointNotes(hostPath string) string {
 		return ""
 	}
 	var out []string
-	for _, l := range []*probeList{&o.main, &o.launch} {
+	for _, l := range []*probeList{&o.main, &o.rtLaunch, &o.launch} {
 		for i, note := range l.notes {
 			if strings.HasPrefix(note, "single-stepped") || strings.HasPrefix(note, "after endbr64") {
 				out = append(out, l.syms[i]+": "+note)
@@ -296,7 +312,7 @@ func (a *Attacher) pointNotes(hostPath string) string {
 func (a *Attacher) EnableDriverLaunches(pid int, why string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.driverIn[pid] != "" || a.allDriverLaunches {
+	if a.driverIn[pid] != "" || a.allDriverLaunches || a.agentIn[pid] {
 		return nil
 	}
 	a.driverIn[pid] = why
@@ -319,6 +335,15 @@ func (a *Attacher) EnableDriverLaunches(pid int, why string) error {
 		a.probes += len(o.launch.syms)
 	}
 	return nil
+}
+
+// LaunchesFromAgent makes process pid's kernel launches come from the gpubpf
+// agent loaded in it: no launch function is probed there from now on. Call
+// it before AttachProcess.
+func (a *Attacher) LaunchesFromAgent(pid int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.agentIn[pid] = true
 }
 
 // DriverLaunchesIn says whether (and why) the driver's launch functions are

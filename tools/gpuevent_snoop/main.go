@@ -3,7 +3,8 @@
 // sizes, directions, durations, failures (by CUDA error name), kernel names
 // and call sites, and reports the allocations never freed. It uses real
 // kernel uprobes on libcudart, libcuda or the executable (static cudart); it
-// needs no GPU agent.
+// needs no GPU agent, and takes kernel launches from one where a -p process
+// has it (agentfeed.go).
 package main
 
 import (
@@ -47,6 +48,9 @@ which cudart calls for each runtime launch, are probed only in processes that ca
 themselves (an object imports or names cuLaunchKernel*, or a kernel is looked up outside
 cudart); --driver-launches probes them everywhere. The account line says which mechanism
 observed each layer, how many launch results were checked and the probe hits per launch.
+With -p, a process that has the gpubpf agent loaded (started with LD_PRELOAD, or by another gpubpf
+tool) reports its kernel launches through the agent instead, each with its result and duration
+and no probe hit at all (--no-agent: uprobes anyway).
 
 Targets: -p PID (may repeat), or -- CMD (started and probed before its first instruction, traced
 until it exits), or neither: ALL processes that map a libcudart/libcuda found in the linker
@@ -105,6 +109,7 @@ func newApp() *cli.App {
 		&cli.BoolFlag{Name: "summary", Usage: "per-process tables (calls, bytes, time per API; top kernels) instead of the stream"},
 		&cli.BoolFlag{Name: "no-driver", Usage: "do not probe libcuda: misses programs that call the driver API directly (Triton, CuPy RawKernel)"},
 		&cli.BoolFlag{Name: "launch-entry", Usage: "never take a launch's return: no return code or duration for any launch (RET shows -); by default the first launch of each kernel configuration, launches after a failure and one in 64 are checked"},
+		&cli.BoolFlag{Name: "no-agent", Usage: "probe launches with uprobes even in a -p process that has the gpubpf agent (by default the agent reports them: no trap per launch)"},
 		&cli.BoolFlag{Name: "driver-launches", Usage: "probe the driver's launch functions in every traced process, not only in those that call them outside cudart (costs a probe hit per runtime launch)"},
 		&cli.IntFlag{Name: "buffer-mb", Aliases: []string{"b"}, Value: 16, Usage: "ring buffer size in `MiB` (rounded up to a power of two)"},
 	)
@@ -192,6 +197,7 @@ func run(c *cli.Context) error {
 		noDriver:       c.Bool("no-driver"),
 		launchEntry:    c.Bool("launch-entry"),
 		driverLaunches: c.Bool("driver-launches"),
+		noAgent:        c.Bool("no-agent"),
 		pids:           pids, argv: argv, kinds: kinds, opt: opt, bufMB: bufMB,
 		interval: time.Duration(c.Float64(toolkit.FlagInterval) * float64(time.Second)),
 		duration: time.Duration(c.Float64(toolkit.FlagDuration) * float64(time.Second)),
@@ -203,6 +209,7 @@ type traceConfig struct {
 	noDriver       bool
 	launchEntry    bool
 	driverLaunches bool
+	noAgent        bool
 	pids           []int
 	argv           []string
 	kinds          uint32
@@ -326,12 +333,32 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 
 	// Targets.
 	var cmd *launch.Command
+	// Processes with the gpubpf agent report their launches through it
+	// (agentfeed.go): only with per-process links, which can leave the
+	// launch functions unprobed in that process alone.
+	var feeds []*agentFeed
+	defer func() {
+		for _, f := range feeds {
+			f.close()
+		}
+	}()
 	var target string
 	switch {
 	case len(cfg.pids) > 0:
 		for _, pid := range cfg.pids {
 			if err := addPID(pid); err != nil {
 				return err
+			}
+			if perPID && !cfg.noAgent && !cfg.driverLaunches && cfg.kinds&(1<<KindLaunch) != 0 {
+				f, err := openAgentFeed(pid)
+				switch {
+				case err != nil:
+					fmt.Fprintf(stderr, "gpuevent_snoop: %v; its launches are probed instead\n", err)
+				case f != nil:
+					feeds = append(feeds, f)
+					att.LaunchesFromAgent(pid)
+					cfg.logf("process %d: launches from its gpubpf agent", pid)
+				}
 			}
 			n, err := att.AttachProcess(pid, !perPID, cfg.logf)
 			if err != nil {
@@ -477,6 +504,29 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		}
 	}()
 
+	feedStop, feedDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(feedDone)
+		if len(feeds) == 0 {
+			return
+		}
+		t := time.NewTicker(agentFeedPoll)
+		defer t.Stop()
+		for {
+			select {
+			case <-feedStop:
+				return
+			case <-t.C:
+			}
+			for _, f := range feeds {
+				f.collect()
+				lock()
+				f.deliver(tr, res)
+				unlock()
+			}
+		}
+	}()
+
 	// Now that everything is attached, let the command run.
 	childDone := make(chan error, 1)
 	if cmd != nil {
@@ -550,6 +600,18 @@ loop:
 			readErr = <-readerDone
 		}
 	}
+	close(feedStop)
+	<-feedDone
+	var agentLaunches, agentDropped uint64
+	for _, f := range feeds {
+		f.conn.StopLaunchEvents() // then the last records
+		f.collect()
+		lock()
+		f.deliver(tr, res)
+		unlock()
+		agentLaunches += f.Launches
+		agentDropped += f.ring.Dropped()
+	}
 	lock()
 	defer unlock()
 	tr.Flush()
@@ -587,6 +649,12 @@ loop:
 	}
 	acc.Add(uint64(len(tr.procs)), "processes", "")
 	acc.Add(uint64(len(att.Objects())), "objects probed", "")
+	if len(feeds) > 0 {
+		acc.Note(fmt.Sprintf("launches from the gpubpf agent in %d of %d processes (%d, no probe hit)", len(feeds), len(tr.procs), agentLaunches))
+		acc.Add(agentDropped, "launches lost", "the agent's launch ring was full")
+	}
+	cnt[cntLaunch] += agentLaunches // each with its result
+	cnt[cntLaunchChecked] += agentLaunches
 	accountLayers(acc.Note, lay, mode, cfg.launchEntry, cnt, &hits)
 	if childStatus != "" {
 		acc.Note("command " + childStatus)
@@ -601,8 +669,8 @@ loop:
 		b = toolkit.AppendJSONString(b, lay.driver)
 		b = append(b, `,"driver_launch_probes":`...)
 		b = toolkit.AppendJSONString(b, lay.driverLaunches)
-		b = fmt.Appendf(b, `,"launches":%d,"launches_checked":%d,"probe_hits":%d,"launch_probe_hits":%d,"probe_hits_per_launch":%.3f,"single_stepped":[`,
-			cnt[cntLaunch], cnt[cntLaunchChecked], hits.total(), hits.launch(), hits.perLaunch(cnt[cntLaunch]))
+		b = fmt.Appendf(b, `,"launches":%d,"launches_from_agent":%d,"launches_lost_agent":%d,"launches_checked":%d,"probe_hits":%d,"launch_probe_hits":%d,"probe_hits_per_launch":%.3f,"single_stepped":[`,
+			cnt[cntLaunch], agentLaunches, agentDropped, cnt[cntLaunchChecked], hits.total(), hits.launch(), hits.perLaunch(cnt[cntLaunch]))
 		for i, s := range stepped {
 			if i > 0 {
 				b = append(b, ',')

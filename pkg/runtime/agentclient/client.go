@@ -321,11 +321,11 @@ func (c *Conn) fail(err error) {
 	c.mu.Lock()
 	if c.err == nil {
 		c.err = err
+		close(c.done) // first: a caller that gets err then sees Done
 		for id, ch := range c.wait {
 			ch <- reply{err: err}
 			delete(c.wait, id)
 		}
-		close(c.done)
 	}
 	c.mu.Unlock()
 	c.qmu.Lock()

@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
+	"github.com/gpubpf/gpubpf/pkg/runtime/launchev"
+)
+
+// agentFeed takes a process's kernel launches from the gpubpf agent loaded
+// in it (launch events, docs/agent-protocol.md) instead of uprobes: the
+// launching thread writes each launch, with its result and duration, into a
+// ring shared with this tool, so a launch costs no trap at all. Everything
+// else (allocations, copies, graph launches, the kernel-handle lookups that
+// name launches) stays on uprobes.
+type agentFeed struct {
+	pid  int
+	conn *agentclient.Conn
+	ring *launchev.Ring
+	comm []byte
+
+	names    map[uint64]string // kernel handles the agent named
+	askedAt  time.Time
+	recs     []launchev.Record
+	Launches uint64
+}
+
+// agentFeedRecords sizes the ring: 64 Ki launches (6 MiB) between reads
+// every agentFeedPoll is more than 3 M launches a second.
+const (
+	agentFeedRecords = 1 << 16
+	agentFeedPoll    = 10 * time.Millisecond
+)
+
+// openAgentFeed subscribes to process pid's launches if a gpubpf agent runs
+// in it; nil, nil when none does (the caller probes as usual).
+func openAgentFeed(pid int) (*agentFeed, error) {
+	if _, err := os.Stat(agentclient.SocketPath(pid)); err != nil {
+		return nil, nil
+	}
+	conn, err := agentclient.DialWith(pid, agentclient.Options{Client: "gpuevent_snoop", Timeout: 2 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("the gpubpf agent of process %d: %w", pid, err)
+	}
+	ring, err := launchev.New(agentFeedRecords)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if err := conn.LaunchEvents(ring.File(), ring.Size()); err != nil {
+		ring.Close()
+		conn.Close()
+		return nil, fmt.Errorf("the gpubpf agent of process %d: %w", pid, err)
+	}
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	return &agentFeed{pid: pid, conn: conn, ring: ring, comm: []byte(strings.TrimSpace(string(comm))),
+		names: map[uint64]string{}}, nil
+}
+
+// collect reads what the ring holds (no lock: only this feed reads it) and,
+// when a launched handle is new, asks the agent for the kernels' names (at
+// most every 100 ms; the agent knows every kernel the program launches).
+func (f *agentFeed) collect() {
+	f.recs = f.recs[:0]
+	unknown := false
+	f.ring.Read(func(r *launchev.Record) {
+		f.recs = append(f.recs, *r)
+		if _, ok := f.names[r.Func]; !ok {
+			unknown = true
+		}
+	})
+	if !unknown || time.Since(f.askedAt) < 100*time.Millisecond {
+		return
+	}
+	f.askedAt = time.Now()
+	inv, err := f.conn.Inventory(false)
+	if err != nil {
+		return
+	}
+	for _, k := range inv.Kernels {
+		if k.Name != "" {
+			f.names[k.Handle] = k.Name
+		}
+	}
+	for _, r := range f.recs { // asked once: a handle the agent cannot name stays unnamed
+		if _, ok := f.names[r.Func]; !ok {
+			f.names[r.Func] = ""
+		}
+	}
+}
+
+// deliver hands the collected launches to the tracer (its lock held):
+// each as the runtime launch that made it when cudart called the driver,
+// else as the driver launch itself.
+func (f *agentFeed) deliver(tr *Tracer, res *Resolver) {
+	var ev Event
+	for i := range f.recs {
+		r := &f.recs[i]
+		if n := f.names[r.Func]; n != "" {
+			res.AddLookup(&Lookup{PID: uint32(f.pid), Handle: r.Func, Name: n})
+		}
+		f.event(r, res, &ev)
+		tr.Handle(&ev)
+		f.Launches++
+	}
+	if len(f.recs) > 0 {
+		tr.Flush()
+	}
+}
+
+func (f *agentFeed) event(r *launchev.Record, res *Resolver, ev *Event) {
+	*ev = Event{
+		TS: r.TS, Dur: uint64(r.Dur), PID: uint32(f.pid), TID: r.TID, Ret: r.Result,
+		Stream: r.Stream, Func: r.Func, Grid: r.Grid, Block: r.Block, Shmem: uint64(r.Shmem), Caller: r.Caller,
+	}
+	ev.CommLen = copy(ev.comm[:], f.comm)
+	drv, rt := launchAPIs(r.API)
+	ev.APIID = uint8(drv)
+	ev.API = &apis[drv]
+	if isCudartInternal(res.Site(ev, r.Caller)) {
+		ev.APIID = uint8(rt)
+		ev.API = &apis[rt]
+	}
+}
+
+// launchAPIs maps an agent launch record's entry point to the driver API
+// and the runtime API that calls it.
+func launchAPIs(a launchev.API) (drv, rt int) {
+	switch a {
+	case launchev.LaunchKernelPTSZ:
+		return apiByName["cuLaunchKernel_ptsz"], apiByName["cudaLaunchKernel_ptsz"]
+	case launchev.LaunchKernelEx:
+		return apiByName["cuLaunchKernelEx"], apiByName["cudaLaunchKernelExC"]
+	case launchev.LaunchKernelExPTSZ:
+		return apiByName["cuLaunchKernelEx_ptsz"], apiByName["cudaLaunchKernelExC_ptsz"]
+	case launchev.LaunchCooperativeKernel, launchev.LaunchCooperativeKernelPTSZ:
+		return apiByName["cuLaunchKernel"], apiByName["cudaLaunchCooperativeKernel"]
+	}
+	return apiByName["cuLaunchKernel"], apiByName["cudaLaunchKernel"]
+}
+
+var apiByName = func() map[string]int {
+	m := map[string]int{}
+	for i := range apis {
+		m[apis[i].Name] = i
+	}
+	return m
+}()
+
+// close stops the feed: the agent unmaps the ring, the connection ends.
+func (f *agentFeed) close() {
+	f.conn.StopLaunchEvents()
+	f.conn.Close()
+	f.ring.Close()
+}
