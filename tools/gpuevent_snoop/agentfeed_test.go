@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -69,18 +68,7 @@ func TestLaunchesFromAgent(t *testing.T) {
 
 	trace := func(extra ...string) (launches []record, account record, errb []byte) {
 		t.Helper()
-		tool := exec.Command(toolBin, append([]string{"-j", "-p", fmt.Sprint(pid), "-d", "2"}, extra...)...)
-		tool.Env = env
-		var out bytes.Buffer
-		tool.Stdout = &out
-		errPipe, _ := tool.StderrPipe()
-		if err := tool.Start(); err != nil {
-			t.Fatal(err)
-		}
-		errr := bufio.NewReader(errPipe)
-		if line, err := errr.ReadString('\n'); err != nil || !strings.Contains(line, "Hit Ctrl-C to end.") {
-			t.Fatalf("start line %q: %v", line, err)
-		}
+		tool, out, errr, _ := startTool(t, env, append([]string{"-j", "-p", fmt.Sprint(pid), "-d", "2"}, extra...)...)
 		for _, cmd := range []string{"launch", "launch", "launchp"} {
 			fmt.Fprintln(stdin, cmd)
 			expect("DONE")

@@ -265,6 +265,27 @@ func runTool(t *testing.T, args ...string) (stdout, stderr []byte, code int) {
 	return o.Bytes(), e.Bytes(), code
 }
 
+// startTool starts the tool (env nil: ours) and waits for its start line on
+// stderr, which comes once every probe is attached; the rest of stderr is
+// left in the returned reader.
+func startTool(t *testing.T, env []string, args ...string) (tool *exec.Cmd, stdout *bytes.Buffer, stderr *bufio.Reader, start string) {
+	t.Helper()
+	tool = exec.Command(toolBin, args...)
+	tool.Env = env
+	stdout = &bytes.Buffer{}
+	tool.Stdout = stdout
+	errPipe, _ := tool.StderrPipe()
+	if err := tool.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stderr = bufio.NewReader(errPipe)
+	start, err := stderr.ReadString('\n')
+	if err != nil || !strings.Contains(start, "Hit Ctrl-C to end.") {
+		t.Fatalf("start line %q: %v", start, err)
+	}
+	return tool, stdout, stderr, start
+}
+
 func TestCommandSharedCudart(t *testing.T) { testCommand(t, "app_shared") }
 func TestCommandStaticCudart(t *testing.T) { testCommand(t, "app_static") }
 
@@ -588,19 +609,7 @@ func attachPID(t *testing.T, mode string) ([]byte, int) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	tool := exec.Command(toolBin, "-j", "-p", fmt.Sprint(app.Process.Pid))
-	var out bytes.Buffer
-	tool.Stdout = &out
-	errPipe, _ := tool.StderrPipe()
-	if err := tool.Start(); err != nil {
-		t.Fatal(err)
-	}
-	// The start line (stderr) comes once every probe is attached.
-	errr := bufio.NewReader(errPipe)
-	line, err := errr.ReadString('\n')
-	if err != nil || !strings.Contains(line, "Hit Ctrl-C to end.") {
-		t.Fatalf("start line %q: %v", line, err)
-	}
+	tool, out, errr, _ := startTool(t, nil, "-j", "-p", fmt.Sprint(app.Process.Pid))
 	stdin.Write([]byte("x"))
 	stdin.Close()
 	if err := app.Wait(); err != nil {
@@ -730,16 +739,9 @@ int main() {
 // tool and maps a libcudart the tool found by its /proc rescan.
 func TestTraceAll(t *testing.T) {
 	build(t)
-	tool := exec.Command(toolBin, "-j", "-d", "4")
-	var out bytes.Buffer
-	tool.Stdout = &out
-	errPipe, _ := tool.StderrPipe()
-	if err := tool.Start(); err != nil {
-		t.Fatal(err)
-	}
-	errr := bufio.NewReader(errPipe)
-	if line, err := errr.ReadString('\n'); err != nil || !strings.Contains(line, "in all processes") {
-		t.Fatalf("start line %q: %v", line, err)
+	tool, out, errr, line := startTool(t, nil, "-j", "-d", "4")
+	if !strings.Contains(line, "in all processes") {
+		t.Fatalf("start line %q", line)
 	}
 	app := exec.Command(filepath.Join(workDir, "app_shared"), "wait")
 	stdin, _ := app.StdinPipe()

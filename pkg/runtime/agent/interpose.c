@@ -540,7 +540,9 @@ static int primary_active(CUdevice dev)
 	return active;
 }
 
-static CUresult primary_release(int slot, CUdevice dev)
+/* A release destroys the primary context only when it was the last use
+ * (known after it returns: no request ran meanwhile); a reset always does. */
+static CUresult primary_end(int slot, CUdevice dev, int reset)
 {
 	primctx_t f = (primctx_t)real(slot);
 	if (!f)
@@ -549,33 +551,18 @@ static CUresult primary_release(int slot, CUdevice dev)
 		return f(dev);
 	server_ctx_lock();
 	CUcontext c = primary_of(dev);
+	if (reset)
+		server_ctx_gone(c);
 	CUresult r = f(dev);
-	if (c && r == CUDA_SUCCESS && !primary_active(dev))
-		server_ctx_gone(c); /* the last use: it is gone (no request ran meanwhile) */
+	if (!reset && c && r == CUDA_SUCCESS && !primary_active(dev))
+		server_ctx_gone(c);
 	server_ctx_unlock();
 	return r;
 }
-EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_release(R_cuDevicePrimaryCtxRelease, dev); }
-EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-	return primary_release(R_cuDevicePrimaryCtxRelease_v2, dev);
-}
-
-static CUresult primary_reset(int slot, CUdevice dev)
-{
-	primctx_t f = (primctx_t)real(slot);
-	if (!f)
-		return NOFUNC;
-	if (g_agent_thread)
-		return f(dev);
-	server_ctx_lock();
-	server_ctx_gone(primary_of(dev));
-	CUresult r = f(dev);
-	server_ctx_unlock();
-	return r;
-}
-EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_reset(R_cuDevicePrimaryCtxReset, dev); }
-EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_reset(R_cuDevicePrimaryCtxReset_v2, dev); }
+EXPORT CUresult cuDevicePrimaryCtxRelease(CUdevice dev) { return primary_end(R_cuDevicePrimaryCtxRelease, dev, 0); }
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) { return primary_end(R_cuDevicePrimaryCtxRelease_v2, dev, 0); }
+EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev) { return primary_end(R_cuDevicePrimaryCtxReset, dev, 1); }
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev) { return primary_end(R_cuDevicePrimaryCtxReset_v2, dev, 1); }
 
 /* ---------------- kernel handles ---------------- */
 

@@ -180,6 +180,18 @@ func (f fixture) start(t *testing.T, env ...string) *app {
 	return a
 }
 
+// startDialed starts the app (with env) and connects to its agent.
+func (f fixture) startDialed(t *testing.T, env ...string) (*app, *Conn) {
+	t.Helper()
+	a := f.start(t, env...)
+	c, err := Dial(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return a, c
+}
+
 func (a *app) expect(prefix string) string {
 	a.t.Helper()
 	timeout := time.After(10 * time.Second)

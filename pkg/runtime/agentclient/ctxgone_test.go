@@ -27,18 +27,13 @@ func TestContextDestroyed(t *testing.T) {
 		{"destroy", "DESTROYED 0"},
 	} {
 		t.Run(how.cmd, func(t *testing.T) {
-			a := f.start(t)
+			a, c := f.startDialed(t)
 			fmt.Fprintln(a.in, "ctx")
 			ctx, err := strconv.ParseUint(strings.TrimPrefix(a.expect("CTX "), "CTX 0x"), 16, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
 			a.expect("DONE")
-			c, err := Dial(a.cmd.Process.Pid)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
 			in := InContext(ctx) // as the runtime places a module's clone: no retain of its own
 			inv, err := c.Inventory(true)
 			if err != nil {
@@ -106,12 +101,7 @@ func TestContextDestroyed(t *testing.T) {
 // a kernel probed again reports both activations.
 func TestDeactivateKeepsCounts(t *testing.T) {
 	f := build(t)
-	a := f.start(t)
-	c, err := Dial(a.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	a, c := f.startDialed(t)
 	k, lr := loadVecAddProbe(t, c, ".visible .entry probe_vecAdd (\n)", "probe_vecAdd")
 	activate := func() {
 		t.Helper()
@@ -155,12 +145,7 @@ func TestDeactivateKeepsCounts(t *testing.T) {
 // promptly, and the program's launches go on.
 func TestAttachWhileManyThreadsLaunch(t *testing.T) {
 	f := build(t)
-	a := f.start(t, "FAKECUDA_DRIVER_LOCK=1")
-	c, err := Dial(a.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	a, c := f.startDialed(t, "FAKECUDA_DRIVER_LOCK=1")
 	fmt.Fprintln(a.in, "storm 8 4000")
 	a.expect("STORMING")
 	time.Sleep(200 * time.Millisecond)

@@ -150,13 +150,7 @@ func isZero(b []byte) bool { return len(bytes.Trim(b, "\x00")) == 0 }
 
 func dialAgent(t *testing.T) *Conn {
 	t.Helper()
-	f := build(t)
-	a := f.start(t)
-	c, err := Dial(a.cmd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	_, c := build(t).startDialed(t)
 	return c
 }
 
