@@ -22,7 +22,10 @@ if [ ! -e /dev/nvidia0 ] && ! nvidia-smi -L >/dev/null 2>&1; then
 	exit 0
 fi
 
-# Go binaries built elsewhere by scripts/gpu-bundle.sh.
+# Go binaries built elsewhere by scripts/gpu-bundle.sh (carried packed).
+if [ ! -d .gpu/bin ] && [ -f .gpupack/gpu.tgz ]; then
+	tar xzf .gpupack/gpu.tgz
+fi
 if [ -d .gpu/bin ] && ! command -v go >/dev/null; then
 	mkdir -p bin && cp -f .gpu/bin/* bin/
 fi
