@@ -6,6 +6,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "cudefs.h"
 
@@ -26,6 +27,14 @@ extern int g_debug;
 			fputc('\n', stderr);                                      \
 		}                                                             \
 	} while (0)
+
+/* CLOCK_MONOTONIC in ns: the clock uprobes (bpf_ktime_get_ns) and tools read. */
+static inline uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* Driver entry points the agent itself calls (real ones, never wrappers). */
 struct drv {
@@ -155,10 +164,9 @@ HIDDEN void inv_reset(void);
 enum { LEV_LAUNCH, LEV_LAUNCH_PTSZ, LEV_LAUNCH_EX, LEV_LAUNCH_EX_PTSZ, LEV_COOP, LEV_COOP_PTSZ };
 HIDDEN int lev_attach(void *owner, int fd, uint64_t size, char *why, size_t whysz);
 HIDDEN void lev_detach(void *owner);
-/* One launch, after the driver returned r (g_rw read held); t0 from lev_now. */
+/* One launch, after the driver returned r (g_rw read held); t0 from mono_ns. */
 HIDDEN void lev_record(int api, const void *f, const unsigned grid[3], const unsigned block[3], unsigned shmem,
 		       CUstream s, CUresult r, uint64_t t0, const void *caller);
-HIDDEN uint64_t lev_now(void);
 HIDDEN void lev_atfork_child(void);
 
 /* ---- probes (probes.c) ---- */

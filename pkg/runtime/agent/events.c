@@ -50,8 +50,7 @@ struct lev_rec {
 	uint64_t caller; /* return address into whoever called the driver */
 	uint32_t api;    /* LEV_* */
 	uint32_t seq;    /* (position + 1) mod 2^32, stored last */
-	uint64_t ctx;    /* current context at the call */
-	uint64_t pad;
+	uint64_t reserved[2];
 };
 _Static_assert(sizeof(struct lev_rec) == LEV_REC, "launch-event record size");
 _Static_assert(sizeof(struct lev_hdr) <= LEV_HDR, "launch-event header size");
@@ -59,13 +58,6 @@ _Static_assert(sizeof(struct lev_hdr) <= LEV_HDR, "launch-event header size");
 static struct lev_hdr *g_lev;     /* g_rw: written write-held, read read-held */
 static void *g_lev_owner;         /* g_rw */
 static size_t g_lev_size;         /* g_rw */
-
-uint64_t lev_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 int lev_attach(void *owner, int fd, uint64_t size, char *why, size_t whysz)
 {
@@ -130,7 +122,7 @@ void lev_record(int api, const void *f, const unsigned grid[3], const unsigned b
 	struct lev_hdr *h = g_lev;
 	if (!h)
 		return;
-	uint64_t t1 = lev_now();
+	uint64_t t1 = mono_ns();
 	uint64_t mask = h->cap - 1;
 	uint64_t pos = __atomic_load_n(&h->head, __ATOMIC_RELAXED);
 	for (;;) {
@@ -156,10 +148,6 @@ void lev_record(int api, const void *f, const unsigned grid[3], const unsigned b
 	e->stream = (uint64_t)(uintptr_t)s;
 	e->caller = (uint64_t)(uintptr_t)caller;
 	e->api = (uint32_t)api;
-	CUcontext c = NULL;
-	if (D.cuCtxGetCurrent)
-		D.cuCtxGetCurrent(&c);
-	e->ctx = (uint64_t)(uintptr_t)c;
 	__atomic_store_n(&e->seq, (uint32_t)(pos + 1), __ATOMIC_RELEASE);
 }
 

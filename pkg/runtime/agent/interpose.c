@@ -713,13 +713,27 @@ static int clone_args(struct activation *a, CUstream s, int ptds, void **p, void
 	return hidden_args(a, p, e, h, cp, ce);
 }
 
+/* Entry of the launch slow paths: pauses for a starved tool request
+ * (drv_gate); *t0 is the launch's start when launches are recorded. Returns
+ * 0 when that pause was all there was to do (no probe, discovery or launch
+ * events): the launch then goes straight to the driver, without the lock
+ * and the lookup. */
+static inline int launch_enter(uint64_t *t0)
+{
+	drv_gate();
+	int act = __atomic_load_n(&g_active, __ATOMIC_RELAXED);
+	*t0 = act & ACTIVE_EVENTS ? mono_ns() : 0;
+	return act & ~ACTIVE_GATE;
+}
+
 static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds, CUfunction f, unsigned gx,
 						      unsigned gy, unsigned gz, unsigned bx, unsigned by,
 						      unsigned bz, unsigned sh, CUstream s, void **p, void **e,
 						      const void *caller)
 {
-	drv_gate();
-	uint64_t t0 = __atomic_load_n(&g_active, __ATOMIC_RELAXED) & ACTIVE_EVENTS ? lev_now() : 0;
+	uint64_t t0;
+	if (!launch_enter(&t0))
+		return real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
@@ -767,8 +781,9 @@ static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int pt
 						    unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
 						    unsigned sh, CUstream s, void **p, const void *caller)
 {
-	drv_gate();
-	uint64_t t0 = __atomic_load_n(&g_active, __ATOMIC_RELAXED) & ACTIVE_EVENTS ? lev_now() : 0;
+	uint64_t t0;
+	if (!launch_enter(&t0))
+		return real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p);
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
@@ -815,8 +830,9 @@ COOP_WRAPPER(cuLaunchCooperativeKernel_ptsz, 1)
 static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, const CUlaunchConfig *cfg,
 						  CUfunction f, void **p, void **e, const void *caller)
 {
-	drv_gate();
-	uint64_t t0 = __atomic_load_n(&g_active, __ATOMIC_RELAXED) & ACTIVE_EVENTS ? lev_now() : 0;
+	uint64_t t0;
+	if (!launch_enter(&t0))
+		return real_fn(cfg, f, p, e);
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);

@@ -203,16 +203,9 @@ void probe_lw_refresh(void)
 
 int probe_lw_on(void) { return g_lw_slots != NULL; }
 
-static inline uint64_t mono_now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 uint64_t probe_graph_stamp(void)
 {
-	uint64_t now = mono_now();
+	uint64_t now = mono_ns();
 	const uint64_t *base = g_lw_slots;
 	if (!base)
 		return now;
@@ -260,7 +253,7 @@ int probe_launch_words(const struct activation *a, CUstream s, CUstream evs, uin
 		uint64_t *sl = base + 2 * ((tid * 4) & (a->nslots - 1));
 		uint64_t t = __atomic_load_n(&sl[0], __ATOMIC_RELAXED);
 		uint64_t tag = __atomic_load_n(&sl[1], __ATOMIC_RELAXED);
-		uint64_t now = mono_now();
+		uint64_t now = mono_ns();
 		if (t && (uint32_t)(tag >> 32) == tid && (tag & LW_KIND_PENDING) && t <= now && now - t <= LW_MAX_AGE_NS) {
 			/* the runtime call this driver launch is part of, stamped
 			 * by its uprobe: its time is the user's launch time. The

@@ -1297,12 +1297,6 @@ static int op_unload(struct session *s, uint32_t req, struct rbuf *r, struct wbu
 #define RING_HOST_DATA 1u /* flag: the data area is the region itself */
 #define RING_MAX_SHARDS 65536u
 
-static inline uint64_t mono_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static uint64_t ld64(const uint8_t *p)
 {

@@ -71,7 +71,6 @@ type Record struct {
 	Stream   uint64
 	Caller   uint64 // return address into the code that called the driver
 	API      API
-	Ctx      uint64 // the thread's current context at the call
 	Sequence uint64 // position in the feed: gaps never occur; drops are counted apart
 }
 
@@ -140,7 +139,7 @@ func (r *Ring) Read(fn func(rec *Record)) int {
 			Grid:  [3]uint32{le.Uint32(b[24:]), le.Uint32(b[28:]), le.Uint32(b[32:])},
 			Block: [3]uint32{le.Uint32(b[36:]), le.Uint32(b[40:]), le.Uint32(b[44:])},
 			Shmem: le.Uint32(b[48:]), Result: int32(le.Uint32(b[52:])), Stream: le.Uint64(b[56:]),
-			Caller: le.Uint64(b[64:]), API: API(le.Uint32(b[72:])), Ctx: le.Uint64(b[80:]), Sequence: r.tail,
+			Caller: le.Uint64(b[64:]), API: API(le.Uint32(b[72:])), Sequence: r.tail,
 		}
 		r.tail++
 		atomic.StoreUint64(r.word64(offTail), r.tail)
