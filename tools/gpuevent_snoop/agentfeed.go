@@ -22,7 +22,8 @@ type agentFeed struct {
 	ring *launchev.Ring
 	comm []byte
 
-	names    map[uint64]string // kernel handles the agent named
+	names    map[uint64]string // kernel handles the agent named ("": it could not)
+	taught   map[uint64]bool   // handles whose names the resolver has
 	askedAt  time.Time
 	recs     []launchev.Record
 	Launches uint64
@@ -57,7 +58,7 @@ func openAgentFeed(pid int) (*agentFeed, error) {
 	}
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	return &agentFeed{pid: pid, conn: conn, ring: ring, comm: []byte(strings.TrimSpace(string(comm))),
-		names: map[uint64]string{}}, nil
+		names: map[uint64]string{}, taught: map[uint64]bool{}}, nil
 }
 
 // collect reads what the ring holds (no lock: only this feed reads it) and,
@@ -99,8 +100,10 @@ func (f *agentFeed) deliver(tr *Tracer, res *Resolver) {
 	var ev Event
 	for i := range f.recs {
 		r := &f.recs[i]
-		if n := f.names[r.Func]; n != "" {
+		// Once per handle: a lookup resets the resolver's cached name.
+		if n := f.names[r.Func]; n != "" && !f.taught[r.Func] {
 			res.AddLookup(&Lookup{PID: uint32(f.pid), Handle: r.Func, Name: n})
+			f.taught[r.Func] = true
 		}
 		f.event(r, res, &ev)
 		tr.Handle(&ev)
@@ -150,9 +153,8 @@ var apiByName = func() map[string]int {
 	return m
 }()
 
-// close stops the feed: the agent unmaps the ring, the connection ends.
+// close ends the connection, and with it the agent's side of the feed.
 func (f *agentFeed) close() {
-	f.conn.StopLaunchEvents()
 	f.conn.Close()
 	f.ring.Close()
 }

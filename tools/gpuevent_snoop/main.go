@@ -81,7 +81,8 @@ JSON (-j), one object per line, field "type":
   account: events, shown, dropped_ringbuf, lost_inflight, nested_folded,
     cudart_internal, returns_without_entry, processes, objects, runtime_layer,
     driver_layer (mechanism and objects), driver_launch_probes (in which processes),
-    launches, launches_checked, probe_hits, launch_probe_hits, probe_hits_per_launch,
+    launches, launches_from_agent, launches_lost_agent, launches_checked, probe_hits,
+    launch_probe_hits, probe_hits_per_launch,
     single_stepped (launch functions whose probed instruction the kernel single-steps)
 Driver calls that cudart makes outside a traced runtime call (context and stream set-up)
 are left out and counted in the account (cudart_internal).`
@@ -504,6 +505,12 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		}
 	}()
 
+	drainFeed := func(f *agentFeed) {
+		f.collect()
+		lock()
+		f.deliver(tr, res)
+		unlock()
+	}
 	feedStop, feedDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(feedDone)
@@ -519,10 +526,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 			case <-t.C:
 			}
 			for _, f := range feeds {
-				f.collect()
-				lock()
-				f.deliver(tr, res)
-				unlock()
+				drainFeed(f)
 			}
 		}
 	}()
@@ -605,10 +609,7 @@ loop:
 	var agentLaunches, agentDropped uint64
 	for _, f := range feeds {
 		f.conn.StopLaunchEvents() // then the last records
-		f.collect()
-		lock()
-		f.deliver(tr, res)
-		unlock()
+		drainFeed(f)
 		agentLaunches += f.Launches
 		agentDropped += f.ring.Dropped()
 	}
