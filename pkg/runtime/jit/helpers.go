@@ -421,10 +421,10 @@ func (c *compiler) runtimePTX() string {
 		"__gpubpf_hash_update_sys": {"__gpubpf_hash_find_sys", "__gpubpf_memcpy", "__gpubpf_fnv"},
 		"__gpubpf_hash_delete_gpu": {"__gpubpf_hash_find_gpu"},
 		"__gpubpf_hash_delete_sys": {"__gpubpf_hash_find_sys"},
-		"__gpubpf_log_gpu":         {"__gpubpf_rb_reserve", "__gpubpf_memcpy", "__gpubpf_rb_commit_gpu"},
-		"__gpubpf_log_sys":         {"__gpubpf_rb_reserve", "__gpubpf_memcpy", "__gpubpf_rb_commit_sys"},
-		"__gpubpf_output_gpu":      {"__gpubpf_rb_reserve", "__gpubpf_memcpy", "__gpubpf_rb_commit_gpu"},
-		"__gpubpf_output_sys":      {"__gpubpf_rb_reserve", "__gpubpf_memcpy", "__gpubpf_rb_commit_sys"},
+		"__gpubpf_log_gpu":         {"__gpubpf_rb_reserve", "__gpubpf_memcpy"},
+		"__gpubpf_log_sys":         {"__gpubpf_rb_reserve", "__gpubpf_memcpy"},
+		"__gpubpf_output_gpu":      {"__gpubpf_rb_reserve", "__gpubpf_memcpy"},
+		"__gpubpf_output_sys":      {"__gpubpf_rb_reserve", "__gpubpf_memcpy"},
 		"__gpubpf_probe_read":      {"__gpubpf_memcpy"},
 	}
 	need := map[string]bool{}

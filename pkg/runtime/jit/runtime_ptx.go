@@ -50,24 +50,25 @@ var precheckLines = []string{
 }
 
 var runtimeSrc = map[string]string{
-	// memcpy(dst, src, n): 8-byte words when everything is aligned, four
-	// loads in flight before their stores (each load is a memory round trip:
-	// a printk's format string copied a word at a time cost a microsecond
-	// on the warp that printed), else bytes.
+	// memcpy(dst, src, n): 8-byte words when both addresses are aligned,
+	// four loads in flight before their stores, else eight bytes in flight;
+	// the tail byte by byte. Each dependent load is a memory round trip on
+	// the calling warp: a printk's 36-byte format string (.rodata strings
+	// have no alignment, and 36 is no multiple of 8) copied a byte at a time
+	// was 36 of them.
 	"__gpubpf_memcpy": `.func NAME(.param .b64 d, .param .b64 s, .param .b64 n)
 {
 	.reg .b64 %a<10>;
-	.reg .b32 %b<2>;
+	.reg .b32 %b<9>;
 	.reg .pred %q<2>;
 	ld.param.u64 %a0, [d];
 	ld.param.u64 %a1, [s];
 	ld.param.u64 %a2, [n];
 	or.b64 %a3, %a0, %a1;
-	or.b64 %a3, %a3, %a2;
 	and.b64 %a3, %a3, 7;
 	mov.u64 %a4, 0;
 	setp.ne.u64 %q0, %a3, 0;
-	@%q0 bra $BYTES;
+	@%q0 bra $BYTES8;
 $QUAD:
 	add.u64 %a5, %a4, 32;
 	setp.gt.u64 %q0, %a5, %a2;
@@ -85,14 +86,39 @@ $QUAD:
 	add.u64 %a4, %a4, 32;
 	bra.uni $QUAD;
 $WORDS:
-	setp.ge.u64 %q0, %a4, %a2;
-	@%q0 bra $END;
+	add.u64 %a5, %a4, 8;
+	setp.gt.u64 %q0, %a5, %a2;
+	@%q0 bra $BYTES;
 	add.u64 %a5, %a1, %a4;
 	ld.u64 %a6, [%a5];
 	add.u64 %a7, %a0, %a4;
 	st.u64 [%a7], %a6;
 	add.u64 %a4, %a4, 8;
 	bra.uni $WORDS;
+$BYTES8:
+	add.u64 %a5, %a4, 8;
+	setp.gt.u64 %q0, %a5, %a2;
+	@%q0 bra $BYTES;
+	add.u64 %a5, %a1, %a4;
+	ld.u8 %b1, [%a5];
+	ld.u8 %b2, [%a5+1];
+	ld.u8 %b3, [%a5+2];
+	ld.u8 %b4, [%a5+3];
+	ld.u8 %b5, [%a5+4];
+	ld.u8 %b6, [%a5+5];
+	ld.u8 %b7, [%a5+6];
+	ld.u8 %b8, [%a5+7];
+	add.u64 %a7, %a0, %a4;
+	st.u8 [%a7], %b1;
+	st.u8 [%a7+1], %b2;
+	st.u8 [%a7+2], %b3;
+	st.u8 [%a7+3], %b4;
+	st.u8 [%a7+4], %b5;
+	st.u8 [%a7+5], %b6;
+	st.u8 [%a7+6], %b7;
+	st.u8 [%a7+7], %b8;
+	add.u64 %a4, %a4, 8;
+	bra.uni $BYTES8;
 $BYTES:
 	setp.ge.u64 %q0, %a4, %a2;
 	@%q0 bra $END;
@@ -397,9 +423,13 @@ $DROP:
 }
 `,
 	// output(ctl, data, size, smask, sstride, src, len): reserve, copy, commit.
+	// The commit stores the header word the reserve wrote (its length) with
+	// the valid bit, instead of loading it back: a load of it is one more
+	// memory round trip on every record's path.
 	"__gpubpf_output": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 smask, .param .b64 sstride, .param .b64 src, .param .b64 len)
 {
 	.reg .b64 %a<8>;
+	.reg .b32 %b0;
 	.reg .pred %q0;
 	ld.param.u64 %a0, [ctl];
 	ld.param.u64 %a1, [data];
@@ -436,13 +466,9 @@ $DROP:
 	st.param.b64 [x2], %a4;
 	call.uni __gpubpf_memcpy, (x0, x1, x2);
 	}
-	{
-	.param .b64 x0;
-	.param .b64 x1;
-	st.param.b64 [x0], %a5;
-	st.param.b64 [x1], 0;
-	call.uni __gpubpf_rb_commit_SC, (x0, x1);
-	}
+	cvt.u32.u64 %b0, %a4;
+	or.b32 %b0, %b0, 0x80000000;
+	COMMITSTORE.u32 [%a5+-8], %b0;
 	st.param.b64 [ret], 0;
 	ret;
 $DROP:
@@ -450,10 +476,12 @@ $DROP:
 	ret;
 }
 `,
-	// log(ctl, data, size, smask, sstride, type, str, n, a1, a2, a3): a printk/puts record.
+	// log(ctl, data, size, smask, sstride, type, str, n, a1, a2, a3): a printk/puts
+	// record, committed as output's is.
 	"__gpubpf_log": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 smask, .param .b64 sstride, .param .b64 ty, .param .b64 s, .param .b64 n, .param .b64 x1, .param .b64 x2, .param .b64 x3)
 {
 	.reg .b64 %a<14>;
+	.reg .b32 %b0;
 	.reg .pred %q0;
 	ld.param.u64 %a12, [smask];
 	ld.param.u64 %a13, [sstride];
@@ -502,13 +530,9 @@ $DROP:
 	st.param.b64 [y2], %a4;
 	call.uni __gpubpf_memcpy, (y0, y1, y2);
 	}
-	{
-	.param .b64 y0;
-	.param .b64 y1;
-	st.param.b64 [y0], %a9;
-	st.param.b64 [y1], 0;
-	call.uni __gpubpf_rb_commit_SC, (y0, y1);
-	}
+	cvt.u32.u64 %b0, %a8;
+	or.b32 %b0, %b0, 0x80000000;
+	COMMITSTORE.u32 [%a9+-8], %b0;
 	st.param.b64 [ret], %a4;
 	ret;
 $DROP:
