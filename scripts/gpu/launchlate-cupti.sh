@@ -30,7 +30,9 @@ ok() { echo "ok   $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 summary() { echo "SUMMARY: $pass ok, $fail failed${1:+ | $1}"; }
 [ -x bin/launchlate ] || { echo "missing bin/launchlate (make gpu-bundle)"; exit 1; }
-bin/launchlate --help 2>&1 | grep -q -- '--events' || { echo "bin/launchlate has no --events: rebuild it from this tree (make gpu-bundle)"; exit 1; }
+# (grep -q would stop reading at the first match and, under pipefail, the
+# help's SIGPIPE would fail the test)
+grep -q -- '--events' <<<"$(bin/launchlate --help 2>&1)" || { echo "bin/launchlate has no --events: rebuild it from this tree (make gpu-bundle)"; exit 1; }
 echo "launchlate-cupti: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1); nvcc $(nvcc --version 2>/dev/null | grep -o 'release [0-9.]*')"
 
 run() {
