@@ -93,9 +93,10 @@ type ringState struct {
 	// unmapped).
 	produced, dropped, discarded, pending atomic.Uint64
 	// Drains so far, data bytes they copied, time spent in them, the part
-	// of it the agent worked on them, and the part it waited for its copies.
-	drains, copied, drainNs, opNs, waitNs atomic.Uint64
-	failed                                bool // a drain failed; logged once
+	// of it the agent worked on them, the part it waited for its copies,
+	// and the part in the socket (to the agent and back).
+	drains, copied, drainNs, opNs, waitNs, socketNs atomic.Uint64
+	failed                                          bool // a drain failed; logged once
 }
 
 // device returns (placing maps and compiling programs on first use) the
@@ -383,6 +384,7 @@ func (rs *ringState) addStats(st *Stats) {
 	st.DrainTime += time.Duration(rs.drainNs.Load())
 	st.DrainWait += time.Duration(rs.waitNs.Load())
 	st.DrainAgent += time.Duration(rs.opNs.Load())
+	st.DrainSocket += time.Duration(rs.socketNs.Load())
 }
 
 // ring places a ring buffer: its control block (and, unless hostDataRings,

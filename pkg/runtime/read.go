@@ -87,13 +87,21 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 		for j, r := range rs.readers {
 			req.Release[j] = r.Released()
 		}
-		t0 := time.Now()
+		t0 := MonoNow()
 		rep, err := p.conn.RingDrain(d.target, req)
+		t1 := MonoNow()
 		rs.drains.Add(1)
 		rs.copied.Add(rep.Copied)
-		rs.drainNs.Add(uint64(time.Since(t0)))
+		rs.drainNs.Add(t1 - t0)
 		rs.waitNs.Add(rep.WaitNs)
-		rs.opNs.Add(rep.OpNs)
+		if t0 <= rep.RecvNs && rep.RecvNs <= rep.SentNs && rep.SentNs <= t1 {
+			// one clock on both sides: the agent's whole share, and
+			// what is left, the socket's and the schedulers'
+			rs.opNs.Add(rep.SentNs - rep.RecvNs)
+			rs.socketNs.Add(rep.RecvNs - t0 + t1 - rep.SentNs)
+		} else {
+			rs.opNs.Add(rep.OpNs)
+		}
 		if err != nil {
 			if !rs.failed {
 				rs.failed = true

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -119,7 +118,7 @@ func run(c *cli.Context) error {
 		cur: map[key]*stats{}, events: c.Bool("events"),
 	}
 	if l.events {
-		l.ev = eventFormat{json: jsonOut, stamp: l.stamp, ms: l.ms, t0: monoNow(), wall: time.Now().UnixNano() - int64(monoNow())}
+		l.ev = eventFormat{json: jsonOut, stamp: l.stamp, ms: l.ms, t0: runtime.MonoNow(), wall: time.Now().UnixNano() - int64(runtime.MonoNow())}
 		if !jsonOut {
 			fmt.Fprint(l.w, l.ev.header())
 		}
@@ -159,14 +158,6 @@ func run(c *cli.Context) error {
 		l.summaryJSON()
 	}
 	return toolkit.Finish("launchlate", targets, sess, st, code, traceErr, closeErr)
-}
-
-// monoNow reads CLOCK_MONOTONIC, the clock of the launch stamps
-// (bpf_ktime_get_ns), for --events' TIME(s) and -T.
-func monoNow() uint64 {
-	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
 }
 
 // launchlate holds the trace's state between readings.

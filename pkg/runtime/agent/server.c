@@ -1666,6 +1666,10 @@ static int op_mem(struct session *s, uint16_t op, uint32_t req, struct rbuf *r, 
 		break;
 	}
 	D.cuCtxSetCurrent(saved);
+	if (op == OP_RING_DRAIN && ret == 1) {
+		wb_u64(w, t_req_recv);
+		wb_u64(w, mono_ns());
+	}
 	return ret;
 }
 

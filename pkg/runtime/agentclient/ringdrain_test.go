@@ -104,10 +104,17 @@ func (f *ringFixture) produce(i, a, b uint64, seed byte) {
 
 func (f *ringFixture) drain(flags uint32, release ...uint64) uint64 {
 	f.t.Helper()
+	t0 := monoNs()
 	rep, err := f.c.RingDrain(OnDevice(0), agentproto.RingDrainRequest{Ring: f.ring, RegionID: f.regionID,
 		DataBytes: f.S, TailBytes: f.T, Flags: flags, Release: release})
+	t1 := monoNs()
 	if err != nil {
 		f.t.Fatalf("drain releasing %v, flags %d: %v", release, flags, err)
+	}
+	// The agent's clock readings lie inside the round trip: a tool splits
+	// a drain's time into socket and agent with them.
+	if !(t0 <= rep.RecvNs && rep.RecvNs <= rep.SentNs && rep.SentNs <= t1) || rep.OpNs > rep.SentNs-rep.RecvNs {
+		f.t.Fatalf("drain timestamps: tool %d..%d, agent received %d, sent %d, op %d ns", t0, t1, rep.RecvNs, rep.SentNs, rep.OpNs)
 	}
 	return rep.Copied
 }
@@ -346,4 +353,10 @@ func TestRingDrainBadRequest(t *testing.T) {
 	if _, err := c.RingDrain(OnDevice(0), q); err == nil || !strings.Contains(err.Error(), "must be in") {
 		t.Fatalf("release moving back: %v", err)
 	}
+}
+
+func monoNs() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
 }

@@ -716,15 +716,30 @@ func (m *RingDrainRequest) Decode(d *Decoder) {
 }
 
 // RingDrainReply says how many data bytes the drain copied, how long the
-// agent spent on it (nanoseconds from its first driver call to the reply)
-// and how much of that it waited for its copies (stream synchronisation).
-type RingDrainReply struct{ Copied, WaitNs, OpNs uint64 }
+// agent spent on it (nanoseconds from the request's arrival to the reply's
+// making) and how much of that it waited for its copies (stream
+// synchronisation). RecvNs and SentNs (agents since protocol 6; 0 from
+// older ones) are the agent's CLOCK_MONOTONIC when the request arrived and
+// when the reply went out, after the agent left the context: with the
+// tool's own clock readings around the call they split a round trip into
+// socket and agent time.
+type RingDrainReply struct{ Copied, WaitNs, OpNs, RecvNs, SentNs uint64 }
 
-func (m *RingDrainReply) Encode(e *Encoder) { e.U64(m.Copied); e.U64(m.WaitNs); e.U64(m.OpNs) }
+func (m *RingDrainReply) Encode(e *Encoder) {
+	e.U64(m.Copied)
+	e.U64(m.WaitNs)
+	e.U64(m.OpNs)
+	e.U64(m.RecvNs)
+	e.U64(m.SentNs)
+}
 func (m *RingDrainReply) Decode(d *Decoder) {
 	m.Copied = d.U64()
 	m.WaitNs = d.U64()
 	m.OpNs = d.U64()
+	if d.Remaining() >= 16 {
+		m.RecvNs = d.U64()
+		m.SentNs = d.U64()
+	}
 }
 
 // ActivateRequest routes launches of Kernel (a handle from List) in the
