@@ -32,6 +32,8 @@ vec_add        | 1000 10 256 4      | host_us
 vec_add        | 100000 20 512 196  | kernel_us
 vec_add_hook   | 1000 10 256 4      | host_us
 vec_add_probe  | 1000 10 256 4      | host_us
+vec_add_ideal  | 1000 10 256 4 ring | observation
+vec_add_ideal  | 1000 10 256 4 shared | observation
 imbalance      | 10000 128 4 3      | checksum
 lane_slow      | 64 2 750 3         | lane31_ns
 launch_heavy   | 2000 4 20000       | launches_per_s
@@ -48,6 +50,7 @@ fork_exec      | exec - 5           | checksum
 jit_limits     | 2                  | regheavy_sum
 sass_only      | 4096 3             | checksum
 modload        | 3                  | ptx_sum
+many_kernels   | 0.2                | rounds
 '
 
 want() { # is sample $1 selected?
