@@ -10,7 +10,7 @@ GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 export GPUBPF_CUDA_BIN ?= /opt/cudadeb/root/usr/bin
 
 .PHONY: all tools embed-agent agent samples generate check-generated fmt vet test test-unit \
-        test-gpu bench bench-cpu demo gpu-bundle clean install check-install
+        test-gpu bench bench-cpu bench-host demo gpu-bundle clean install check-install
 
 all: agent tools samples
 
@@ -82,20 +82,43 @@ fmt:
 vet:
 	$(GO) vet ./...
 
-# Unit tests and root-only kernel eBPF tests (CI runs as root).
+# Unit tests and root-only kernel eBPF tests (CI runs as root); then the
+# performance table's renderer and table-bench.sh's plumbing (no GPU).
 test: fmt vet agent
 	$(GO) test -count=1 ./...
+	PYTHONDONTWRITEBYTECODE=1 python3 -m unittest scripts/gpu/test_bench_table.py
 
 # On the GPU machine: build samples and agent, run every GPU test and
 # benchmark, print a table last. Go binaries come prebuilt (make gpu-bundle).
 test-gpu:
 	@bash scripts/gpu-check.sh
 
-bench: bench-cpu
+# make bench: the Go benchmarks where there is Go, then on a GPU machine
+# every scripts/gpu/*-bench.sh, the performance table (table-bench.sh) among
+# them: bench/results/README.md. The GPU machine has no Go: the host side of
+# the table comes from `make bench-host` run here and committed.
+bench:
+ifneq ($(HAVE_GO),)
+	@$(MAKE) --no-print-directory bench-cpu bench-host
+endif
 	@bash scripts/gpu-check.sh --bench-only
 
 bench-cpu:
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./pkg/... ./tools/...
+
+# The host side of the performance table: records decoded per second on
+# one core (-cpu 1, 1 s per benchmark, three runs each) by each record
+# decoder that has a Go benchmark, into bench/results/host-decode-DATE.txt,
+# which scripts/gpu/bench_table.py reads on the GPU machine.
+HOST_BENCH := Scan$$|TraceEvent$$|DecodePrint
+HOST_BENCH_PKGS := ./pkg/runtime/gpumap ./pkg/btffmt ./tools/gpuevent_snoop
+bench-host:
+	@mkdir -p bench/results
+	@f=bench/results/host-decode-$$(date -u +%Y-%m-%d).txt; \
+	{ echo "# make bench-host, $$(date -u +%Y-%m-%dT%H:%MZ), gpubpf $(VERSION), $$($(GO) version | cut -d' ' -f3-)"; \
+	  echo "# CPU: $$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $$(nproc) CPUs; go test -bench '$(HOST_BENCH)' -benchtime 1s -count 3 -cpu 1"; \
+	  $(GO) test -run '^$$' -bench '$(HOST_BENCH)' -benchtime 1s -count 3 -cpu 1 $(HOST_BENCH_PKGS); } >$$f.tmp && \
+	mv $$f.tmp $$f && echo "bench-host: wrote $$f" || { rm -f $$f.tmp; echo "bench-host: go test -bench failed"; exit 1; }
 
 # Everything the GPU machine needs that only this machine can build.
 gpu-bundle:
