@@ -94,9 +94,9 @@ type ringState struct {
 	produced, dropped, discarded, pending atomic.Uint64
 	// Drains so far, data bytes they copied, time spent in them, the part
 	// of it the agent worked on them, the part it waited for its copies,
-	// and the part in the socket (to the agent and back).
-	drains, copied, drainNs, opNs, waitNs, socketNs atomic.Uint64
-	failed                                          bool // a drain failed; logged once
+	// and the parts on the way to the agent and back (socket, schedulers).
+	drains, copied, drainNs, opNs, waitNs, toAgentNs, fromAgentNs atomic.Uint64
+	failed                                                        bool // a drain failed; logged once
 }
 
 // device returns (placing maps and compiling programs on first use) the
@@ -384,7 +384,8 @@ func (rs *ringState) addStats(st *Stats) {
 	st.DrainTime += time.Duration(rs.drainNs.Load())
 	st.DrainWait += time.Duration(rs.waitNs.Load())
 	st.DrainAgent += time.Duration(rs.opNs.Load())
-	st.DrainSocket += time.Duration(rs.socketNs.Load())
+	st.DrainToAgent += time.Duration(rs.toAgentNs.Load())
+	st.DrainFromAgent += time.Duration(rs.fromAgentNs.Load())
 }
 
 // ring places a ring buffer: its control block (and, unless hostDataRings,

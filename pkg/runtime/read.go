@@ -98,7 +98,8 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 			// one clock on both sides: the agent's whole share, and
 			// what is left, the socket's and the schedulers'
 			rs.opNs.Add(rep.SentNs - rep.RecvNs)
-			rs.socketNs.Add(rep.RecvNs - t0 + t1 - rep.SentNs)
+			rs.toAgentNs.Add(rep.RecvNs - t0)
+			rs.fromAgentNs.Add(t1 - rep.SentNs)
 		} else {
 			rs.opNs.Add(rep.OpNs)
 		}
