@@ -10,6 +10,9 @@
 #   one      the same ring as one shard (GPUBPF_RING_SHARDS=1: every warp of
 #            the GPU on one control block, the design before sharding)
 #   dev256   the same with --ring-mb 256 (a ring that holds a burst)
+#   gwarp    dev with shards keyed by the warp's index in the grid instead of
+#            its hardware slot (GPUBPF_RING_KEY=warp: a grid of a few blocks
+#            spreads over every shard)
 #   precheck dev with a plain-load check for a full ring before the claim
 #            atomic (bin/gpubpf-precheck, built with -tags ringprecheck;
 #            pkg/runtime/jit's ringPrecheck)
@@ -31,7 +34,7 @@ export PATH=$PWD/bin:$PATH
 OBJ=bpf/examples/trace_bpfel.o
 REPS=${REPS:-3}
 LIMIT=${LIMIT:-120}
-MODES=${MODES:-"dev one precheck norec dev256 print"}
+MODES=${MODES:-"dev gwarp one precheck norec dev256 print"}
 PRESETS=${PRESETS:-"tiny:32 10000 32 1;small:1000 10000 256 4;medium:10000 1000 256 40;large:100000 1000 512 196;xlarge:1000000 1000 512 1954"}
 T=$(mktemp -d)
 if [[ " $MODES " == *" precheck "* ]] && ! command -v gpubpf-precheck >/dev/null; then
@@ -63,6 +66,7 @@ for ps in "${PS[@]}"; do
 			out=$T/$mode
 			case $mode in
 			dev) timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
+			gwarp) GPUBPF_RING_KEY=warp timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			one) GPUBPF_RING_SHARDS=1 timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			precheck) timeout "$LIMIT" gpubpf-precheck run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			norec) timeout "$LIMIT" gpubpf run -j --summary -P ring_record bpf/bench/probe_ring.bpf.o -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
@@ -105,7 +109,7 @@ rows = [l.split() for l in open(sys.argv[1])]
 r = {(p, m): (float(x), float(d)) for p, m, x, d in rows}
 bad = []
 for (p, m), (x, d) in r.items():
-    if m not in ("dev", "dev256"):
+    if m not in ("dev", "dev256"):  # gwarp is measured beside dev, not held to the goals
         continue
     if x > 2.0: bad.append(f"{p} x{x:.2f} > 2")
     if p == "medium" and x > 1.5: bad.append(f"medium x{x:.2f} > 1.5")

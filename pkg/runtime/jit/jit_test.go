@@ -526,6 +526,27 @@ func TestRingPrecheckVariant(t *testing.T) {
 	}
 }
 
+// GPUBPF_RING_KEY=warp: the reservation keys shards by the warp's index in
+// the grid (no %smid, no %warpid), and the ring helpers still assemble.
+func TestRingGridWarpKey(t *testing.T) {
+	defer func(v bool) { ringKeyByGridWarp = v }(ringKeyByGridWarp)
+	for _, on := range []bool{false, true} {
+		ringKeyByGridWarp = on
+		src := runtimeFunc("__gpubpf_rb_reserve", "")
+		if slot := strings.Contains(src, "%smid") && strings.Contains(src, "%warpid"); slot == on {
+			t.Fatalf("grid-warp key %v: hardware-slot key in the reservation %v:\n%s", on, slot, src)
+		}
+		if grid := strings.Contains(src, "%ctaid.z") && strings.Contains(src, "%nctaid.y"); grid != on {
+			t.Fatalf("grid-warp key %v: grid-warp key in the reservation %v:\n%s", on, grid, src)
+		}
+		f, err := Compile(prog(helperCases()["helper/ring"]...), testOpts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		assemble(t, f)
+	}
+}
+
 // TestProbeRead: the six probe_read helpers call the copy or the string
 // runtime function with size cut to Linux's u32, and both refuse the first
 // page before they load.

@@ -1,6 +1,7 @@
 package jit
 
 import (
+	"os"
 	"strconv"
 	"strings"
 
@@ -33,8 +34,48 @@ func runtimeFunc(name, _ string) string {
 			src = strings.Replace(src, l, "", 1)
 		}
 	}
+	if ringKeyByGridWarp {
+		src = strings.Replace(src, slotKeyLines, gridWarpKeyLines, 1)
+	}
 	return src + "\n"
 }
+
+// ringKeyByGridWarp picks a record's shard by the warp's index in the grid
+// instead of its hardware slot (GPUBPF_RING_KEY=warp, a measurement switch,
+// docs/event-path.md): (%smid*8 + %warpid) mod 32 keeps only %smid mod 4,
+// so a grid of a few blocks can put its warps on a fraction of the shards,
+// while consecutive grid warps always take consecutive shards.
+var ringKeyByGridWarp = os.Getenv("GPUBPF_RING_KEY") == "warp"
+
+// slotKeyLines computes the default shard key in __gpubpf_rb_reserve;
+// gridWarpKeyLines the grid-warp one (the linear block index times the
+// warps per block, plus the warp's linear thread index / 32). Either way
+// the lowest active lane's key is taken by every lane.
+const slotKeyLines = "\tmov.u32 %b15, %smid;\n\tmov.u32 %b14, %warpid;\n\tmad.lo.u32 %b15, %b15, 8, %b14;\n"
+
+const gridWarpKeyLines = `	mov.u32 %b15, %tid.x;
+	mov.u32 %b14, %tid.y;
+	mov.u32 %b8, %ntid.x;
+	mad.lo.u32 %b15, %b14, %b8, %b15;
+	mov.u32 %b14, %tid.z;
+	mov.u32 %b9, %ntid.y;
+	mul.lo.u32 %b10, %b8, %b9;
+	mad.lo.u32 %b15, %b14, %b10, %b15;
+	shr.u32 %b15, %b15, 5;
+	mov.u32 %b14, %ntid.z;
+	mul.lo.u32 %b10, %b10, %b14;
+	add.u32 %b10, %b10, 31;
+	shr.u32 %b10, %b10, 5;
+	mov.u32 %b14, %ctaid.x;
+	mov.u32 %b8, %ctaid.y;
+	mov.u32 %b9, %nctaid.x;
+	mad.lo.u32 %b14, %b8, %b9, %b14;
+	mov.u32 %b8, %ctaid.z;
+	mov.u32 %b11, %nctaid.y;
+	mul.lo.u32 %b9, %b9, %b11;
+	mad.lo.u32 %b14, %b8, %b9, %b14;
+	mad.lo.u32 %b15, %b14, %b10, %b15;
+`
 
 // ringPrecheck: a warp reads the claimed bytes with a plain load before it
 // claims, so that a full ring is recognised without an atomic (tag
