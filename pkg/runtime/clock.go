@@ -4,17 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-
-	"golang.org/x/sys/unix"
 )
-
-// MonoNow reads CLOCK_MONOTONIC: the clock of bpf_ktime_get_ns, of the
-// uprobes' launch stamps and of the agent's timestamps.
-func MonoNow() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for this clock
-	return uint64(ts.Nano())
-}
 
 // ClockSample relates one context's %globaltimer to the CPU's
 // CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) in one process: at CPU

@@ -87,9 +87,9 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 		for j, r := range rs.readers {
 			req.Release[j] = r.Released()
 		}
-		t0 := MonoNow()
+		t0 := agentproto.MonoNow()
 		rep, err := p.conn.RingDrain(d.target, req)
-		t1 := MonoNow()
+		t1 := agentproto.MonoNow()
 		rs.drains.Add(1)
 		rs.copied.Add(rep.Copied)
 		rs.drainNs.Add(t1 - t0)

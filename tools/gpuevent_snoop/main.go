@@ -27,6 +27,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpubpf/gpubpf/pkg/procmaps"
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/runtime/launch"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
@@ -139,12 +140,6 @@ func parseSize(s string) (uint64, error) {
 		return 0, toolkit.Usagef("--min-size %q is not a byte count (examples: 4096, 64K, 1M)", s)
 	}
 	return v * mult, nil
-}
-
-func monoNow() uint64 {
-	var ts unix.Timespec
-	unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
 }
 
 func run(c *cli.Context) error {
@@ -424,7 +419,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 			kindsShown = append(kindsShown, n)
 		}
 	}
-	startMono := monoNow()
+	startMono := agentproto.MonoNow()
 	tracingSince := time.Now()
 	wall := time.Now().UnixNano() - int64(startMono)
 	tr := NewTracer(stdout, res, cfg.opt, startMono, wall)

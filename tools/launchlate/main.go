@@ -16,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -118,7 +119,7 @@ func run(c *cli.Context) error {
 		cur: map[key]*stats{}, events: c.Bool("events"),
 	}
 	if l.events {
-		l.ev = eventFormat{json: jsonOut, stamp: l.stamp, ms: l.ms, t0: runtime.MonoNow(), wall: time.Now().UnixNano() - int64(runtime.MonoNow())}
+		l.ev = eventFormat{json: jsonOut, stamp: l.stamp, ms: l.ms, t0: agentproto.MonoNow(), wall: time.Now().UnixNano() - int64(agentproto.MonoNow())}
 		if !jsonOut {
 			fmt.Fprint(l.w, l.ev.header())
 		}

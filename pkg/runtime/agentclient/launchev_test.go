@@ -6,19 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/runtime/launchev"
 )
-
-func monotonicNow(t *testing.T) uint64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		t.Fatal(err)
-	}
-	return uint64(ts.Nano())
-}
 
 // Every launch through the agent becomes a record in the tool's ring, with
 // what gpuevent_snoop shows (kernel handle, shape, stream, thread, result,
@@ -47,13 +37,13 @@ func TestLaunchEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	before := monotonicNow(t)
+	before := agentproto.MonoNow()
 	for _, cmd := range []string{"launch", "launch", "launchp"} {
 		if got := a.launch(cmd); got != "_Z6vecAddPfi" {
 			t.Fatalf("%s ran %s", cmd, got)
 		}
 	}
-	after := monotonicNow(t)
+	after := agentproto.MonoNow()
 	var recs []launchev.Record
 	ring.Read(func(r *launchev.Record) { recs = append(recs, *r) })
 	if len(recs) != 3 {

@@ -104,10 +104,10 @@ func (f *ringFixture) produce(i, a, b uint64, seed byte) {
 
 func (f *ringFixture) drain(flags uint32, release ...uint64) uint64 {
 	f.t.Helper()
-	t0 := monoNs()
+	t0 := agentproto.MonoNow()
 	rep, err := f.c.RingDrain(OnDevice(0), agentproto.RingDrainRequest{Ring: f.ring, RegionID: f.regionID,
 		DataBytes: f.S, TailBytes: f.T, Flags: flags, Release: release})
-	t1 := monoNs()
+	t1 := agentproto.MonoNow()
 	if err != nil {
 		f.t.Fatalf("drain releasing %v, flags %d: %v", release, flags, err)
 	}
@@ -353,10 +353,4 @@ func TestRingDrainBadRequest(t *testing.T) {
 	if _, err := c.RingDrain(OnDevice(0), q); err == nil || !strings.Contains(err.Error(), "must be in") {
 		t.Fatalf("release moving back: %v", err)
 	}
-}
-
-func monoNs() uint64 {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return uint64(ts.Nano())
 }
