@@ -16,13 +16,8 @@ SEC("gpu/entry/*")
 int ring_entry(void *ctx)
 {
 	struct event e = {};
-	u64 x, y, z;
 
-	bpf_get_block_idx(&x, &y, &z);
-	e.block_x = x, e.block_y = y, e.block_z = z;
-	bpf_get_thread_idx(&x, &y, &z);
-	e.thread_x = x, e.thread_y = y, e.thread_z = z;
-	e.ts = bpf_get_globaltimer();
+	trace_fill(&e);
 	bpf_perf_event_output(ctx, &events, 0, &e, sizeof(e));
 	return 0;
 }

@@ -12,23 +12,12 @@
 
 GPUBPF_MAP(sums, BPF_MAP_TYPE_PERGPUTD_ARRAY_MAP, u32, u64, 1);
 
-static __always_inline void fields(struct event *e)
-{
-	u64 x, y, z;
-
-	bpf_get_block_idx(&x, &y, &z);
-	e->block_x = x, e->block_y = y, e->block_z = z;
-	bpf_get_thread_idx(&x, &y, &z);
-	e->thread_x = x, e->thread_y = y, e->thread_z = z;
-	e->ts = bpf_get_globaltimer();
-}
-
 SEC("kprobe/_Z9vectorAddPKfS0_Pfi")
 int ring_record(void *ctx)
 {
 	struct event e = {};
 
-	fields(&e);
+	trace_fill(&e);
 	bpf_perf_event_output(ctx, &events, 0, &e, sizeof(e));
 	return 0;
 }
@@ -40,7 +29,7 @@ int ring_fields(void *ctx)
 	u32 key = 0;
 	u64 *s;
 
-	fields(&e);
+	trace_fill(&e);
 	s = bpf_map_lookup_elem(&sums, &key);
 	if (s)
 		*s += e.ts + e.block_x + e.block_y + e.block_z + e.thread_x + e.thread_y + e.thread_z;
