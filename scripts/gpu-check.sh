@@ -22,9 +22,10 @@ if [ ! -e /dev/nvidia0 ] && ! nvidia-smi -L >/dev/null 2>&1; then
 	exit 0
 fi
 
-# Go binaries built elsewhere by scripts/gpu-bundle.sh (carried packed).
-if [ ! -d .gpu/bin ] && [ -f .gpupack/gpu.tgz ]; then
-	tar xzf .gpupack/gpu.tgz
+# Go binaries built elsewhere by scripts/gpu-bundle.sh (carried packed). A
+# warm machine keeps the last call's .gpu: unpack whenever the pack is newer.
+if [ -f .gpupack/gpu.tgz ] && { [ ! -d .gpu/bin ] || [ .gpupack/gpu.tgz -nt .gpu/bin ]; }; then
+	rm -rf .gpu && tar xzf .gpupack/gpu.tgz && touch .gpu/bin
 fi
 if [ -d .gpu/bin ] && ! command -v go >/dev/null; then
 	mkdir -p bin && cp -f .gpu/bin/* bin/

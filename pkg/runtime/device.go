@@ -94,9 +94,11 @@ type ringState struct {
 	produced, dropped, discarded, pending atomic.Uint64
 	// Drains so far, data bytes they copied, time spent in them, the part
 	// of it the agent worked on them, the part it waited for its copies,
-	// and the parts on the way to the agent and back (socket, schedulers).
-	drains, copied, drainNs, opNs, waitNs, toAgentNs, fromAgentNs atomic.Uint64
-	failed                                                        bool // a drain failed; logged once
+	// the agent still busy with the drain before when one was sent, and the
+	// parts on the way to the agent and back (socket, schedulers).
+	drains, copied, drainNs, opNs, waitNs, busyNs, toAgentNs, fromAgentNs atomic.Uint64
+	failed                                                                bool        // a drain failed; logged once
+	scans                                                                 []shardScan // reused by each drain (drainMu)
 }
 
 // device returns (placing maps and compiling programs on first use) the
@@ -384,6 +386,7 @@ func (rs *ringState) addStats(st *Stats) {
 	st.DrainTime += time.Duration(rs.drainNs.Load())
 	st.DrainWait += time.Duration(rs.waitNs.Load())
 	st.DrainAgent += time.Duration(rs.opNs.Load())
+	st.DrainAgentBusy += time.Duration(rs.busyNs.Load())
 	st.DrainToAgent += time.Duration(rs.toAgentNs.Load())
 	st.DrainFromAgent += time.Duration(rs.fromAgentNs.Load())
 }

@@ -237,7 +237,8 @@ type Stats struct {
 	DrainTime       time.Duration     // time spent in drain round trips
 	DrainAgent      time.Duration     // of which the agent worked on them
 	DrainWait       time.Duration     // of which the agent waited for its copies
-	DrainToAgent    time.Duration     // of the rest, from the tool's call to the agent's read
+	DrainAgentBusy  time.Duration     // of the rest, the agent still busy after the reply before
+	DrainToAgent    time.Duration     // and from then (or the tool's call) to the agent's read
 	DrainFromAgent  time.Duration     // and from the agent's reply to the tool's
 	PrintkLines     uint64            // trace_printk/bpf_puts lines delivered
 	MapErrors       map[string]uint64 // map -> out-of-range/full errors counted on the GPU

@@ -11,7 +11,7 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 6u
+#define PROTO_VERSION 7u
 #define PROTO_MAX_FRAME (64u << 20)
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))

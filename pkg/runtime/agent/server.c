@@ -1307,6 +1307,9 @@ static uint64_t ld64(const uint8_t *p)
 
 /* When the session thread took the request being served off its socket. */
 static __thread uint64_t t_req_recv;
+/* When the session thread was last ready for a request (done with the one
+ * before): a tool tells waiting for the agent from waiting for the socket. */
+static __thread uint64_t t_ready;
 
 static int ring_drain(struct session *s, uint32_t req, CUstream st, struct rbuf *r, struct wbuf *w)
 {
@@ -1669,6 +1672,7 @@ static int op_mem(struct session *s, uint16_t op, uint32_t req, struct rbuf *r, 
 	if (op == OP_RING_DRAIN && ret == 1) {
 		wb_u64(w, t_req_recv);
 		wb_u64(w, mono_ns());
+		wb_u64(w, t_ready);
 	}
 	return ret;
 }
@@ -2586,6 +2590,7 @@ static void *session_main(void *arg)
 	g_agent_thread = 1;
 	for (;;) {
 		struct pollfd p[2] = {{s->fd, POLLIN, 0}, {s->efd, POLLIN, 0}};
+		t_ready = mono_ns();
 		int n = poll(p, 2, -1);
 		if (n < 0) {
 			if (errno == EINTR)
@@ -2611,8 +2616,10 @@ static void *session_main(void *arg)
 			int r = handle(s, type, req, body, len);
 			req_end();
 			/* never keep a context current between requests: the
-			 * application may destroy it meanwhile */
-			if (D.ready)
+			 * application may destroy it meanwhile (most ops restore
+			 * none themselves: no driver call then) */
+			CUcontext cur = NULL;
+			if (D.ready && D.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur)
 				D.cuCtxSetCurrent(NULL);
 			pthread_rwlock_unlock(&g_ctx_rw);
 			free(body);

@@ -113,8 +113,9 @@ func (f *ringFixture) drain(flags uint32, release ...uint64) uint64 {
 	}
 	// The agent's clock readings lie inside the round trip: a tool splits
 	// a drain's time into socket and agent with them.
-	if !(t0 <= rep.RecvNs && rep.RecvNs <= rep.SentNs && rep.SentNs <= t1) || rep.OpNs > rep.SentNs-rep.RecvNs {
-		f.t.Fatalf("drain timestamps: tool %d..%d, agent received %d, sent %d, op %d ns", t0, t1, rep.RecvNs, rep.SentNs, rep.OpNs)
+	if !(t0 <= rep.RecvNs && rep.RecvNs <= rep.SentNs && rep.SentNs <= t1) || rep.OpNs > rep.SentNs-rep.RecvNs ||
+		rep.ReadyNs == 0 || rep.ReadyNs > rep.RecvNs {
+		f.t.Fatalf("drain timestamps: tool %d..%d, agent ready %d, received %d, sent %d, op %d ns", t0, t1, rep.ReadyNs, rep.RecvNs, rep.SentNs, rep.OpNs)
 	}
 	return rep.Copied
 }

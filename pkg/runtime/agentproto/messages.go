@@ -722,8 +722,11 @@ func (m *RingDrainRequest) Decode(d *Decoder) {
 // older ones) are the agent's CLOCK_MONOTONIC when the request arrived and
 // when the reply went out, after the agent left the context: with the
 // tool's own clock readings around the call they split a round trip into
-// socket and agent time.
-type RingDrainReply struct{ Copied, WaitNs, OpNs, RecvNs, SentNs uint64 }
+// socket and agent time. ReadyNs (protocol 7) is when the agent's session
+// thread was last ready to read a request before this one arrived (done with
+// the one before): a request sent earlier waited for the agent, not the
+// socket.
+type RingDrainReply struct{ Copied, WaitNs, OpNs, RecvNs, SentNs, ReadyNs uint64 }
 
 func (m *RingDrainReply) Encode(e *Encoder) {
 	e.U64(m.Copied)
@@ -731,6 +734,7 @@ func (m *RingDrainReply) Encode(e *Encoder) {
 	e.U64(m.OpNs)
 	e.U64(m.RecvNs)
 	e.U64(m.SentNs)
+	e.U64(m.ReadyNs)
 }
 func (m *RingDrainReply) Decode(d *Decoder) {
 	m.Copied = d.U64()
@@ -739,6 +743,9 @@ func (m *RingDrainReply) Decode(d *Decoder) {
 	if d.Remaining() >= 16 {
 		m.RecvNs = d.U64()
 		m.SentNs = d.U64()
+	}
+	if d.Remaining() >= 8 {
+		m.ReadyNs = d.U64()
 	}
 }
 

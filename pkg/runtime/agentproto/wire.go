@@ -17,7 +17,7 @@ import (
 // Version is the protocol version this package speaks (sent in Hello).
 // 3: launch words in ActivateRequest, OpClock. 5: OpLaunch, Hello.Direct
 // and Hello.CUDAError.
-const Version = 6
+const Version = 7
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12

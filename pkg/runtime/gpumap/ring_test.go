@@ -152,8 +152,14 @@ func (h *host) drain() (delivered, discarded uint64) {
 		rel[i] = r.Released()
 	}
 	h.d.drain(h.mirror, rel)
-	for _, r := range h.rs {
-		n, x := r.Scan(r.Reserved(), h.check)
+	for i, r := range h.rs {
+		reserved := r.Reserved()
+		ready, before := r.Ready(reserved), r.Released()
+		n, x := r.Scan(reserved, h.check)
+		// Ready sizes the runtime's batch: exactly what Scan consumes
+		if got := r.Released() - before; got != ready {
+			h.t.Fatalf("shard %d: Ready said %d bytes, Scan consumed %d", i, ready, got)
+		}
 		delivered, discarded = delivered+n, discarded+x
 	}
 	return delivered, discarded
