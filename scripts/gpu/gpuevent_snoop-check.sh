@@ -191,12 +191,15 @@ fi
 # what is measured. Untraced and each probe configuration alternate, five
 # rounds; medians. The tool's own account gives the probe hits per launch.
 # Configurations:
-#   default          the default: about one probe hit per launch
+#   default          the default: launch_heavy started with the gpubpf agent
+#                    preloaded, its launches from the agent once it is up
+#   probes           --no-agent: launches from uprobes, about one probe hit
+#                    per launch (the default before the agent route)
 #   no-driver        runtime APIs only (--no-driver)
 #   entry            no launch result ever checked (--launch-entry)
 #   driver-launches  the driver's launch functions probed too (--driver-launches),
 #                    as every process had them before issue 15
-#   hit-only         the default's probes, programs that return at once
+#   hit-only         probes's probes, programs that return at once
 #                    (GPUEVENT_SNOOP_COST=1): the cost of the traps alone
 #   no-ring          everything but the ring buffer (GPUEVENT_SNOOP_COST=2)
 #   agent-idle       started with the gpubpf agent (LD_PRELOAD), no tool
@@ -210,7 +213,7 @@ if [ -x "$S/launch_heavy" ]; then
 	rate() { grep -o 'launches_per_s=[0-9.]*' | tail -1 | cut -d= -f2; }
 	hits() { grep -o '[0-9.]* probe hits per launch' | tail -1 | cut -d' ' -f1; }
 	declare -A R H
-	CONFIGS=(untraced default no-driver entry driver-launches hit-only no-ring)
+	read -ra CONFIGS <<<"${GES_CONFIGS:-untraced default probes no-driver entry driver-launches hit-only no-ring}"
 	[ -f "$AGENT_SO" ] && CONFIGS+=(agent-idle agent)
 	# agent_run OUT WITH_TOOL: launch_heavy with the agent, gated; with the
 	# tool attached by -p before the timed launches.
@@ -233,7 +236,7 @@ if [ -x "$S/launch_heavy" ]; then
 	}
 	flags_of() {
 		case $1 in
-		default | hit-only | no-ring) echo "" ;; no-driver) echo "--no-driver" ;; entry) echo "--launch-entry" ;;
+		default) echo "" ;; probes | hit-only | no-ring) echo "--no-agent" ;; no-driver) echo "--no-driver" ;; entry) echo "--launch-entry" ;;
 		driver-launches) echo "--driver-launches" ;;
 		esac
 	}

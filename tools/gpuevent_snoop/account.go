@@ -144,8 +144,11 @@ func (a *Attacher) Layers(processes int) layers {
 	default:
 		why := ""
 		if len(a.driverIn) == 1 {
-			for _, w := range a.driverIn {
+			for pid, w := range a.driverIn {
 				why = " (" + w + ")"
+				if a.agentIn[pid] {
+					why = " (" + w + ", until the gpubpf agent took its launches over)"
+				}
 			}
 		}
 		l.driverLaunches = fmt.Sprintf("in %d of %d processes%s", len(a.driverIn), max(processes, len(a.driverIn)), why)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -25,8 +26,15 @@ type agentFeed struct {
 	names    map[uint64]string // kernel handles the agent named ("": it could not)
 	taught   map[uint64]bool   // handles whose names the resolver has
 	askedAt  time.Time
+	unknown  bool // a handle in recs the names do not have
 	recs     []launchev.Record
 	Launches uint64
+
+	// sw is set for a command whose launches were probed until the agent
+	// took over (agentswitch.go): its records wait in recs until every
+	// launch the probes saw has been handled (sw.ready), and those the
+	// probes already reported are left out.
+	sw *launchSwitch
 }
 
 // agentFeedRecords sizes the ring: 64 Ki launches (6 MiB) between reads
@@ -42,6 +50,26 @@ func openAgentFeed(pid int) (*agentFeed, error) {
 	if _, err := os.Stat(agentclient.SocketPath(pid)); err != nil {
 		return nil, nil
 	}
+	f, err := dialAgentFeed(pid)
+	if err != nil {
+		var none *agentclient.NoAgentError
+		if errors.As(err, &none) {
+			// A socket left behind by an earlier process with this PID
+			// (an agent killed before it could remove it).
+			return nil, nil
+		}
+		return nil, err
+	}
+	if _, err := f.subscribe(); err != nil {
+		f.close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// dialAgentFeed connects to the agent of process pid and makes the ring,
+// without asking for launch events yet (subscribe).
+func dialAgentFeed(pid int) (*agentFeed, error) {
 	conn, err := agentclient.DialWith(pid, agentclient.Options{Client: "gpuevent_snoop", Timeout: 2 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("the gpubpf agent of process %d: %w", pid, err)
@@ -49,31 +77,41 @@ func openAgentFeed(pid int) (*agentFeed, error) {
 	ring, err := launchev.New(agentFeedRecords)
 	if err != nil {
 		conn.Close()
-		return nil, err
-	}
-	if err := conn.LaunchEvents(ring.File(), ring.Size()); err != nil {
-		ring.Close()
-		conn.Close()
-		return nil, fmt.Errorf("the gpubpf agent of process %d: %w", pid, err)
+		return nil, fmt.Errorf("a launch-event ring for process %d: %w", pid, err)
 	}
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	return &agentFeed{pid: pid, conn: conn, ring: ring, comm: []byte(strings.TrimSpace(string(comm))),
 		names: map[uint64]string{}, taught: map[uint64]bool{}}, nil
 }
 
-// collect reads what the ring holds (no lock: only this feed reads it) and,
-// when a launched handle is new, asks the agent for the kernels' names (at
-// most every 100 ms; the agent knows every kernel the program launches).
-func (f *agentFeed) collect() {
-	f.recs = f.recs[:0]
-	unknown := false
+// subscribe asks the agent for the launch events; it returns when the
+// agent turned them on (its CLOCK_MONOTONIC).
+func (f *agentFeed) subscribe() (uint64, error) {
+	at, err := f.conn.LaunchEvents(f.ring.File(), f.ring.Size())
+	if err != nil {
+		return 0, fmt.Errorf("the gpubpf agent of process %d: %w", f.pid, err)
+	}
+	return at, nil
+}
+
+// drain moves what the ring holds into recs (no lock: only this feed reads
+// it).
+func (f *agentFeed) drain() {
 	f.ring.Read(func(r *launchev.Record) {
 		f.recs = append(f.recs, *r)
 		if _, ok := f.names[r.Func]; !ok {
-			unknown = true
+			f.unknown = true
 		}
 	})
-	if !unknown || time.Since(f.askedAt) < 100*time.Millisecond {
+}
+
+// collect drains the ring and, when a launched handle is new, asks the
+// agent for the kernels' names (at most every 100 ms; the agent knows every
+// kernel the program launches). Records not delivered yet (a switch not
+// ready) stay in recs.
+func (f *agentFeed) collect() {
+	f.drain()
+	if !f.unknown || time.Since(f.askedAt) < 100*time.Millisecond {
 		return
 	}
 	f.askedAt = time.Now()
@@ -91,26 +129,44 @@ func (f *agentFeed) collect() {
 			f.names[r.Func] = ""
 		}
 	}
+	f.unknown = false
 }
 
 // deliver hands the collected launches to the tracer (its lock held):
 // each as the runtime launch that made it when cudart called the driver,
-// else as the driver launch itself.
-func (f *agentFeed) deliver(tr *Tracer, res *Resolver) {
-	var ev Event
-	for i := range f.recs {
-		r := &f.recs[i]
-		// Once per handle: a lookup resets the resolver's cached name.
-		if n := f.names[r.Func]; n != "" && !f.taught[r.Func] {
-			res.AddLookup(&Lookup{PID: uint32(f.pid), Handle: r.Func, Name: n})
-			f.taught[r.Func] = true
-		}
-		f.event(r, res, &ev)
-		tr.Handle(&ev)
-		f.Launches++
+// else as the driver launch itself. With a switch not ready yet (and not
+// final) it keeps them for later; final, it leaves none.
+func (f *agentFeed) deliver(tr *Tracer, res *Resolver, final bool) {
+	if f.sw != nil && !final && !f.sw.ready() {
+		return
 	}
-	if len(f.recs) > 0 {
+	var ev Event
+	for len(f.recs) > 0 {
+		n := len(f.recs)
+		for i := 0; i < n; i++ {
+			r := &f.recs[i]
+			// Once per handle: a lookup resets the resolver's cached name.
+			if name := f.names[r.Func]; name != "" && !f.taught[r.Func] {
+				res.AddLookup(&Lookup{PID: uint32(f.pid), Handle: r.Func, Name: name})
+				f.taught[r.Func] = true
+			}
+			f.event(r, res, &ev)
+			if f.sw == nil || f.sw.fed(&ev) { // else the probes reported it
+				tr.Handle(&ev)
+				f.Launches++
+			}
+			// A long batch (the launches held back at a switch) must
+			// not leave the ring unread until it is done: it fills in
+			// 64 Ki launches.
+			if i%4096 == 4095 {
+				f.drain()
+			}
+		}
+		f.recs = f.recs[:copy(f.recs, f.recs[n:])]
 		tr.Flush()
+		if !final {
+			break
+		}
 	}
 }
 

@@ -31,6 +31,13 @@ var (
 // isCUDALib reports whether a path is a CUDA runtime or driver library.
 func isCUDALib(p string) bool { return isCudart(p) || isCuda(p) }
 
+// isAgentLib reports whether a path is the gpubpf agent library
+// (libgpubpf-agent.so, or a copy extracted by a tool, named by its hash).
+func isAgentLib(p string) bool {
+	b := filepath.Base(p)
+	return strings.HasPrefix(b, "libgpubpf-agent") && strings.Contains(b, ".so")
+}
+
 // attachMode is how probes are attached, the best the kernel offers.
 type attachMode int
 
@@ -93,7 +100,11 @@ type Attacher struct {
 	// loaded in them (agentfeed.go): no launch function is probed there.
 	agentIn map[int]bool
 	links   []link.Link
-	probes  int
+	// launchLinks are the links of the launch functions (runtime and
+	// driver) per process, kept apart from links so that they can be
+	// closed alone when the agent takes a process's launches over.
+	launchLinks map[int][]link.Link
+	probes      int
 }
 
 type fileID struct{ dev, ino uint64 }
@@ -129,7 +140,7 @@ func NewAttacher(kinds uint32) *Attacher {
 	return &Attacher{
 		kinds: kinds, byID: map[fileID]*object{}, infos: map[fileID]*elfInfo{},
 		notELF: map[fileID]bool{}, attached: map[objPID]bool{}, launchOn: map[objPID]bool{},
-		driverIn: map[int]string{}, agentIn: map[int]bool{},
+		driverIn: map[int]string{}, agentIn: map[int]bool{}, launchLinks: map[int][]link.Link{},
 	}
 }
 
@@ -254,26 +265,31 @@ func (a *Attacher) Attach(hostPath, shown string, pid int) (int, error) {
 		return 0, err
 	}
 	n := len(o.main.syms)
+	var launchLs []link.Link
 	if !a.agentIn[pid] {
 		rl, err := a.attachList(o, &o.rtLaunch, pid)
 		if err != nil {
 			links.CloseAll(ls)
 			return 0, err
 		}
-		ls = append(ls, rl...)
+		launchLs = rl
 		n += len(o.rtLaunch.syms)
 	}
 	if len(o.launch.syms) > 0 && !a.agentIn[pid] && (pid == 0 || a.allDriverLaunches || a.driverIn[pid] != "") {
 		ll, err := a.attachList(o, &o.launch, pid)
 		if err != nil {
 			links.CloseAll(ls)
+			links.CloseAll(launchLs)
 			return 0, err
 		}
-		ls = append(ls, ll...)
+		launchLs = append(launchLs, ll...)
 		a.launchOn[objPID{id, pid}] = true
 		n += len(o.launch.syms)
 	}
 	a.links = append(a.links, ls...)
+	if len(launchLs) > 0 {
+		a.launchLinks[pid] = append(a.launchLinks[pid], launchLs...)
+	}
 	a.attached[objPID{id, pid}] = true
 	a.probes += n
 	return n, nil
@@ -330,7 +346,7 @@ func (a *Attacher) EnableDriverLaunches(pid int, why string) error {
 		if err != nil {
 			return err
 		}
-		a.links = append(a.links, ls...)
+		a.launchLinks[pid] = append(a.launchLinks[pid], ls...)
 		a.launchOn[k] = true
 		a.probes += len(o.launch.syms)
 	}
@@ -344,6 +360,26 @@ func (a *Attacher) LaunchesFromAgent(pid int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.agentIn[pid] = true
+}
+
+// SwitchLaunchesToAgent hands process pid's kernel launches over to the
+// gpubpf agent that now reports them (a command started with the agent
+// preloaded, once its launch events are on): it detaches the process's
+// launch probes, runtime and driver, and no rescan or newly mapped object
+// probes them there again. Allocations, copies, graph launches and kernel
+// lookups keep their probes. It returns how many links it closed; closing
+// waits for the kernel to finish the probes' handlers, so once it returns
+// no launch event of the process enters the BPF ring any more.
+func (a *Attacher) SwitchLaunchesToAgent(pid int) int {
+	a.mu.Lock()
+	a.agentIn[pid] = true
+	ls := a.launchLinks[pid]
+	delete(a.launchLinks, pid)
+	a.mu.Unlock()
+	// Outside the lock: each close waits for an RCU grace period, and a
+	// kernel lookup may need the lock meanwhile (EnableDriverLaunches).
+	links.CloseAll(ls)
+	return len(ls)
 }
 
 // DriverLaunchesIn says whether (and why) the driver's launch functions are
@@ -534,6 +570,10 @@ func (a *Attacher) Close() {
 	defer a.mu.Unlock()
 	links.CloseAll(a.links)
 	a.links = nil
+	for pid, ls := range a.launchLinks {
+		links.CloseAll(ls)
+		delete(a.launchLinks, pid)
+	}
 }
 
 // AttachProcess attaches to the CUDA libraries pid maps now and to its
@@ -618,6 +658,12 @@ func (a *Attacher) launchesThroughDriver(hostPath, shown string) string {
 	if isCuda(shown) || isCudart(shown) {
 		return "" // the driver itself; cudart's driver launches are its runtime launches
 	}
+	if isAgentLib(shown) {
+		// The gpubpf agent defines the driver's launch functions to relay
+		// every caller's launches, cudart's included: no sign of the
+		// program's own.
+		return ""
+	}
 	id, err := statID(hostPath)
 	if err != nil {
 		return ""
@@ -649,6 +695,26 @@ func (a *Attacher) launchesThroughDriver(hostPath, shown string) string {
 	// alone is no sign of driver launches of the program's own.
 	if in.mentions && !staticCudart {
 		return base + " looks up cuLaunchKernel* by name"
+	}
+	return ""
+}
+
+// definesDriverLaunch names a driver launch function the ELF object at
+// hostPath defines itself ("" if none): a driver linked into a program
+// rather than libcuda's (the tests' static stand-in).
+func (a *Attacher) definesDriverLaunch(hostPath string) string {
+	id, err := statID(hostPath)
+	if err != nil {
+		return ""
+	}
+	in, err := a.info(id, hostPath)
+	if err != nil {
+		return ""
+	}
+	for i := range apis {
+		if _, ok := in.funcs[apis[i].Name]; ok && apis[i].isDriverLaunch() {
+			return apis[i].Name
+		}
 	}
 	return ""
 }

@@ -89,14 +89,19 @@ var (
 func BenchmarkLaunchRateCPUProxy(b *testing.B) {
 	build(b)
 	launchOnce.Do(func() {
+		// The default takes the launches from the agent (next to the
+		// tool) after the first milliseconds; the others are the probe
+		// mechanisms, which --no-agent keeps for the whole run.
 		launchSetups = []launchSetup{
 			{name: "untraced", bin: "launch_heavy"},
 			{name: "default", bin: "launch_heavy", tool: toolBin},
-			{name: "no-driver", bin: "launch_heavy", tool: toolBin, flags: []string{"--no-driver"}},
-			{name: "launch-entry", bin: "launch_heavy", tool: toolBin, flags: []string{"--launch-entry"}},
+			{name: "probes", bin: "launch_heavy", tool: toolBin, flags: []string{"--no-agent"}},
+			{name: "no-driver", bin: "launch_heavy", tool: toolBin, flags: []string{"--no-agent", "--no-driver"}},
+			{name: "launch-entry", bin: "launch_heavy", tool: toolBin, flags: []string{"--no-agent", "--launch-entry"}},
 			{name: "driver-launches", bin: "launch_heavy", tool: toolBin, flags: []string{"--driver-launches"}},
 			{name: "untraced-shared", bin: "launch_heavy_shared"},
 			{name: "default-shared", bin: "launch_heavy_shared", tool: toolBin},
+			{name: "probes-shared", bin: "launch_heavy_shared", tool: toolBin, flags: []string{"--no-agent"}},
 		}
 		if base := os.Getenv("GPUEVENT_SNOOP_BENCH_BASE"); base != "" {
 			launchSetups = append(launchSetups, launchSetup{name: "base", bin: "launch_heavy", tool: base})
@@ -149,6 +154,8 @@ func BenchmarkLaunchRateCPUProxy(b *testing.B) {
 	b.ReportMetric(median(launchResults["untraced"].rates), "untraced-launches/s")
 	b.ReportMetric(ratio("default", "untraced"), "ratio-default")
 	b.ReportMetric(median(launchResults["default"].hits), "hits/launch-default")
+	b.ReportMetric(ratio("probes", "untraced"), "ratio-probes")
+	b.ReportMetric(median(launchResults["probes"].hits), "hits/launch-probes")
 	b.ReportMetric(ratio("driver-launches", "untraced"), "ratio-driver-launches")
 	b.ReportMetric(ratio("default-shared", "untraced-shared"), "ratio-default-shared")
 	if _, ok := launchResults["base"]; ok {

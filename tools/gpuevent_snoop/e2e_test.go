@@ -36,9 +36,13 @@ func build(t testing.TB) {
 			return
 		}
 		td, _ := filepath.Abs("testdata")
+		agentSrc, _ := filepath.Abs("../../pkg/runtime/agent")
 		toolBin = filepath.Join(workDir, "gpuevent_snoop")
 		steps := [][]string{
 			{"go", "build", "-o", toolBin, "."},
+			// The agent next to the tool, as make installs them: a command
+			// the tool starts runs with it preloaded (agentswitch.go).
+			{"make", "-s", "-C", agentSrc, "OUT=" + workDir, "CC=" + gcc},
 			{gcc, "-O2", "-fPIC", "-shared", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(workDir, "libcuda.so.1"), filepath.Join(td, "fakecuda_driver.c")},
 			{gcc, "-O2", "-fPIC", "-shared", "-Wl,-soname,libcudart.so.12", "-o", filepath.Join(workDir, "libcudart.so.12"),
 				filepath.Join(td, "fakecuda_runtime.c"), "-L" + workDir, "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN"},
@@ -47,6 +51,13 @@ func build(t testing.TB) {
 			{gcc, "-O2", "-o", filepath.Join(workDir, "app_static"), filepath.Join(td, "app.c"),
 				filepath.Join(td, "fakecuda_runtime.c"), filepath.Join(td, "fakecuda_driver.c"), "-I" + td, "-lpthread"},
 			{gcc, "-O2", "-o", filepath.Join(workDir, "drvlookup"), filepath.Join(td, "drvlookup.c"), "-I" + td, "-ldl", "-Wl,-rpath,$ORIGIN"},
+			// A launch storm against the agent's stand-in driver, which
+			// has what the agent needs (agentswitch_e2e_test.go).
+			{"mkdir", "-p", filepath.Join(workDir, "agentcuda")},
+			{gcc, "-O1", "-fPIC", "-shared", "-pthread", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o",
+				filepath.Join(workDir, "agentcuda", "libcuda.so.1"), filepath.Join(agentSrc, "testdata", "fakecuda.c")},
+			{gcc, "-O2", "-o", filepath.Join(workDir, "agentstorm"), filepath.Join(td, "agentstorm.c"), "-ldl", "-pthread",
+				"-Wl,-rpath,$ORIGIN/agentcuda"},
 			// The CPU proxy of the launch-rate benchmark (bench_test.go):
 			// static cudart (nvcc's default) and -cudart shared, both
 			// opening the driver with dlopen as the real cudart does.
@@ -409,7 +420,10 @@ func TestSharedCudartNamesFromExecutable(t *testing.T) {
 // launch_heavy, with static and with shared cudart) pays one probe hit per
 // launch: the driver's launch functions are not probed in it, and only the
 // first launch of each configuration (one per stream) and one in 64 have
-// their return taken. Every launch is still reported, with its name.
+// their return taken. Every launch is still reported, with its name. The
+// probe path (--no-agent); with the agent (the default for a command when
+// its library is found) the launches come from it after the first
+// milliseconds: TestCommandAgentSwitchMidLaunches.
 func TestOneProbeHitPerLaunch(t *testing.T) {
 	if os.Getenv("GPUEVENT_SNOOP_SINGLE_UPROBES") != "" {
 		t.Skip("single uprobes name no process: the driver's launch functions are probed in all")
@@ -417,7 +431,7 @@ func TestOneProbeHitPerLaunch(t *testing.T) {
 	build(t)
 	const n = 5000
 	for _, bin := range []string{"launch_heavy", "launch_heavy_shared"} {
-		out, errOut, code := runTool(t, "-j", "--", filepath.Join(workDir, "bench", bin), fmt.Sprint(n), "4", "quiet")
+		out, errOut, code := runTool(t, "-j", "--no-agent", "--", filepath.Join(workDir, "bench", bin), fmt.Sprint(n), "4", "quiet")
 		if code != 0 {
 			t.Fatalf("%s: exit %d\nstderr: %s", bin, code, errOut)
 		}
@@ -461,7 +475,10 @@ func TestOneProbeHitPerLaunch(t *testing.T) {
 
 // A program that launches through the driver by a name it builds at run
 // time (as ctypes or a JIT does) shows it only by looking a kernel up
-// outside cudart: from then on its driver launches are probed.
+// outside cudart: from then on its driver launches are probed (--no-agent;
+// with the agent preloaded its lookup comes through the agent's wrapper,
+// which says nothing about the caller, and the launch a second later comes
+// from the agent).
 func TestDriverLaunchesAfterLookup(t *testing.T) {
 	build(t)
 	out, errOut, code := runTool(t, "-j", "--", "./drvlookup")
@@ -470,6 +487,21 @@ func TestDriverLaunchesAfterLookup(t *testing.T) {
 	}
 	recs := parseJSONLines(t, out)
 	var got []string
+	for _, r := range recs {
+		if r.str("type") == "launch" {
+			got = append(got, r.str("api")+":"+r.str("kernel"))
+		}
+	}
+	if acc := accountOf(t, recs); fmt.Sprint(got) != "[cuLaunchKernel:jitgemm()]" || acc.num("launches_from_agent") != 1 {
+		t.Errorf("with the agent: launches %v, account %v; want [cuLaunchKernel:jitgemm()] from the agent\nstderr: %s", got, acc, errOut)
+	}
+
+	out, errOut, code = runTool(t, "-j", "--no-agent", "--", "./drvlookup")
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", code, errOut)
+	}
+	recs = parseJSONLines(t, out)
+	got = nil
 	for _, r := range recs {
 		if r.str("type") == "launch" {
 			got = append(got, r.str("api")+":"+r.str("kernel"))
@@ -490,11 +522,32 @@ func TestDriverLaunchesAfterLookup(t *testing.T) {
 
 // Launch failures are reported as such although most launches are
 // reported from their entry: the first failing launch is a new
-// configuration, and after a failure every launch's return is taken.
+// configuration, and after a failure every launch's return is taken (the
+// probe path, --no-agent). With the agent, every launch comes with its
+// result: the failures are reported, with the driver's CUresult (the
+// stand-in cudart turns CUDA_ERROR_INVALID_HANDLE into
+// cudaErrorInvalidDeviceFunction, which only a runtime probe sees).
 func TestLaunchFailuresReported(t *testing.T) {
 	build(t)
 	const n = 300
 	out, errOut, code := runTool(t, "-j", "--", "./app_shared", "fail", fmt.Sprint(n))
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr: %s", code, errOut)
+	}
+	var launches, failed int
+	for _, r := range parseJSONLines(t, out) {
+		if r.str("type") == "launch" {
+			launches++
+			if r["ret"] != nil && r.num("ret") != 0 {
+				failed++
+			}
+		}
+	}
+	if launches != 3*n || failed != n {
+		t.Errorf("with the agent: %d launches, %d failed; want %d failures of %d launches\nstderr: %s", launches, failed, n, 3*n, errOut)
+	}
+
+	out, errOut, code = runTool(t, "-j", "--no-agent", "--", "./app_shared", "fail", fmt.Sprint(n))
 	if code != 0 {
 		t.Fatalf("exit %d\nstderr: %s", code, errOut)
 	}

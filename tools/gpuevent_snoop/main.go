@@ -4,7 +4,8 @@
 // and call sites, and reports the allocations never freed. It uses real
 // kernel uprobes on libcudart, libcuda or the executable (static cudart); it
 // needs no GPU agent, and takes kernel launches from one where a -p process
-// has it (agentfeed.go).
+// has it (agentfeed.go) and, once it is up, from the one it preloads into a
+// command it starts (agentswitch.go).
 package main
 
 import (
@@ -17,6 +18,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -49,9 +51,16 @@ which cudart calls for each runtime launch, are probed only in processes that ca
 themselves (an object imports or names cuLaunchKernel*, or a kernel is looked up outside
 cudart); --driver-launches probes them everywhere. The account line says which mechanism
 observed each layer, how many launch results were checked and the probe hits per launch.
-With -p, a process that has the gpubpf agent loaded (started with LD_PRELOAD, or by another gpubpf
-tool) reports its kernel launches through the agent instead, each with its result and duration
-and no probe hit at all (--no-agent: uprobes anyway).
+Kernel launches from the gpubpf agent, each with its result and duration and no probe hit at all:
+with -p, from a process that has the agent loaded (started with LD_PRELOAD, or by another gpubpf
+tool). -- CMD is started with the agent preloaded (the library next to the tool, in
+/usr/local/lib/gpubpf or /usr/lib/gpubpf, or the copy embedded in the tool): its launches are
+probed until the agent is up and the program has loaded the CUDA driver (a few milliseconds in),
+then come from the agent. The account says from when, or why the agent never took over (it did not
+load: LD_PRELOAD cleared on the way; the program never loaded the driver). Not with -a or -s
+(kernel arguments and stacks come from the probes), --driver-launches or --no-agent (uprobes
+only), nor for static or setuid/setgid programs or ones that define the driver's launch functions
+themselves (-v says why).
 
 Targets: -p PID (may repeat), or -- CMD (started and probed before its first instruction, traced
 until it exits), or neither: ALL processes that map a libcudart/libcuda found in the linker
@@ -84,7 +93,10 @@ JSON (-j), one object per line, field "type":
     driver_layer (mechanism and objects), driver_launch_probes (in which processes),
     launches, launches_from_agent, launches_lost_agent, launches_checked, probe_hits,
     launch_probe_hits, probe_hits_per_launch,
-    single_stepped (launch functions whose probed instruction the kernel single-steps)
+    single_stepped (launch functions whose probed instruction the kernel single-steps);
+    with -- CMD and the agent: agent (when it took over, or why not), agent_from_ms (ms
+    after the start; null if never), launches_before_agent (from probes),
+    launch_probe_hits_after_agent
 Driver calls that cudart makes outside a traced runtime call (context and stream set-up)
 are left out and counted in the account (cudart_internal).`
 
@@ -111,7 +123,7 @@ func newApp() *cli.App {
 		&cli.BoolFlag{Name: "summary", Usage: "per-process tables (calls, bytes, time per API; top kernels) instead of the stream"},
 		&cli.BoolFlag{Name: "no-driver", Usage: "do not probe libcuda: misses programs that call the driver API directly (Triton, CuPy RawKernel)"},
 		&cli.BoolFlag{Name: "launch-entry", Usage: "never take a launch's return: no return code or duration for any launch (RET shows -); by default the first launch of each kernel configuration, launches after a failure and one in 64 are checked"},
-		&cli.BoolFlag{Name: "no-agent", Usage: "probe launches with uprobes even in a -p process that has the gpubpf agent (by default the agent reports them: no trap per launch)"},
+		&cli.BoolFlag{Name: "no-agent", Usage: "probe launches with uprobes only: not from the gpubpf agent of a -p process, and -- CMD starts without it (by default the agent reports them: no trap per launch)"},
 		&cli.BoolFlag{Name: "driver-launches", Usage: "probe the driver's launch functions in every traced process, not only in those that call them outside cudart (costs a probe hit per runtime launch)"},
 		&cli.IntFlag{Name: "buffer-mb", Aliases: []string{"b"}, Value: 16, Usage: "ring buffer size in `MiB` (rounded up to a power of two)"},
 	)
@@ -338,6 +350,11 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 			f.close()
 		}
 	}()
+	// A command started with the agent preloaded switches its launches
+	// over to it once the agent is up (agentswitch.go). ringEmptied is
+	// when the reader last found the BPF ring empty.
+	var sw *launchSwitch
+	var ringEmptied atomic.Uint64
 	var target string
 	switch {
 	case len(cfg.pids) > 0:
@@ -372,7 +389,12 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		}
 		target = "PID " + joinInts(cfg.pids)
 	case len(cfg.argv) > 0:
-		cmd, err = launch.Start(cfg.argv, launch.Options{})
+		exe, _ := execPath(cfg.argv[0])
+		lib, why := agentPreload(&cfg, perPID, exe, att)
+		if lib == "" {
+			cfg.logf("the command's launches are probed (%s)", why)
+		}
+		cmd, err = launch.Start(cfg.argv, launch.Options{Agent: lib != "", AgentLib: lib})
 		if err != nil {
 			return err
 		}
@@ -382,7 +404,10 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		if err := addPID(cmd.PID()); err != nil {
 			return err
 		}
-		exe, _ := execPath(cfg.argv[0])
+		if lib != "" {
+			sw = newLaunchSwitch(cmd.PID(), ringEmptied.Load)
+			cfg.logf("process %d: the gpubpf agent (%s) preloaded; its launches are probed until it takes them over", cmd.PID(), lib)
+		}
 		linkPID := cmd.PID()
 		if !perPID {
 			linkPID = 0
@@ -442,10 +467,22 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 		// The deadline only matters when the reader waits: it is renewed
 		// when the ring is empty, not per record.
 		rd.SetDeadline(time.Now().Add(readerPoll))
+		// emptied records that everything submitted before now has been
+		// handled, if the ring is empty (a switch waits for it).
+		emptied := func() {
+			if sw == nil {
+				return
+			}
+			now := agentproto.MonoNow()
+			if rd.AvailableBytes() == 0 {
+				ringEmptied.Store(now)
+			}
+		}
 		for {
 			if err := rd.ReadInto(&rec); err != nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					// Events below the wakeup threshold are read on this timer.
+					emptied()
 					rd.SetDeadline(time.Now().Add(readerPoll))
 					continue
 				}
@@ -470,6 +507,9 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 					if _, on := att.DriverLaunchesIn(int(lk.PID)); !on {
 						if site := res.SiteOf(lk.PID, lk.Caller); !isCudartInternal(site) {
 							why = lk.API.Name + " called from " + site
+							if sw != nil && lk.PID == sw.pid && isAgentSite(site) && sw.deferLookup(why) {
+								why = ""
+							}
 						}
 					}
 				}
@@ -491,48 +531,78 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 				continue
 			}
 			lock()
-			tr.Handle(&ev)
+			if sw == nil || ev.API.Kind != KindLaunch || ev.PID != sw.pid || sw.probed(&ev) {
+				tr.Handle(&ev)
+			}
 			if rd.AvailableBytes() == 0 {
 				tr.Flush() // keep the stream live without a write per event under load
 				rd.SetDeadline(time.Now().Add(readerPoll))
+				emptied()
 			}
 			unlock()
 		}
 	}()
 
-	drainFeed := func(f *agentFeed) {
+	drainFeed := func(f *agentFeed, final bool) {
 		f.collect()
 		lock()
-		f.deliver(tr, res)
+		f.deliver(tr, res, final)
 		unlock()
 	}
+	// The poller owns feeds while it runs; a switch adds its feed through
+	// addFeed (the poller is running until the watcher has ended).
 	feedStop, feedDone := make(chan struct{}), make(chan struct{})
+	addFeed := make(chan *agentFeed)
 	go func() {
 		defer close(feedDone)
-		if len(feeds) == 0 {
-			return
-		}
-		t := time.NewTicker(agentFeedPoll)
-		defer t.Stop()
+		var t *time.Ticker
+		var tick <-chan time.Time // nil (never) while there is no feed
+		defer func() {
+			if t != nil {
+				t.Stop()
+			}
+		}()
 		for {
+			if t == nil && len(feeds) > 0 {
+				t = time.NewTicker(agentFeedPoll)
+				tick = t.C
+			}
 			select {
 			case <-feedStop:
 				return
-			case <-t.C:
-			}
-			for _, f := range feeds {
-				drainFeed(f)
+			case f := <-addFeed:
+				feeds = append(feeds, f)
+			case <-tick:
+				for _, f := range feeds {
+					drainFeed(f, false)
+				}
 			}
 		}
 	}()
 
 	// Now that everything is attached, let the command run.
 	childDone := make(chan error, 1)
+	watchStop, watchDone := make(chan struct{}), make(chan struct{})
 	if cmd != nil {
 		if err := cmd.Release(); err != nil {
 			return err
 		}
 		go func() { childDone <- cmd.Cmd.Wait() }()
+	}
+	if sw != nil {
+		go func() {
+			defer close(watchDone)
+			sw.watch(switchDeps{
+				att: att, lock: lock, unlock: unlock, handle: tr.Handle,
+				addFeed:  func(f *agentFeed) { addFeed <- f },
+				inflight: objs.Inflight,
+				hits:     func() uint64 { h := readHits(objs.ApiHits); return h.launch() },
+				prime:    func() { res.Prime(uint32(cmd.PID())) },
+				logf:     cfg.logf,
+			}, watchStop)
+		}()
+	} else {
+		close(watchDone)
 	}
 
 	sigs := make(chan os.Signal, 1)
@@ -592,7 +662,10 @@ loop:
 			}
 		}
 	}
-	// Detach first so no new events arrive, then drain what is buffered.
+	// The switch first (it may be detaching probes), then detach the rest
+	// so no new events arrive, then drain what is buffered.
+	close(watchStop)
+	<-watchDone
 	att.Close()
 	if !readerExited {
 		if err := rd.Flush(); err == nil {
@@ -604,7 +677,7 @@ loop:
 	var agentLaunches, agentDropped uint64
 	for _, f := range feeds {
 		f.conn.StopLaunchEvents() // then the last records
-		drainFeed(f)
+		drainFeed(f, true)        // every probe event has been read by now
 		agentLaunches += f.Launches
 		agentDropped += f.ring.Dropped()
 	}
@@ -649,8 +722,16 @@ loop:
 		acc.Note(fmt.Sprintf("launches from the gpubpf agent in %d of %d processes (%d, no probe hit)", len(feeds), len(tr.procs), agentLaunches))
 		acc.Add(agentDropped, "launches lost", "the agent's launch ring was full")
 	}
-	cnt[cntLaunch] += agentLaunches // each with its result
+	// Each launch from the agent with its result; the probe events the
+	// switch left out (the agent has them) were counted by the BPF side
+	// too, and launches in flight at the switch were reported unchecked.
+	cnt[cntLaunch] += agentLaunches
 	cnt[cntLaunchChecked] += agentLaunches
+	if sw != nil {
+		cnt[cntLaunch] -= min(cnt[cntLaunch], sw.probedDropped)
+		cnt[cntLaunchChecked] -= min(cnt[cntLaunchChecked], sw.droppedTimed+sw.orphans)
+		acc.Note(sw.describe(cmd.PID(), startMono, hits.launch()))
+	}
 	accountLayers(acc.Note, lay, mode, cfg.launchEntry, cnt, &hits)
 	if childStatus != "" {
 		acc.Note("command " + childStatus)
@@ -673,7 +754,11 @@ loop:
 			}
 			b = toolkit.AppendJSONString(b, s)
 		}
-		b = append(b, "]}\n"...)
+		b = append(b, ']')
+		if sw != nil {
+			b = sw.appendJSON(b, startMono, hits.launch())
+		}
+		b = append(b, "}\n"...)
 		stdout.Write(b)
 	}
 	fmt.Fprintln(stderr, acc.String())

@@ -162,7 +162,7 @@ HIDDEN void inv_reset(void);
 
 /* ---- launch events (events.c) ---- */
 enum { LEV_LAUNCH, LEV_LAUNCH_PTSZ, LEV_LAUNCH_EX, LEV_LAUNCH_EX_PTSZ, LEV_COOP, LEV_COOP_PTSZ };
-HIDDEN int lev_attach(void *owner, int fd, uint64_t size, char *why, size_t whysz);
+HIDDEN int lev_attach(void *owner, int fd, uint64_t size, char *why, size_t whysz, uint64_t *attach_ns);
 HIDDEN void lev_detach(void *owner);
 /* One launch, after the driver returned r (g_rw read held); t0 from mono_ns. */
 HIDDEN void lev_record(int api, const void *f, const unsigned grid[3], const unsigned block[3], unsigned shmem,

@@ -59,7 +59,7 @@ static struct lev_hdr *g_lev;     /* g_rw: written write-held, read read-held */
 static void *g_lev_owner;         /* g_rw */
 static size_t g_lev_size;         /* g_rw */
 
-int lev_attach(void *owner, int fd, uint64_t size, char *why, size_t whysz)
+int lev_attach(void *owner, int fd, uint64_t size, char *why, size_t whysz, uint64_t *attach_ns)
 {
 	if (size < LEV_HDR + 2 * LEV_REC || size > (1ull << 32) || (size - LEV_HDR) % LEV_REC) {
 		snprintf(why, whysz, "launch-events ring of %llu bytes: want 4096 + a power of two of 96-byte records",
@@ -95,6 +95,11 @@ int lev_attach(void *owner, int fd, uint64_t size, char *why, size_t whysz)
 	g_lev_owner = owner;
 	g_lev_size = size;
 	__atomic_or_fetch(&g_active, ACTIVE_EVENTS, __ATOMIC_RELEASE);
+	/* Read after the flag is visible (the locked or above orders it): a
+	 * launch whose wrapper starts at or after this time is recorded, so
+	 * a tool that saw the launch some other way before can tell the two
+	 * apart (docs/agent-protocol.md, op 25). */
+	*attach_ns = mono_ns();
 	pthread_rwlock_unlock(&g_rw);
 	DBG("launch events: a ring of %llu records", (unsigned long long)cap);
 	return 0;
@@ -126,7 +131,10 @@ void lev_record(int api, const void *f, const unsigned grid[3], const unsigned b
 	uint64_t mask = h->cap - 1;
 	uint64_t pos = __atomic_load_n(&h->head, __ATOMIC_RELAXED);
 	for (;;) {
-		if (pos - __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE) >= h->cap) {
+		/* Signed: pos may be stale (another thread claimed it, the tool
+		 * read past it), behind tail; the CAS then fails and reloads it.
+		 * Unsigned, it wrapped and counted a drop with the ring empty. */
+		if ((int64_t)(pos - __atomic_load_n(&h->tail, __ATOMIC_ACQUIRE)) >= (int64_t)h->cap) {
 			__atomic_add_fetch(&h->dropped, 1, __ATOMIC_RELAXED);
 			return;
 		}

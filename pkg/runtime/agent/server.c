@@ -2419,7 +2419,8 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 	}
 	case OP_LAUNCH_EVENTS: {
 		/* u64 size and the ring's fd: every launch from now on is a
-		 * record (events.c); size 0: no more */
+		 * record (events.c); size 0: no more. The reply's attach_ns
+		 * (protocol 7) tells the tool from when it has them all. */
 		uint64_t size = rb_u64(&r);
 		int fd = s->pending_fd;
 		s->pending_fd = -1;
@@ -2441,13 +2442,15 @@ static int handle(struct session *s, uint16_t type, uint32_t req, uint8_t *body,
 			break;
 		}
 		char why[256];
-		int rc = lev_attach(s, fd, size, why, sizeof(why));
+		uint64_t attach_ns = 0;
+		int rc = lev_attach(s, fd, size, why, sizeof(why), &attach_ns);
 		close(fd); /* the mapping keeps the memory */
 		if (rc != 0) {
 			ret = send_error(s, type, req, ST_UNSUPPORTED, 0, "%s", why);
 			break;
 		}
 		wb_i32(&w, ST_OK);
+		wb_u64(&w, attach_ns);
 		break;
 	}
 	case OP_RELEASE_UNLOAD: {

@@ -33,8 +33,16 @@ func TestLaunchEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ring.Close()
-	if err := c.LaunchEvents(ring.File(), ring.Size()); err != nil {
+	beforeAttach := agentproto.MonoNow()
+	attachNs, err := c.LaunchEvents(ring.File(), ring.Size())
+	if err != nil {
 		t.Fatal(err)
+	}
+	// Protocol 7: when the events came on, on the agent's clock (the
+	// same CLOCK_MONOTONIC): within the call, and before every launch
+	// made after it.
+	if afterAttach := agentproto.MonoNow(); attachNs < beforeAttach || attachNs > afterAttach {
+		t.Fatalf("attach_ns %d, want within the call (%d to %d)", attachNs, beforeAttach, afterAttach)
 	}
 
 	before := agentproto.MonoNow()
@@ -55,7 +63,7 @@ func TestLaunchEvents(t *testing.T) {
 			wantAPI = launchev.LaunchKernelPTSZ
 		}
 		if r.API != wantAPI || r.Func != k.Handle || r.Grid != [3]uint32{1, 1, 1} || r.Block != [3]uint32{32, 1, 1} ||
-			r.Result != 0 || r.TID != uint32(pid) || r.Caller == 0 || r.TS < before || r.TS+uint64(r.Dur) > after ||
+			r.Result != 0 || r.TID != uint32(pid) || r.Caller == 0 || r.TS < before || r.TS < attachNs || r.TS+uint64(r.Dur) > after ||
 			r.Sequence != uint64(i) {
 			t.Errorf("record %d: %+v (want %v of handle %#x, tid %d, between %d and %d)", i, r, wantAPI, k.Handle, pid, before, after)
 		}
@@ -70,7 +78,7 @@ func TestLaunchEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ring2.Close()
-	if err := other.LaunchEvents(ring2.File(), ring2.Size()); err == nil || !strings.Contains(err.Error(), "already takes") {
+	if _, err := other.LaunchEvents(ring2.File(), ring2.Size()); err == nil || !strings.Contains(err.Error(), "already takes") {
 		t.Fatalf("second tool's launch events: want refused, got %v", err)
 	}
 	other.Close()
@@ -92,7 +100,7 @@ func TestLaunchEvents(t *testing.T) {
 		t.Fatalf("%d records after the stop", n)
 	}
 	// and the slot is free for another tool
-	if err := c.LaunchEvents(ring2.File(), ring2.Size()); err != nil {
+	if _, err := c.LaunchEvents(ring2.File(), ring2.Size()); err != nil {
 		t.Fatalf("launch events after a stop: %v", err)
 	}
 }

@@ -256,9 +256,15 @@ func (c *Conn) DeviceReady(ordinal int32) error {
 // LaunchEvents hands the agent a launch-event ring (launchev.Ring's memfd
 // and size): from now on every kernel launch of the program through the
 // agent is a record there. One tool per process; closing the connection
-// stops it too.
-func (c *Conn) LaunchEvents(f *os.File, size uint64) error {
-	return c.call(agentproto.OpLaunchEvents, &agentproto.LaunchEventsRequest{Size: size}, nil, []int{int(f.Fd())})
+// stops it too. attachNs is the agent's CLOCK_MONOTONIC when the events
+// came on: every launch whose wrapper started then or later is in the
+// ring (0: an agent before protocol 7 did not say).
+func (c *Conn) LaunchEvents(f *os.File, size uint64) (attachNs uint64, err error) {
+	var rep agentproto.LaunchEventsReply
+	if err := c.call(agentproto.OpLaunchEvents, &agentproto.LaunchEventsRequest{Size: size}, &rep, []int{int(f.Fd())}); err != nil {
+		return 0, err
+	}
+	return rep.AttachNs, nil
 }
 
 // StopLaunchEvents ends LaunchEvents: the agent unmaps the ring.

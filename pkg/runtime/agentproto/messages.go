@@ -519,6 +519,20 @@ type LaunchEventsRequest struct{ Size uint64 }
 func (m *LaunchEventsRequest) Encode(e *Encoder) { e.U64(m.Size) }
 func (m *LaunchEventsRequest) Decode(d *Decoder) { m.Size = d.U64() }
 
+// LaunchEventsReply (protocol 7) answers a LaunchEventsRequest that starts
+// the events: AttachNs is the agent's CLOCK_MONOTONIC read right after it
+// turned the events on. Every launch whose wrapper started at or after it
+// is in the ring; a tool that saw launches some other way until then (its
+// own uprobes) uses it to report each launch once. 0 from an older agent.
+type LaunchEventsReply struct{ AttachNs uint64 }
+
+func (m *LaunchEventsReply) Encode(e *Encoder) { e.U64(m.AttachNs) }
+func (m *LaunchEventsReply) Decode(d *Decoder) {
+	if d.Remaining() >= 8 {
+		m.AttachNs = d.U64()
+	}
+}
+
 // AllocRequest allocates zeroed device memory.
 type AllocRequest struct {
 	Target

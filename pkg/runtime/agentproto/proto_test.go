@@ -29,6 +29,7 @@ func TestRoundTrip(t *testing.T) {
 		&RegisterHostRequest{Target: Target{Device: 0}, Kind: HostMemfd, Size: 4096},
 		&SnapshotRequest{Src: 1, RegionID: 2, RegionOffset: 3, Size: 4},
 		&LaunchEventsRequest{Size: 4096 + 96*1024},
+		&LaunchEventsReply{AttachNs: 1 << 50},
 		&RingDrainRequest{Target: Target{Device: 1, Ctx: 9}, Ring: 0x7000, RegionID: 2, DataBytes: 1 << 20,
 			TailBytes: 4096, Release: []uint64{200, 0, 1 << 40, 7}, Flags: RingDrainHostData},
 		&RingDrainReply{Copied: 1 << 40},

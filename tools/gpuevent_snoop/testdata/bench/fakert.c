@@ -4,8 +4,10 @@
  * driver entry point from cuGetProcAddress (so its calls go through
  * function pointers, not the PLT); per launch it reads its thread state,
  * maps the host stub to the kernel handle it looked up at the stub's first
- * launch (cuLibraryGetKernel + cuKernelGetFunction, as lazy loading does),
- * asks the driver for the current context and calls cuLaunchKernel.
+ * launch (cuLibraryGetKernel + cuKernelGetFunction, as lazy loading does) by
+ * the device name the program registered for the stub at start-up
+ * (__cudaRegisterFunction, which nvcc's generated code calls), asks the
+ * driver for the current context and calls cuLaunchKernel.
  * Linked into the program (static cudart, nvcc's default) or built as
  * libcudart.so.12. */
 #include <dlfcn.h>
@@ -48,13 +50,30 @@ static void load_driver(void)
 	drv.init(0);
 }
 
-/* Host stub -> CUfunction, filled at each stub's first launch. */
+/* Host stub -> device name (registered) and CUfunction (filled at the
+ * stub's first launch). */
 #define NSTUBS 64
 static struct {
 	const void *stub;
+	const char *name;
 	CUfunction fn;
 } stubs[NSTUBS];
 static pthread_mutex_t stubs_mu = PTHREAD_MUTEX_INITIALIZER;
+
+/* What nvcc's module constructor calls for each kernel of the program. */
+API void __cudaRegisterFunction(void **fatbin, const char *hostFun, char *deviceFun, const char *deviceName,
+				int threadLimit, void *tid, void *bid, void *bDim, void *gDim, int *wSize)
+{
+	(void)fatbin, (void)deviceFun, (void)threadLimit, (void)tid, (void)bid, (void)bDim, (void)gDim, (void)wSize;
+	pthread_mutex_lock(&stubs_mu);
+	for (unsigned i = 0; i < NSTUBS; i++)
+		if (!stubs[i].name) {
+			stubs[i].name = deviceName;
+			__atomic_store_n(&stubs[i].stub, (const void *)hostFun, __ATOMIC_RELEASE);
+			break;
+		}
+	pthread_mutex_unlock(&stubs_mu);
+}
 
 struct thread_state {
 	int last_error;
@@ -62,26 +81,29 @@ struct thread_state {
 };
 static __thread struct thread_state ts;
 
+/* 0 for a stub nobody registered (cudaErrorInvalidDeviceFunction). */
 static CUfunction function_of(const void *stub)
 {
-	unsigned i = ((unsigned long)stub >> 4) % NSTUBS;
-	for (unsigned n = 0; n < NSTUBS; n++, i = (i + 1) % NSTUBS)
-		if (__atomic_load_n(&stubs[i].stub, __ATOMIC_ACQUIRE) == stub)
-			return stubs[i].fn;
+	unsigned i;
+	for (i = 0; i < NSTUBS && __atomic_load_n(&stubs[i].stub, __ATOMIC_ACQUIRE); i++)
+		if (stubs[i].stub == stub) {
+			CUfunction f = __atomic_load_n(&stubs[i].fn, __ATOMIC_ACQUIRE);
+			if (f)
+				return f;
+			break;
+		}
+	if (i == NSTUBS || !stubs[i].stub)
+		return 0;
 	pthread_mutex_lock(&stubs_mu);
-	CUkernel k = 0;
-	CUfunction f = 0;
-	char name[32];
-	snprintf(name, sizeof(name), "_Z4tickPjix_%lx", (unsigned long)stub & 0xfff);
-	drv.library_get_kernel(&k, (CUlibrary)0x10, name);
-	drv.kernel_get_function(&f, k);
-	i = ((unsigned long)stub >> 4) % NSTUBS;
-	while (stubs[i].stub)
-		i = (i + 1) % NSTUBS;
-	stubs[i].fn = f;
-	__atomic_store_n(&stubs[i].stub, stub, __ATOMIC_RELEASE);
+	if (!stubs[i].fn) {
+		CUkernel k = 0;
+		CUfunction f = 0;
+		drv.library_get_kernel(&k, (CUlibrary)0x10, stubs[i].name);
+		drv.kernel_get_function(&f, k);
+		__atomic_store_n(&stubs[i].fn, f, __ATOMIC_RELEASE);
+	}
 	pthread_mutex_unlock(&stubs_mu);
-	return f;
+	return stubs[i].fn;
 }
 
 API cudaError_t cudaLaunchKernel(const void *func, dim3 g, dim3 b, void **args, size_t sharedMem, cudaStream_t stream)

@@ -17,6 +17,16 @@ cudaError_t cudaGetLastError(void);
 __attribute__((noinline)) void tick_stub(unsigned *c, int s, long long ns) __asm__("_Z4tickPjix");
 __attribute__((noinline)) void tick_stub(unsigned *c, int s, long long ns) { (void)c; (void)s; (void)ns; }
 
+void __cudaRegisterFunction(void **fatbin, const char *hostFun, char *deviceFun, const char *deviceName,
+			    int threadLimit, void *tid, void *bid, void *bDim, void *gDim, int *wSize);
+
+/* What nvcc's generated module constructor does: register each kernel's
+ * host stub with its device name, by which the runtime looks it up. */
+__attribute__((constructor)) static void register_kernels(void)
+{
+	__cudaRegisterFunction(0, (const char *)tick_stub, (char *)"_Z4tickPjix", "_Z4tickPjix", -1, 0, 0, 0, 0, 0);
+}
+
 static double now_ns(void)
 {
 	struct timespec t;
