@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubpf/gpubpf/internal/testenv"
 )
@@ -80,5 +83,36 @@ int main(int argc, char **argv) { return argc > 5 ? cuLaunchKernel(0, 0, 0, 0, 0
 	// endbr64, then the push of a callee-saved register.
 	if fn.probe.off != 4 || fn.probe.stepped {
 		t.Errorf("cudaLaunchKernel probe %+v, want at +4 (after endbr64)", fn.probe)
+	}
+}
+
+// A process that exited but is not reaped yet (a zombie) reads as no
+// mappings: the resolver keeps those it read while the process ran.
+func TestResolverKeepsMapsOfZombie(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("cannot start sleep: %v", err)
+	}
+	defer cmd.Wait()
+	pid := cmd.Process.Pid
+	r := NewResolver()
+	r.Prime(uint32(pid))
+	if n := len(r.procs[uint32(pid)].maps); n == 0 {
+		t.Fatal("no mappings read from a running process")
+	}
+	cmd.Process.Kill()
+	for i := 0; ; i++ {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err == nil && strings.Contains(string(b), ") Z ") {
+			break
+		}
+		if i > 500 {
+			t.Fatalf("process %d did not become a zombie", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r.Prime(uint32(pid))
+	if pi := r.procs[uint32(pid)]; len(pi.maps) == 0 || !pi.gone {
+		t.Fatalf("after exit: %d mappings kept, gone %v; want the running process's, gone", len(pi.maps), pi.gone)
 	}
 }

@@ -120,7 +120,11 @@ func (r *Resolver) Prime(pid uint32) {
 		pi = &procInfo{}
 		r.procs[pid] = pi
 	}
-	if err != nil {
+	// An exited process not yet reaped (a zombie) reads as no mappings at
+	// all: keep what was read while it ran, or the call sites of records
+	// that arrive after its exit (the agent's launch events of a short
+	// program) could no longer be placed.
+	if err != nil || len(ms) == 0 {
 		pi.gone = true
 		return
 	}
