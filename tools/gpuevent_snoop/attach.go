@@ -168,6 +168,19 @@ func (a *Attacher) Object(i int) (*symbolize.Object, string) {
 // reads the file without holding a.mu: the objects of a framework run to
 // hundreds of MiB, and a kernel lookup must not wait for them to enable
 // the driver's launch probes.
+// infoAt is info for the file at hostPath, nil when it cannot be read.
+func (a *Attacher) infoAt(hostPath string) *elfInfo {
+	id, err := statID(hostPath)
+	if err != nil {
+		return nil
+	}
+	in, err := a.info(id, hostPath)
+	if err != nil {
+		return nil
+	}
+	return in
+}
+
 func (a *Attacher) info(id fileID, hostPath string) (*elfInfo, error) {
 	a.mu.Lock()
 	in, ok := a.infos[id]
@@ -664,12 +677,8 @@ func (a *Attacher) launchesThroughDriver(hostPath, shown string) string {
 		// program's own.
 		return ""
 	}
-	id, err := statID(hostPath)
-	if err != nil {
-		return ""
-	}
-	in, err := a.info(id, hostPath)
-	if err != nil {
+	in := a.infoAt(hostPath)
+	if in == nil {
 		return ""
 	}
 	base := filepath.Base(shown)
@@ -703,12 +712,8 @@ func (a *Attacher) launchesThroughDriver(hostPath, shown string) string {
 // hostPath defines itself ("" if none): a driver linked into a program
 // rather than libcuda's (the tests' static stand-in).
 func (a *Attacher) definesDriverLaunch(hostPath string) string {
-	id, err := statID(hostPath)
-	if err != nil {
-		return ""
-	}
-	in, err := a.info(id, hostPath)
-	if err != nil {
+	in := a.infoAt(hostPath)
+	if in == nil {
 		return ""
 	}
 	for i := range apis {
