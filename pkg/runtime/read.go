@@ -140,14 +140,13 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 				p.s.deliver(b)
 			}
 			delivered, discarded = delivered+w.n, discarded+w.x
+			// shards left out of work had nothing pending
+			pend := w.r.Pending(w.reserved)
+			pending += pend
+			filling = filling || pend > w.r.Size()/8
 			*w = shardScan{} // the batches are the tool's now
 		}
 		rs.scans = work
-		for _, r := range rs.readers {
-			pend := r.Pending(r.Reserved())
-			pending += pend
-			filling = filling || pend > r.Size()/8
-		}
 		rs.discarded.Add(discarded)
 		rs.produced.Store(produced)
 		rs.dropped.Store(dropped)
