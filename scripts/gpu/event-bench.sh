@@ -21,6 +21,9 @@
 #   fields   (not by default) probe_ring's ring_fields: the same fields read, no ring record
 #            (a per-thread map update instead), so norec - fields is the ring
 #   host     ring data in pinned host memory written by the GPU (GPUBPF_RING=host)
+#   nobatch  dev with the agent making one driver call per copy of a drain
+#            (GPUBPF_AGENT_DRAIN_BATCH=0) instead of one cuMemcpyBatchAsync
+#            for the released positions and one for the data
 #   print    the default design with every record printed as JSON (-j) into a pipe
 # Reported: CUDA-event kernel time ratio to base, share of records delivered
 # (delivered / produced, from the GPU's own counters), and whether
@@ -72,6 +75,7 @@ for ps in "${PS[@]}"; do
 			norec) timeout "$LIMIT" gpubpf run -j --summary -P ring_record bpf/bench/probe_ring.bpf.o -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			fields) timeout "$LIMIT" gpubpf run -j --summary -P ring_fields bpf/bench/probe_ring.bpf.o -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			dev256) timeout "$LIMIT" gpubpf run -j --summary --ring-mb 256 "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
+			nobatch) GPUBPF_AGENT_DRAIN_BATCH=0 timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			host) GPUBPF_RING=host timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			print) timeout "$LIMIT" gpubpf run -j "$OBJ" -- samples/bin/vec_add $P 2>"$out.err" |
 				grep -aF -e RESULT -e '"type":"summary"' -e 'Average' >"$out" ;;

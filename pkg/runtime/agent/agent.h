@@ -100,6 +100,9 @@ struct drv {
 	CUresult (*cuStreamWriteValue64)(CUstream, CUdeviceptr, uint64_t, unsigned);
 	CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
 	CUresult (*cuGraphNodeGetContainingGraph)(CUgraphNode, CUgraph *); /* CUDA 13.1 */
+	/* ring drains: many copies in one call (CUDA 12.8's ABI, with failIdx); optional */
+	CUresult (*cuMemcpyBatchAsync)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
+				       size_t *, size_t, size_t *, CUstream);
 };
 extern struct drv D;
 HIDDEN int drv_init(void);         /* 0 when the driver entry points are usable */

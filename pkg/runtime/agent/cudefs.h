@@ -55,6 +55,20 @@ typedef int CUlibraryOption;
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 
+/* cuMemcpyBatchAsync's attributes (CUDA 12.8). */
+#define CU_MEMCPY_SRC_ACCESS_ORDER_STREAM 1
+#define CU_MEM_LOCATION_TYPE_DEVICE 1
+#define CU_MEM_LOCATION_TYPE_HOST 2
+typedef struct {
+	int type; /* CU_MEM_LOCATION_TYPE_* */
+	int id;
+} CUmemLocation;
+typedef struct {
+	int srcAccessOrder;
+	CUmemLocation srcLocHint, dstLocHint;
+	unsigned flags;
+} CUmemcpyAttributes;
+
 #define CU_STREAM_CAPTURE_STATUS_NONE 0
 #define CU_STREAM_CAPTURE_STATUS_ACTIVE 1
 

@@ -168,6 +168,12 @@ int drv_init(void)
 	D.cuStreamGetCaptureInfo =
 		LOADP(real_gpa2) || cuda_sym("cuGetProcAddress_v2") ? drv_get("cuStreamGetCaptureInfo") : NULL;
 	D.cuGraphNodeGetContainingGraph = drv_get_at("cuGraphNodeGetContainingGraph", 13010);
+	/* Asked for at 12.8, the ABI with failIdx (13.0's _v2 dropped it).
+	 * GPUBPF_AGENT_DRAIN_BATCH=0 leaves it unused (a drain then makes one
+	 * call per copy: what the benchmarks compare it with). */
+	const char *batch = getenv("GPUBPF_AGENT_DRAIN_BATCH");
+	if (!batch || strcmp(batch, "0"))
+		D.cuMemcpyBatchAsync = drv_get_at("cuMemcpyBatchAsync", 12080);
 #undef G
 	int ok = D.cuCtxGetCurrent && D.cuCtxSetCurrent && D.cuModuleLoadDataEx && D.cuModuleUnload &&
 		 D.cuModuleGetFunction && D.cuDeviceGetCount && D.cuDeviceGet && D.cuStreamCreate &&

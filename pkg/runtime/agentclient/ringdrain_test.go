@@ -156,9 +156,9 @@ func (f *ringFixture) checkCtrl(i, reserved, released uint64) {
 
 func isZero(b []byte) bool { return len(bytes.Trim(b, "\x00")) == 0 }
 
-func dialAgent(t *testing.T) *Conn {
+func dialAgent(t *testing.T, env ...string) *Conn {
 	t.Helper()
-	_, c := build(t).startDialed(t)
+	_, c := build(t).startDialed(t, env...)
 	return c
 }
 
@@ -236,9 +236,37 @@ func TestRingDrain(t *testing.T) {
 
 // A ring of four shards: one round trip publishes the shards' releases
 // that moved, mirrors every control block and copies each shard's new data
-// into its own place.
+// into its own place; the same whether the copies go to the driver in one
+// batch (cuMemcpyBatchAsync), one call each (a driver without it), or one
+// call each after the driver refused a batch.
 func TestRingDrainShards(t *testing.T) {
-	c := dialAgent(t)
+	for _, tc := range []struct{ name, env, log string }{
+		{"batch", "", "ring drains batch their copies"},
+		{"no batch", "GPUBPF_AGENT_DRAIN_BATCH=0", ""},
+		{"batch refused", "FAKECUDA_BATCH_FAIL=1", "one call per copy from now on"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := []string{"GPUBPF_AGENT_DEBUG=1"}
+			if tc.env != "" {
+				env = append(env, tc.env)
+			}
+			a, c := build(t).startDialed(t, env...)
+			testRingDrainShards(t, c)
+			c.Close()
+			a.cmd.Process.Kill()
+			a.cmd.Wait()
+			log := a.stderr.String()
+			if tc.log != "" && !strings.Contains(log, tc.log) {
+				t.Errorf("the agent's log has no %q:\n%s", tc.log, log)
+			}
+			if tc.log == "" && strings.Contains(log, "cuMemcpyBatchAsync") {
+				t.Errorf("batched with GPUBPF_AGENT_DRAIN_BATCH=0:\n%s", log)
+			}
+		})
+	}
+}
+
+func testRingDrainShards(t *testing.T, c *Conn) {
 	const N, S, T = 4, 4096, 64
 	r := newRingFixture(t, c, N, S, T)
 	r.produce(0, 0, 800, 1)

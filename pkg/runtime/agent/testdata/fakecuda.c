@@ -592,6 +592,33 @@ CUresult cuMemcpyDtoHAsync(void *d, uint64_t src, size_t n, void *s)
 	stream_check(s, "cuMemcpyDtoHAsync");
 	return cuMemcpyDtoH(d, src, n);
 }
+/* CUDA 12.8's ABI. Checks what the real one refuses (no attributes, an
+ * access order unset, attrsIdxs not starting at 0); FAKECUDA_BATCH_FAIL
+ * refuses every batch (the agent then copies one call at a time). */
+struct fmemloc {
+	int type, id;
+};
+struct fmemcpyattr {
+	int order;
+	struct fmemloc src, dst;
+	unsigned flags;
+};
+CUresult cuMemcpyBatchAsync(uint64_t *dst, uint64_t *src, size_t *len, size_t n, struct fmemcpyattr *at,
+			    size_t *idx, size_t nat, size_t *fail, void *s)
+{
+	stream_check(s, "cuMemcpyBatchAsync");
+	if (getenv("FAKECUDA_BATCH_FAIL") || !n || !nat || !at || !idx || idx[0] != 0) {
+		if (fail)
+			*fail = 0;
+		return 1;
+	}
+	for (size_t i = 0; i < nat; i++)
+		if (at[i].order < 1 || at[i].order > 3 || at[i].src.type < 1 || at[i].dst.type < 1)
+			return 1;
+	for (size_t i = 0; i < n; i++)
+		memcpy((void *)(uintptr_t)dst[i], (const void *)(uintptr_t)src[i], len[i]);
+	return 0;
+}
 CUresult cuThreadExchangeStreamCaptureMode(int *m) { *m = 0; return 0; }
 CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { return 0; }
 
@@ -611,7 +638,7 @@ static const struct {
 	E(cuEventCreate), E(cuEventRecord), E(cuEventSynchronize), E(cuEventDestroy), E(cuEventQuery),
 	E(cuEventElapsedTime), E(cuStreamIsCapturing),
 	E(cuStreamCreate), E(cuStreamDestroy), E(cuStreamSynchronize), E(cuMemsetD8Async), E(cuMemcpyHtoDAsync),
-	E(cuMemcpyDtoHAsync), E(cuThreadExchangeStreamCaptureMode), E(cuStreamWaitEvent), E(cuStreamQuery),
+	E(cuMemcpyDtoHAsync), E(cuMemcpyBatchAsync), E(cuThreadExchangeStreamCaptureMode), E(cuStreamWaitEvent), E(cuStreamQuery),
 	E(cuGraphAddKernelNode), E(cuStreamWriteValue64), E(cuPointerGetAttribute), E(cuGraphInstantiateWithFlags),
 	E(cuGraphInstantiate_v2), E(cuGraphLaunch), E(cuGraphLaunch_ptsz), E(cuDevicePrimaryCtxReset), E(cuCtxDestroy_v2),
 };
