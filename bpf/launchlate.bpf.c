@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // launchlate: how long after the CPU called a launch API each kernel
-// started on the GPU. A Linux uprobe on the runtime launch APIs stamps the
-// calling thread's slot of a kernel map shared with the GPU (driver-API
-// launches are stamped by the agent itself); the agent hands the
-// slot to the instrumented launch (its hidden launch words), and the entry
+// started on the GPU. The agent stamps each launch as it reaches the
+// driver; with --uprobe, a Linux uprobe on the runtime launch APIs stamps
+// the calling thread's slot of a kernel map shared with the GPU as the
+// application calls them (the tool leaves these programs out otherwise);
+// the agent hands the stamp to the instrumented launch (its hidden launch
+// words), and the entry
 // probe of the kernel's first thread (global thread id 0) stores the pair
 // with %globaltimer, per launch, in device memory. Kernels of CUDA graphs
 // get the address of their graph's stamp word instead (kind LL_GRAPH_WORD):

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # launchlate on the GPU machine: the story of samples/launch_story asserted
-# from -j output, static and shared cudart, -p attach, and the cost
+# from -j output, static and shared cudart with the agent's CPU stamps (the
+# default) and static with --uprobe's, -p attach, and the cost
 # (launch rate on launch_heavy, kernel time on vec_add presets) as ratios to
 # the untraced run in the same invocation.
 #   - idleTick (one launch at a time, GPU idle): p50 < 50 us
@@ -48,8 +49,14 @@ for line in open(f, errors="replace"):
 PY
 }
 
-for v in "" _shared; do
-	run story$v launchlate -v -j --stream -- samples/bin/launch_story$v 200 500
+# Static and shared cudart with the agent's stamps (the default), static
+# with --uprobe's.
+for cfg in ":" "_shared:" ":--uprobe"; do
+	v=${cfg%%:*} flag=${cfg#*:}
+	bin=samples/bin/launch_story$v
+	[ -n "$flag" ] && v+=_uprobe
+	# shellcheck disable=SC2086
+	run story$v launchlate $flag -v -j --stream -- $bin 200 500
 	grep -a 'uprobe' "$LOGS/story$v.err" | sed "s/^/  story$v: /"
 	f=$LOGS/story$v.out
 	result_ok story$v launch_story || { bad "launch_story$v: app failed under launchlate ($(tail -1 $f))"; continue; }
@@ -124,7 +131,7 @@ fi
 # launch call.
 if python3 -c 'import torch' 2>/dev/null; then
 	run torch launchlate -- python3 scripts/gpu/torch_alloc.py
-	if [ "$(cat "$LOGS/torch.rc")" = 0 ] && grep -aq "^torch_alloc: torch" "$LOGS/torch.out" && grep -aq "CPU runtime-API calls" "$LOGS/torch.err"; then
+	if [ "$(cat "$LOGS/torch.rc")" = 0 ] && grep -aq "^torch_alloc: torch" "$LOGS/torch.out" && grep -aq "CPU times taken by the gpubpf agent" "$LOGS/torch.err"; then
 		ok "PyTorch: $(grep -a 'launchlate:' "$LOGS/torch.err" | tail -1 | cut -c1-300)"
 	else
 		bad "PyTorch: rc $(cat "$LOGS/torch.rc"), $(tail -2 "$LOGS/torch.err" | tr '\n' ' ' | cut -c1-300); app: $(tail -1 "$LOGS/torch.out")"
@@ -137,19 +144,21 @@ fi
 rate() { grep -ao '[0-9.]* launches/s' "$1" | tail -1 | awk '{print $1}'; }
 kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $NF}'; }
 med() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{statistics.median(v):.3f}' if v else 'nan')" "$@"; }
-# Breakdown: threadhist instruments the same kernel with no uprobe (the
-# agent's instrumented-launch path alone).
-B="" T="" H="" U=""
+# Breakdown: threadhist instruments the same kernel with no launch words
+# (the agent's instrumented-launch path alone); --uprobe -k noSuchKernel
+# keeps --uprobe's uprobes and instruments nothing.
+B="" T="" H="" U="" P=""
 for rep in $(seq "$REPS"); do
 	samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-base.out" 2>&1; B+=" $(rate $LOGS/lh-base.out)"
 	timeout 120 launchlate -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-ll.out" 2>"$LOGS/lh-ll.err"; T+=" $(rate $LOGS/lh-ll.out)"
+	timeout 120 launchlate --uprobe -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-llu.out" 2>"$LOGS/lh-llu.err"; P+=" $(rate $LOGS/lh-llu.out)"
 	timeout 120 threadhist -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-th.out" 2>"$LOGS/lh-th.err"; H+=" $(rate $LOGS/lh-th.out)"
-	timeout 120 launchlate -k noSuchKernel -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-up.out" 2>"$LOGS/lh-up.err"; U+=" $(rate $LOGS/lh-up.out)"
+	timeout 120 launchlate --uprobe -k noSuchKernel -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-up.out" 2>"$LOGS/lh-up.err"; U+=" $(rate $LOGS/lh-up.out)"
 done
-rb=$(med $B) rt=$(med $T) rh=$(med $H) ru=$(med $U)
+rb=$(med $B) rt=$(med $T) rh=$(med $H) ru=$(med $U) rp=$(med $P)
 r3() { python3 -c "print(f'{$1/$2:.3f}')" 2>/dev/null; }
 lr=$(r3 $rt $rb)
-echo "perf: launch_heavy launches/s untraced $rb, launchlate $rt, ratio $lr (goal >= 0.9); breakdown: uprobes alone (-k noSuchKernel) $(r3 $ru $rb), agent instrumented launches alone (threadhist) $(r3 $rh $rb)"
+echo "perf: launch_heavy launches/s untraced $rb, launchlate $rt, ratio $lr (goal >= 0.9), --uprobe $(r3 $rp $rb); breakdown: uprobes alone (--uprobe -k noSuchKernel) $(r3 $ru $rb), agent instrumented launches alone (threadhist) $(r3 $rh $rb)"
 # Graph launches: the stamp words cost two stream writes per graph launch.
 G="" L=""
 gus() { grep -ao '[0-9.]* us per graph launch' "$1" | awk '{print $1}'; }
@@ -162,17 +171,19 @@ tail -1 "$LOGS/lh-ll.err"
 perf="launch rate x$lr"
 for ps in "medium:10000 1000 256 40" "large:100000 1000 512 196" "xlarge:1000000 1000 512 1954"; do
 	name=${ps%%:*} P=${ps#*:}
-	# Breakdown: -k nothing keeps the uprobes and attaches no GPU probe;
-	# threadhist -k nothing... is the agent alone: see the launch rate above.
-	B="" T="" U=""
+	# Breakdown: --uprobe; --uprobe -k nothing keeps the uprobes and
+	# attaches no GPU probe.
+	B="" T="" U="" V=""
 	for rep in $(seq "$REPS"); do
 		samples/bin/vec_add $P >"$LOGS/b.out" 2>&1; B+=" $(kus $LOGS/b.out)"
 		timeout 120 launchlate -- samples/bin/vec_add $P >"$LOGS/v.out" 2>"$LOGS/v.err"; T+=" $(kus $LOGS/v.out)"
-		timeout 120 launchlate -k noSuchKernel -- samples/bin/vec_add $P >"$LOGS/u.out" 2>"$LOGS/u.err"; U+=" $(kus $LOGS/u.out)"
+		timeout 120 launchlate --uprobe -- samples/bin/vec_add $P >"$LOGS/vu.out" 2>"$LOGS/vu.err"; V+=" $(kus $LOGS/vu.out)"
+		timeout 120 launchlate --uprobe -k noSuchKernel -- samples/bin/vec_add $P >"$LOGS/u.out" 2>"$LOGS/u.err"; U+=" $(kus $LOGS/u.out)"
 	done
 	r=$(python3 -c "print(f'{$(med $T)/$(med $B):.3f}')" 2>/dev/null)
+	rv=$(python3 -c "print(f'{$(med $V)/$(med $B):.3f}')" 2>/dev/null)
 	ru=$(python3 -c "print(f'{$(med $U)/$(med $B):.3f}')" 2>/dev/null)
-	echo "perf: vec_add $name base $(med $B)us launchlate x$r (goal <= 1.03); uprobe only, no GPU probe x$ru"
+	echo "perf: vec_add $name base $(med $B)us launchlate x$r (goal <= 1.03), --uprobe x$rv; uprobes only, no GPU probe x$ru"
 	perf+="; $name x$r"
 done
 echo "SUMMARY: $pass ok, $fail failed | $perf"

@@ -208,11 +208,17 @@ PY
 }
 
 res=""
-for v in "" _shared; do
+# Static and shared cudart with the agent's stamps (the default), static
+# with --uprobe's stamps.
+for cfg in ":" "_shared:" ":--uprobe"; do
+	v=${cfg%%:*} flag=${cfg#*:}
+	bin=samples/bin/launch_story$v
+	[ -n "$flag" ] && v+=_uprobe
 	c=$LOGS/story$v.cupti
 	# launchlate passes its environment on to the app; it loads no CUDA
 	# itself, so the tracer is injected into the app alone.
-	run story$v env CUDA_INJECTION64_PATH="$LIB" CUPTI_TRACE_OUT="$c" launchlate -j --events -- samples/bin/launch_story$v "${ARGS[@]}"
+	# shellcheck disable=SC2086
+	run story$v env CUDA_INJECTION64_PATH="$LIB" CUPTI_TRACE_OUT="$c" launchlate $flag -j --events -- $bin "${ARGS[@]}"
 	grep -a 'cupti_trace' "$LOGS/story$v.err" | sed "s/^/  story$v: /"
 	if ! result_ok story$v launch_story; then
 		bad "launch_story$v under launchlate + CUPTI: rc $(cat "$LOGS/story$v.rc"), app: $(tail -1 "$LOGS/story$v.out"); $(tail -2 "$LOGS/story$v.err" | tr '\n' ' ')"

@@ -116,3 +116,30 @@ int main(void) {
 		t.Fatalf("thread %d's slot: time %d, tag %#x; want its tid and a pending runtime stamp", tid, st.T, st.Tag)
 	}
 }
+
+// Without --uprobe the tool loads no CPU program (the agent stamps), and
+// keeps the GPU probe and the maps it and the agent use.
+func TestDropUprobes(t *testing.T) {
+	spec, err := loadLaunchlate()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dropUprobes(spec); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{}
+	for n, p := range spec.Programs {
+		names = append(names, n+"="+p.SectionName)
+		if strings.HasPrefix(p.SectionName, "uprobe") {
+			t.Errorf("program %s (%s) kept", n, p.SectionName)
+		}
+	}
+	if spec.Programs["launchlate_entry"] == nil || len(spec.Programs) != 1 {
+		t.Errorf("programs after dropUprobes: %v, want launchlate_entry alone", names)
+	}
+	for _, m := range []string{"launch_stamps", "starts", "nstarts"} {
+		if spec.Maps[m] == nil {
+			t.Errorf("map %s dropped", m)
+		}
+	}
+}
