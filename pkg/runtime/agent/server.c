@@ -1354,8 +1354,9 @@ static CUresult copies_queue(struct copies *c, int dev, CUstream st, uint32_t *c
 				DBG("ring drains batch their copies (cuMemcpyBatchAsync)");
 			return r;
 		}
-		/* refused as a whole (the copies are checked before any is
-		 * queued): the same copies again, one at a time */
+		/* refused: the same copies again, one at a time (should the
+		 * driver have queued some of them, copying those twice gives the
+		 * same bytes: positions we wrote, data we read) */
 		DBG("cuMemcpyBatchAsync of %zu copies: CUresult %d (copy %zu); one call per copy from now on", n, (int)r,
 		    fail);
 		__atomic_store_n(&g_batch_off, 1, __ATOMIC_RELAXED);
@@ -1404,27 +1405,27 @@ static int ring_drain(struct session *s, uint32_t req, int dev, CUstream st, str
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "ring-drain: bad ring address 0x%llx",
 				  (unsigned long long)ring);
 	uint8_t *mirror = g->host;
-	/* Check every release before queueing anything: a released position
-	 * only moves forward, and never past what the last drain saw reserved. */
-	/* rel, then room for 2n copies (a shard's data may wrap) */
+	/* the releases, and room for 2n copies (a shard's data may wrap) */
 	uint64_t *rel = malloc((size_t)n * sizeof *rel);
-	CUdeviceptr *ends = malloc((size_t)n * 4 * sizeof *ends);
+	CUdeviceptr *ptrs = malloc((size_t)n * 4 * sizeof *ptrs);
 	size_t *lens = malloc((size_t)n * 2 * sizeof *lens);
-	if (!rel || !ends || !lens) {
+	if (!rel || !ptrs || !lens) {
 		free(rel);
-		free(ends);
+		free(ptrs);
 		free(lens);
 		return send_error(s, OP_RING_DRAIN, req, ST_INTERNAL, 0, "ring-drain: out of memory");
 	}
-	struct copies cp = {ends, ends + 2 * (size_t)n, lens, 0, 0};
+	struct copies cp = {ptrs, ptrs + 2 * (size_t)n, lens, 0, 0};
 	uint32_t calls = 0;
+	/* Check every release before queueing anything: a released position
+	 * only moves forward, and never past what the last drain saw reserved. */
 	for (uint32_t i = 0; i < n; i++) {
 		uint8_t *c = mirror + (uint64_t)i * RING_CTRL;
 		uint64_t old = ld64(c + RING_OFF_RELEASED), seen = ld64(c + RING_OFF_RESERVED);
 		rel[i] = rb_u64(r);
 		if (!r->err && (rel[i] < old || rel[i] > seen)) {
 			free(rel);
-			free(ends);
+			free(ptrs);
 			free(lens);
 			return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
 					  "ring-drain: shard %u: release %llu must be in [released %llu, reserved %llu]", i,
@@ -1433,7 +1434,7 @@ static int ring_drain(struct session *s, uint32_t req, int dev, CUstream st, str
 	}
 	if (r->err) {
 		free(rel);
-		free(ends);
+		free(ptrs);
 		free(lens);
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "malformed ring-drain request (releases)");
 	}
@@ -1511,7 +1512,7 @@ static int ring_drain(struct session *s, uint32_t req, int dev, CUstream st, str
 		queued = 0;
 	}
 	free(rel);
-	free(ends);
+	free(ptrs);
 	free(lens);
 	if (cr != CUDA_SUCCESS) {
 		if (queued)
