@@ -293,7 +293,11 @@ func (l *launchlate) takeClocks() {
 
 // read takes the GPU's start tables and counters.
 func (l *launchlate) read() {
-	copies, err := l.sess.ReadMaps("starts", "nstarts", "graph_starts", "calls")
+	maps := []string{"starts", "nstarts", "graph_starts"}
+	if l.uprobes {
+		maps = append(maps, "calls") // only the uprobes count calls
+	}
+	copies, err := l.sess.ReadMaps(maps...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "launchlate: %v\n", err)
 	}
