@@ -602,7 +602,7 @@ func TestCtxBytes(t *testing.T) {
 		want  int
 	}{
 		{"no-ctx", ret0(), false, 0},
-		{"ctx-unread", ret0(asm.Mov.Reg(asm.R6, asm.R1)), true, 0},
+		{"ctx-unread", ret0(asm.Mov.Reg(asm.R6, asm.R1)), false, 0},
 		{"constant", []asm.Instruction{ld(asm.R0, asm.R1, 8, asm.DWord), asm.Return()}, true, 16},
 		{"moved", []asm.Instruction{asm.Mov.Reg(asm.R6, asm.R1), asm.Mov.Imm(asm.R1, 0), ld(asm.R0, asm.R6, 24, asm.Word), asm.Return()}, true, 28},
 		{"offset", []asm.Instruction{asm.Mov.Reg(asm.R6, asm.R1), asm.Add.Imm(asm.R6, 16), ld(asm.R0, asm.R6, 4, asm.Half), asm.Return()}, true, 22},
@@ -624,7 +624,7 @@ func TestCtxBytes(t *testing.T) {
 			asm.FnMapLookupElem.Call()), true, CtxMax},
 		{"join-ctx-and-stack-stored", mixedJoin(asm.LoadMapValue(asm.R2, 0, 0).WithReference("arr"), asm.StoreMem(asm.R2, 0, asm.R6, asm.DWord)), true, CtxMax},
 		{"join-ctx-and-stack-32-bit", mixedJoin(asm.Mov.Reg32(asm.R7, asm.R6)), true, CtxMax},
-		{"helper-without-args", []asm.Instruction{asm.BuiltinFunc(606).Call(), asm.Mov.Reg(asm.R6, asm.R1), asm.Return()}, true, 0},
+		{"helper-without-args", []asm.Instruction{asm.BuiltinFunc(606).Call(), asm.Mov.Reg(asm.R6, asm.R1), asm.Return()}, false, 0},
 		{"store-into-ctx", []asm.Instruction{stImm(asm.R1, 100, 7, asm.Word), asm.Mov.Imm(asm.R0, 0), asm.Return()}, true, 104},
 		{"both-exits", []asm.Instruction{
 			asm.JEq.Imm(asm.R2, 0, "l"), ld(asm.R0, asm.R1, 200, asm.DWord), asm.Return(),
@@ -645,7 +645,7 @@ func TestCtxBytes(t *testing.T) {
 			asm.LoadMem(asm.R6, asm.RFP, -16, asm.DWord), ld(asm.R0, asm.R6, 30, asm.Half), asm.Return()}, true, 32},
 		{"spill-overwritten", []asm.Instruction{
 			asm.StoreMem(asm.RFP, -8, asm.R1, asm.DWord), stImm(asm.RFP, -8, 0, asm.Word),
-			asm.LoadMem(asm.R6, asm.RFP, -8, asm.DWord), ld(asm.R0, asm.R6, 0, asm.Word), asm.Return()}, true, 0},
+			asm.LoadMem(asm.R6, asm.RFP, -8, asm.DWord), ld(asm.R0, asm.R6, 0, asm.Word), asm.Return()}, false, 0},
 		{"stored-to-map", []asm.Instruction{
 			asm.LoadMapValue(asm.R2, 0, 0).WithReference("arr"), asm.StoreMem(asm.R2, 0, asm.R1, asm.DWord), asm.Return()}, true, CtxMax},
 		{"half-spilled", []asm.Instruction{asm.StoreMem(asm.RFP, -8, asm.R1, asm.Word), asm.Return()}, true, CtxMax},
