@@ -43,21 +43,33 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 	// Map identity per register (index into c.maps, -1 unknown) so helper
 	// calls on a statically known map get direct code.
 	known := [11]int{}
-	reset := func() {
+	// What the stack analysis knows at a label: the stack pointers whose
+	// offsets all paths agree on keep their constant-offset accesses.
+	flow := c.fpFlow(sp)
+	c.stackMem, c.stackAll = [stackSlots]bool{}, false
+	reset := func(i int) {
 		for k := range known {
 			known[k] = -1
 		}
 		c.fpOK = [11]bool{10: true}
 		c.fp = [11]int{}
+		if st := flow[i-sp.start]; st != nil {
+			for r := 0; r < 10; r++ {
+				if v := st[r]; v.kind == fpExact && v.off >= -StackSize && v.off <= 0 {
+					c.fpOK[r], c.fp[r] = true, int(v.off)
+				}
+			}
+		}
 	}
-	reset()
+	reset(sp.start)
 	for i := sp.start; i < sp.end; i++ {
 		c.cur = i
 		if isTarget[i] {
 			fmt.Fprintf(c.b, "$L%d:\n", i)
-			reset()
+			reset(i)
 		}
 		ins := &c.insns[i]
+		c.stackUse(i, ins, flow[i-sp.start], &known)
 		if err := c.insn(i, ins, &known); err != nil {
 			return "", c.errAt(i, err)
 		}
@@ -75,6 +87,17 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 	}
 	fw := &inner
 	fw.WriteString("\t.reg .b64 %r<11>;\n\t.reg .b64 %t<12>;\n\t.reg .b32 %w<12>;\n\t.reg .pred %p<4>;\n")
+	text := body.String()
+	var slots []int
+	if usesStack && !c.stackAll {
+		text, slots = promoteStack(text, &c.stackMem)
+	}
+	if len(slots) > 0 {
+		fmt.Fprintf(fw, "\t.reg .b64 %%gs<%d>;\n\t.reg .b64 %%gsx;\n", stackSlots)
+		for _, k := range slots {
+			fmt.Fprintf(fw, "\tmov.b64 %%gs%d, 0;\n", k)
+		}
+	}
 	if usesStack {
 		fmt.Fprintf(fw, "\t.local .align 16 .b8 stk[%d];\n", StackSize)
 	}
@@ -95,7 +118,7 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 	} else {
 		fw.WriteString("\tmov.u64 %r10, 0;\n")
 	}
-	inner.WriteString(body.String())
+	inner.WriteString(text)
 	f.WriteString(inner.String())
 	f.WriteString("}\n\n")
 	if sp.start == 0 {

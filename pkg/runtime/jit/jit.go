@@ -313,10 +313,12 @@ type compiler struct {
 	usesLaunch   bool             // bpf_gpu_launch_word is called
 	b            *strings.Builder // current function body
 	labels       int
-	runtime      map[string]bool // helper .funcs to append
-	cur          int             // instruction being compiled (for errors)
-	fp           [11]int         // r10-relative offset held by each register...
-	fpOK         [11]bool        // ...when known (per basic block)
+	runtime      map[string]bool  // helper .funcs to append
+	cur          int              // instruction being compiled (for errors)
+	fp           [11]int          // r10-relative offset held by each register...
+	fpOK         [11]bool         // ...when known (per basic block)
+	stackMem     [stackSlots]bool // slots of the function being compiled that stay in memory
+	stackAll     bool             // ...all of them
 }
 
 // errAt wraps err with the program, instruction index and C source line.

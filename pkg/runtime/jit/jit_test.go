@@ -409,7 +409,8 @@ func TestEmittedForms(t *testing.T) {
 		{asm.LSh.Imm(asm.R5, 63), "shl.b64 %r5, %r5, 63;"},
 		{asm.HostTo(asm.BE, asm.R5, asm.Half), "prmt.b32 %w1, %w1, 0, 0x4401;"},
 		{asm.Div.Imm(asm.R5, -1), "div.u64 %t1, %r5, %t1;"},
-		{asm.StoreMem(asm.RFP, -8, asm.R1, asm.DWord), "st.local.u64 [stk+504], %r1;"},
+		// a stack slot nothing else reaches lives in a register
+		{asm.StoreMem(asm.RFP, -8, asm.R1, asm.DWord), "mov.b64 %gs63, %r1;"},
 	} {
 		f, err := Compile(prog(c.ins, asm.Return()), testOpts())
 		if err != nil {
@@ -419,12 +420,13 @@ func TestEmittedForms(t *testing.T) {
 			t.Errorf("%v: PTX lacks %q:\n%s", c.ins, c.want, f.PTX)
 		}
 	}
-	// A pointer derived from r10 keeps .local addressing.
+	// A pointer derived from r10 keeps constant-offset addressing (here:
+	// bits 32-63 of slot 62's register).
 	f, err := Compile(prog(asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -16), asm.StoreMem(asm.R2, 4, asm.R1, asm.Word), asm.Return()), testOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(f.PTX, "st.local.u32 [stk+500], %r1;") {
+	if !strings.Contains(f.PTX, "bfi.b64 %gs62, %r1, %gs62, 32, 32;") {
 		t.Errorf("derived stack pointer not addressed as .local:\n%s", f.PTX)
 	}
 }
@@ -729,6 +731,96 @@ func TestHostResidentScope(t *testing.T) {
 				if !strings.Contains(f.PTX, want) {
 					t.Errorf("no %q in:\n%s", want, f.PTX)
 				}
+			}
+			assemble(t, f)
+		})
+	}
+}
+
+// TestStackPromotion: a stack slot lives in a register (%gsK) unless its
+// address can reach it another way: a helper or subprogram given the
+// pointer, the pointer stored to memory, an offset not known where it is
+// used. Those slots (or all, where the offset is lost) stay in memory.
+func TestStackPromotion(t *testing.T) {
+	st := asm.StoreMem
+	fp := asm.RFP
+	for _, c := range []struct {
+		name        string
+		insns       []asm.Instruction
+		regs, local []string // must appear / stay in memory
+		none        bool     // no slot in a register
+	}{
+		{name: "plain", insns: []asm.Instruction{st(fp, -8, asm.R1, asm.DWord), asm.LoadMem(asm.R0, fp, -8, asm.Word), asm.Return()},
+			regs: []string{"mov.b64 %gs63, %r1;", "bfe.u64 %r0, %gs63, 0, 32;"}},
+		{name: "signed-load", insns: []asm.Instruction{st(fp, -8, asm.R1, asm.DWord),
+			{OpCode: asm.LoadMemSXOp(asm.Half), Dst: asm.R0, Src: fp, Offset: -6}, asm.Return()},
+			regs: []string{"bfe.s64 %r0, %gs63, 16, 16;"}},
+		{name: "probe-read-destination", insns: []asm.Instruction{
+			st(fp, -16, asm.R1, asm.DWord), st(fp, -8, asm.R1, asm.DWord),
+			asm.Mov.Reg(asm.R1, fp), asm.Add.Imm(asm.R1, -8), asm.Mov.Imm(asm.R2, 8), asm.Mov.Imm(asm.R3, 4096),
+			asm.FnProbeReadKernel.Call(), asm.LoadMem(asm.R0, fp, -8, asm.DWord), asm.Return()},
+			regs: []string{"mov.b64 %gs62, %r1;"}, local: []string{"st.local.u64 [stk+504], %r1;", "ld.local.u64 %r0, [stk+504];"}},
+		{name: "ring-record-of-known-size", insns: []asm.Instruction{
+			st(fp, -24, asm.R1, asm.DWord), st(fp, -16, asm.R1, asm.DWord), st(fp, -8, asm.R1, asm.DWord),
+			asm.LoadMapPtr(asm.R1, 0).WithReference("ring"), asm.Mov.Reg(asm.R2, fp), asm.Add.Imm(asm.R2, -16),
+			asm.Mov.Imm(asm.R3, 8), asm.Mov.Imm(asm.R4, 0), asm.FnRingbufOutput.Call(), asm.Return()},
+			regs: []string{"mov.b64 %gs61, %r1;", "mov.b64 %gs63, %r1;"}, local: []string{"st.local.u64 [stk+496], %r1;"}},
+		{name: "hash-key", insns: []asm.Instruction{
+			st(fp, -16, asm.R1, asm.DWord), st(fp, -8, asm.R1, asm.DWord),
+			asm.LoadMapPtr(asm.R1, 0).WithReference("hash"), asm.Mov.Reg(asm.R2, fp), asm.Add.Imm(asm.R2, -16),
+			asm.FnMapLookupElem.Call(), asm.Return()},
+			regs: []string{"mov.b64 %gs63, %r1;"}, local: []string{"st.local.u64 [stk+496], %r1;"}},
+		{name: "array-key", insns: []asm.Instruction{
+			stImm(fp, -4, 1, asm.Word),
+			asm.LoadMapPtr(asm.R1, 0).WithReference("arr"), asm.Mov.Reg(asm.R2, fp), asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(), asm.Return()},
+			regs: []string{"bfi.b64 %gs63, %t0, %gs63, 32, 32;", "bfe.u64 %gsx, %gs63, 32, 32;"}},
+		{name: "pointer-across-a-label", insns: []asm.Instruction{
+			asm.Mov.Reg(asm.R6, fp), asm.Add.Imm(asm.R6, -8), asm.JEq.Imm(asm.R1, 0, "l"), asm.Mov.Imm(asm.R1, 3),
+			st(asm.R6, 0, asm.R1, asm.DWord).WithSymbol("l"), asm.LoadMem(asm.R0, asm.R6, 0, asm.DWord), asm.Return()},
+			regs: []string{"mov.b64 %gs63, %r1;", "mov.b64 %r0, %gs63;"}},
+		{name: "offsets-joined", insns: []asm.Instruction{
+			asm.Mov.Reg(asm.R6, fp), asm.Add.Imm(asm.R6, -8), asm.JEq.Imm(asm.R1, 0, "l"), asm.Add.Imm(asm.R6, -8),
+			st(asm.R6, 0, asm.R1, asm.DWord).WithSymbol("l"), asm.LoadMem(asm.R0, fp, -8, asm.DWord), asm.Return()},
+			none: true},
+		{name: "variable-offset", insns: []asm.Instruction{
+			st(fp, -8, asm.R1, asm.DWord), asm.Mov.Reg(asm.R6, fp), asm.Add.Reg(asm.R6, asm.R2),
+			asm.LoadMem(asm.R0, asm.R6, 0, asm.Byte), asm.Return()},
+			none: true},
+		{name: "pointer-stored", insns: []asm.Instruction{
+			st(fp, -8, asm.R1, asm.DWord), asm.Mov.Reg(asm.R6, fp), asm.Add.Imm(asm.R6, -8),
+			asm.LoadMapValue(asm.R2, 0, 0).WithReference("arr"), st(asm.R2, 0, asm.R6, asm.DWord), asm.Return()},
+			none: true},
+		{name: "subprogram-argument", insns: []asm.Instruction{
+			st(fp, -8, asm.R1, asm.DWord), asm.Mov.Reg(asm.R1, fp), asm.Add.Imm(asm.R1, -16),
+			asm.Call.Label("sub"), asm.Return(),
+			asm.LoadMem(asm.R0, asm.R1, 8, asm.DWord).WithSymbol("sub"), asm.Return()},
+			none: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f, err := Compile(prog(c.insns...), testOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			main := f.PTX[strings.Index(f.PTX, ".visible .func"):]
+			for _, w := range c.regs {
+				if !strings.Contains(main, w) {
+					t.Errorf("lacks %q", w)
+				}
+			}
+			for _, w := range c.local {
+				if !strings.Contains(main, w) {
+					t.Errorf("lacks %q (the slot must stay in memory)", w)
+				}
+			}
+			if c.none && strings.Contains(main, "%gs") {
+				t.Errorf("a slot in a register, though a stack pointer's offset is lost or escapes")
+			}
+			if !c.none && len(c.regs) > 0 && !strings.Contains(main, ".reg .b64 %gs<64>;") {
+				t.Errorf("slot registers not declared")
+			}
+			if t.Failed() {
+				t.Logf("PTX:\n%s", numbered(f.PTX))
 			}
 			assemble(t, f)
 		})
