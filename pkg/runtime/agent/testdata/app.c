@@ -131,16 +131,18 @@ static void *storm_main(void *quiet)
 	fflush(stdout);
 	return NULL;
 }
-static void *get(const char *n, uint64_t flags)
+/* n as cudart of version ver asks for it */
+static void *get_at(const char *n, int ver, uint64_t flags)
 {
 	void *p = NULL;
 	int st;
-	if (gpa(n, &p, 12080, flags, &st) != 0 || !p) {
+	if (gpa(n, &p, ver, flags, &st) != 0 || !p) {
 		fprintf(stderr, "app: no %s\n", n);
 		exit(2);
 	}
 	return p;
 }
+static void *get(const char *n, uint64_t flags) { return get_at(n, 12080, flags); }
 
 /* The driver entry points, kept in static data as cudart keeps its table
  * (the agent's late interposition finds them there). */
@@ -242,6 +244,44 @@ int main(void)
 			stamp(rest);
 			CUresult r = m == 'p' ? glaunchp(x, NULL) : glaunch(x, m == 'c' ? CAPTURE_STREAM : APP_STREAM);
 			printf("GRAPHLAUNCHED %d\n", r);
+		} else if (!strcmp(line, "mkstream\n")) {
+			CUresult (*create)(void **, unsigned) = get("cuStreamCreate", 0);
+			void *st = NULL;
+			CUresult r = create(&st, 0);
+			printf("STREAM %d %p\n", r, st);
+		} else if (!strncmp(line, "ks ", 3)) {
+			/* "ks STREAM": a launch on STREAM (0x2: the per-thread
+			 * default stream named explicitly) */
+			launch(k, 1, 1, 1, 32, 1, 1, 0, (void *)(uintptr_t)strtoull(line + 3, NULL, 0), NULL, NULL);
+		} else if (!strncmp(line, "sdestroy ", 9)) {
+			CUresult (*sdestroy)(void *) = get("cuStreamDestroy", 0);
+			printf("SDESTROYED %d\n", sdestroy((void *)(uintptr_t)strtoull(line + 9, NULL, 0)));
+		} else if (!strncmp(line, "capbegin", 8) || !strncmp(line, "capend", 6)) {
+			/* "capbegin HOW STREAM", "capend HOW STREAM": HOW is v2 (as
+			 * cudart 12 asks), v1 (cudart 10.0: no mode), ptsz (the
+			 * per-thread flavour; stream 0 is this thread's default
+			 * stream) or graph (cuStreamBeginCaptureToGraph, 12.3) */
+			char how[16] = "";
+			int begin = line[3] == 'b', at = 0;
+			const char *args = line + (begin ? 8 : 6);
+			sscanf(args, "%15s %n", how, &at);
+			void *st = (void *)(uintptr_t)strtoull(args + at, NULL, 0);
+			uint64_t fl = !strcmp(how, "ptsz") ? 2 : 0;
+			CUresult r;
+			if (!begin) {
+				CUresult (*end)(void *, void **) = get("cuStreamEndCapture", fl);
+				void *g = NULL;
+				r = end(st, &g);
+			} else if (!strcmp(how, "v1")) {
+				r = ((CUresult(*)(void *))get_at("cuStreamBeginCapture", 10000, 0))(st);
+			} else if (!strcmp(how, "graph")) {
+				CUresult (*tog)(void *, void *, const void *, const void *, size_t, int) =
+					get("cuStreamBeginCaptureToGraph", 0);
+				r = tog(st, (void *)0x9a9, NULL, NULL, 0, 0);
+			} else {
+				r = ((CUresult(*)(void *, int))get("cuStreamBeginCapture", fl))(st, 0);
+			}
+			printf("%s %d\n", begin ? "CAPBEGUN" : "CAPENDED", r);
 		} else if (!strcmp(line, "launch\n"))
 			launch(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL);
 		else if (!strcmp(line, "launchp\n"))

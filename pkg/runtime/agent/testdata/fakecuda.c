@@ -7,6 +7,7 @@
  * Launches of a direct run's kernels (gpubpf_direct_*) print "DIRECT <name>
  * grid X,Y,Z block X,Y,Z params N" instead; FAKECUDA_LAUNCH_STALL_MS=N makes
  * each such kernel "run" N ms (cuEventQuery answers not-ready until then).
+ * FAKECUDA_EVENT_LOG=1 prints the event calls (see cuEventRecord).
  * Test double only. */
 #include <pthread.h>
 #include <sched.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -486,15 +488,123 @@ CUresult cuMemcpyHtoD(uint64_t d, const void *s, size_t n)
 CUresult cuMemcpyDtoH(void *d, uint64_t s, size_t n) { memcpy(d, (void *)(uintptr_t)s, n); return 0; }
 CUresult cuMemHostGetDevicePointer(uint64_t *d, void *p, unsigned f) { *d = (uint64_t)(uintptr_t)p; return 0; }
 CUresult cuEventCreate(void **e, unsigned f) { *e = malloc(1); return 0; }
-CUresult cuEventRecord(void *e, void *s) { return 0; }
-CUresult cuEventSynchronize(void *e) { return 0; }
+/* Streams the application destroyed, and those being captured (begun with
+ * cuStreamBeginCapture*; FAKE_CAPTURE_STREAM below always is). */
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *dead[256], *capturing[16];
+static int ndead, ncapturing;
+static int in_set(void **set, int n, void *s)
+{
+	for (int i = 0; i < n; i++)
+		if (set[i] == s)
+			return 1;
+	return 0;
+}
+static int evlog = -1;
+static int event_log(void)
+{
+	if (evlog < 0)
+		evlog = getenv("FAKECUDA_EVENT_LOG") != NULL;
+	return evlog;
+}
+/* The calling thread: the application's commands run on its main thread. */
+static const char *who(void) { return syscall(SYS_gettid) == getpid() ? "main" : "other"; }
+/* With FAKECUDA_EVENT_LOG=1: "EVREC <event> <stream> main|other" (the
+ * calling thread). Refused as the driver refuses it (and said on stderr,
+ * "FAKECUDA: ..."): a record on a destroyed stream; while a capture is
+ * active, one on the legacy stream (it would invalidate the capture) or into
+ * a capturing stream (the agent never means to). */
+CUresult cuEventRecord(void *e, void *s)
+{
+	pthread_mutex_lock(&streams_mu);
+	int gone = s && in_set(dead, ndead, s), cap = ncapturing > 0, into = s && in_set(capturing, ncapturing, s);
+	pthread_mutex_unlock(&streams_mu);
+	if (event_log()) {
+		printf("EVREC %p %p %s\n", e, s, who());
+		fflush(stdout);
+	}
+	if (gone) {
+		fprintf(stderr, "FAKECUDA: cuEventRecord on destroyed stream %p\n", s);
+		return 400;
+	}
+	if (cap && (!s || s == (void *)1 || into)) {
+		fprintf(stderr, "FAKECUDA: cuEventRecord on stream %p while a capture is active\n", s);
+		return 906; /* CUDA_ERROR_STREAM_CAPTURE_IMPLICIT */
+	}
+	return 0;
+}
+CUresult cuEventSynchronize(void *e)
+{
+	if (event_log()) {
+		printf("EVSYNC %p\n", e);
+		fflush(stdout);
+	}
+	return 0;
+}
 CUresult cuEventDestroy(void *e) { free(e); return 0; }
 CUresult cuEventQuery(void *e) { return mono() < __atomic_load_n(&direct_done, __ATOMIC_ACQUIRE) ? 600 : 0; }
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) { *ms = 0.0125f; return 0; }
 /* Stream FAKE_CAPTURE_STREAM is being captured into graph capgraph. */
 #define FAKE_CAPTURE_STREAM ((void *)0xCA970000ull)
 static obj capgraph = {6, "capgraph"};
-CUresult cuStreamIsCapturing(void *s, int *st) { *st = s == FAKE_CAPTURE_STREAM; return 0; }
+CUresult cuStreamIsCapturing(void *s, int *st)
+{
+	pthread_mutex_lock(&streams_mu);
+	*st = s == FAKE_CAPTURE_STREAM || (s && in_set(capturing, ncapturing, s));
+	pthread_mutex_unlock(&streams_mu);
+	return 0;
+}
+/* Captures: "BEGINCAPTURE <stream>" and "ENDCAPTURE <stream>" with
+ * FAKECUDA_EVENT_LOG=1; the _ptsz flavours' stream 0 is the per-thread
+ * default stream (0x2). */
+static CUresult capture_begin(void *s)
+{
+	pthread_mutex_lock(&streams_mu);
+	CUresult r = 0;
+	if (!s || s == (void *)1 || in_set(capturing, ncapturing, s) || ncapturing == 16)
+		r = 401; /* CUDA_ERROR_ILLEGAL_STATE */
+	else
+		capturing[ncapturing++] = s;
+	pthread_mutex_unlock(&streams_mu);
+	if (event_log() && !r) {
+		printf("BEGINCAPTURE %p\n", s);
+		fflush(stdout);
+	}
+	return r;
+}
+CUresult cuStreamBeginCapture(void *s) { return capture_begin(s); }
+CUresult cuStreamBeginCapture_ptsz(void *s) { return capture_begin(s ? s : (void *)2); }
+CUresult cuStreamBeginCapture_v2(void *s, int mode) { return capture_begin(s); }
+CUresult cuStreamBeginCapture_v2_ptsz(void *s, int mode) { return capture_begin(s ? s : (void *)2); }
+CUresult cuStreamBeginCaptureToGraph(void *s, void *g, const void *deps, const void *data, size_t n, int mode)
+{
+	return capture_begin(s);
+}
+CUresult cuStreamBeginCaptureToGraph_ptsz(void *s, void *g, const void *deps, const void *data, size_t n, int mode)
+{
+	return capture_begin(s ? s : (void *)2);
+}
+static CUresult capture_end(void *s, void **g)
+{
+	pthread_mutex_lock(&streams_mu);
+	CUresult r = 401;
+	for (int i = 0; i < ncapturing; i++)
+		if (capturing[i] == s) {
+			capturing[i] = capturing[--ncapturing];
+			r = 0;
+			break;
+		}
+	pthread_mutex_unlock(&streams_mu);
+	if (g)
+		*g = r ? NULL : &capgraph;
+	if (event_log() && !r) {
+		printf("ENDCAPTURE %p\n", s);
+		fflush(stdout);
+	}
+	return r;
+}
+CUresult cuStreamEndCapture(void *s, void **g) { return capture_end(s, g); }
+CUresult cuStreamEndCapture_ptsz(void *s, void **g) { return capture_end(s ? s : (void *)2, g); }
 CUresult cuStreamGetCaptureInfo_v2(void *s, int *st, uint64_t *id, void **g, const void **deps, size_t *n)
 {
 	*st = s == FAKE_CAPTURE_STREAM;
@@ -564,14 +674,24 @@ CUresult cuStreamCreate(void **s, unsigned f)
 	st->magic = STREAM_MAGIC;
 	st->gen = ctx_gen;
 	*s = st;
+	pthread_mutex_lock(&streams_mu);
+	for (int i = 0; i < ndead; i++)
+		if (dead[i] == st)
+			dead[i] = dead[--ndead]; /* the handle is a stream again */
+	pthread_mutex_unlock(&streams_mu);
 	return 0;
 }
 CUresult cuStreamDestroy(void *s)
 {
 	stream_check(s, "cuStreamDestroy");
+	pthread_mutex_lock(&streams_mu);
+	if (s && !in_set(dead, ndead, s) && ndead < 256)
+		dead[ndead++] = s;
+	pthread_mutex_unlock(&streams_mu);
 	free(s);
 	return 0;
 }
+CUresult cuStreamDestroy_v2(void *s) { return cuStreamDestroy(s); }
 CUresult cuStreamSynchronize(void *s)
 {
 	stream_check(s, "cuStreamSynchronize");
@@ -620,7 +740,14 @@ CUresult cuMemcpyBatchAsync(uint64_t *dst, uint64_t *src, size_t *len, size_t n,
 	return 0;
 }
 CUresult cuThreadExchangeStreamCaptureMode(int *m) { *m = 0; return 0; }
-CUresult cuStreamWaitEvent(void *s, void *e, unsigned f) { return 0; }
+CUresult cuStreamWaitEvent(void *s, void *e, unsigned f)
+{
+	if (event_log()) {
+		printf("EVWAIT %p %p\n", s, e);
+		fflush(stdout);
+	}
+	return 0;
+}
 
 #define E(n) {#n, (void *)n}
 static const struct {
@@ -681,6 +808,25 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
 	}
 	if (!strcmp(sym, "cuLaunchKernel") && (flags & 2)) {
 		*pfn = (void *)cuLaunchKernel_ptsz;
+		return 0;
+	}
+	if (!strcmp(sym, "cuStreamBeginCapture")) {
+		if (ver >= 10010)
+			*pfn = flags & 2 ? (void *)cuStreamBeginCapture_v2_ptsz : (void *)cuStreamBeginCapture_v2;
+		else
+			*pfn = flags & 2 ? (void *)cuStreamBeginCapture_ptsz : (void *)cuStreamBeginCapture;
+		return 0;
+	}
+	if (!strcmp(sym, "cuStreamBeginCaptureToGraph") && ver >= 12030) {
+		*pfn = flags & 2 ? (void *)cuStreamBeginCaptureToGraph_ptsz : (void *)cuStreamBeginCaptureToGraph;
+		return 0;
+	}
+	if (!strcmp(sym, "cuStreamEndCapture")) {
+		*pfn = flags & 2 ? (void *)cuStreamEndCapture_ptsz : (void *)cuStreamEndCapture;
+		return 0;
+	}
+	if (!strcmp(sym, "cuStreamDestroy")) {
+		*pfn = ver >= 4000 ? (void *)cuStreamDestroy_v2 : (void *)cuStreamDestroy;
 		return 0;
 	}
 	for (size_t i = 0; i < sizeof(table) / sizeof(table[0]); i++)
