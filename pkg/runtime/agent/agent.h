@@ -185,11 +185,14 @@ struct clone {
 	pthread_mutex_t evmu;
 	int nev;
 	struct {
-		CUstream s;
+		CUstream s; /* EV_GONE once the application destroyed it */
 		CUevent e;
+		int dirty; /* launched on since e was last recorded (atomic) */
 	} ev[16];
 	struct clone *next;
+	struct clone *all_next; /* every clone with events (probes.c) */
 };
+#define EV_GONE ((CUstream)(uintptr_t)-1)
 
 struct activation {
 	void *handle;     /* what the tool named */
@@ -240,6 +243,22 @@ HIDDEN void probe_rebuild(void);                                  /* g_rw write 
 HIDDEN void probe_after_launch(struct activation *a, CUstream s, CUresult r, int cap);
 HIDDEN void probe_pin(struct activation *a);
 HIDDEN void probes_reset(void);
+/* Deferred event records: an instrumented launch marks its (clone, stream)
+ * entry dirty, and the agent records the dirty entries' events only when it
+ * needs ordering after them (probe_flush, before a read, unload or free).
+ * probe_defer_setup decides once, on the agent's thread before its first
+ * clone, whether launches may defer; clones are known from load
+ * (probe_clone_add) until freed (probe_clone_forget). */
+HIDDEN void probe_defer_setup(void);
+HIDDEN void probe_clone_add(struct clone *c);
+HIDDEN void probe_clone_forget(struct clone *c);
+HIDDEN void probe_flush(struct clone *c); /* the agent's thread; may switch contexts and back */
+/* The application's capture and stream wrappers (interpose.c): before a
+ * capture begins, after one ended (or failed to begin), before a stream
+ * goes. */
+HIDDEN void probe_capture_begin(void);
+HIDDEN void probe_capture_end(void);
+HIDDEN void probe_stream_gone(CUstream s);
 /* The two launch words of an activation with hidden words (g_rw read held):
  * s as the application passed it, evs the stream work on it runs in. */
 /* returns the stream's capture status (probe_after_launch takes it) */
@@ -299,6 +318,9 @@ HIDDEN int server_direct_serve(long wait_ms);
 /* ---- interposition (interpose.c) ---- */
 extern void *(*real_dlsym)(void *, const char *);
 HIDDEN void *libcuda_handle(void);
+/* Whether every capture and stream-destroy entry point the application can
+ * reach goes through the agent's wrappers (deferred records rely on it). */
+HIDDEN int capture_wrapped(void);
 EXPORT CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flags, int *status);
 
 /* ---- late interposition (late.c) ---- */

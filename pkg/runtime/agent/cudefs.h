@@ -49,6 +49,8 @@ typedef int CUlibraryOption;
 #define CU_EVENT_DISABLE_TIMING 0x2
 
 #define CU_STREAM_NON_BLOCKING 0x1
+#define CU_STREAM_LEGACY ((CUstream)0x1)
+#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 
 /* Keys of a launch's `extra` array. */
 #define CU_LAUNCH_PARAM_END ((void *)0x00)

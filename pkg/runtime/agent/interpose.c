@@ -266,6 +266,16 @@ enum {
 	R_cuDevicePrimaryCtxRelease_v2,
 	R_cuDevicePrimaryCtxReset,
 	R_cuDevicePrimaryCtxReset_v2,
+	R_cuStreamBeginCapture,
+	R_cuStreamBeginCapture_ptsz,
+	R_cuStreamBeginCapture_v2,
+	R_cuStreamBeginCapture_v2_ptsz,
+	R_cuStreamBeginCaptureToGraph,
+	R_cuStreamBeginCaptureToGraph_ptsz,
+	R_cuStreamEndCapture,
+	R_cuStreamEndCapture_ptsz,
+	R_cuStreamDestroy,
+	R_cuStreamDestroy_v2,
 	R_COUNT
 };
 
@@ -316,6 +326,16 @@ static const char *const real_names[R_COUNT] = {
 	N(cuDevicePrimaryCtxRelease_v2),
 	N(cuDevicePrimaryCtxReset),
 	N(cuDevicePrimaryCtxReset_v2),
+	N(cuStreamBeginCapture),
+	N(cuStreamBeginCapture_ptsz),
+	N(cuStreamBeginCapture_v2),
+	N(cuStreamBeginCapture_v2_ptsz),
+	N(cuStreamBeginCaptureToGraph),
+	N(cuStreamBeginCaptureToGraph_ptsz),
+	N(cuStreamEndCapture),
+	N(cuStreamEndCapture_ptsz),
+	N(cuStreamDestroy),
+	N(cuStreamDestroy_v2),
 #undef N
 };
 static void *wrappers[R_COUNT];
@@ -609,7 +629,6 @@ EXPORT CUresult cuModuleGetFunction(CUfunction *fn, CUmodule m, const char *name
 
 /* The stream an event must be recorded on to follow a launch: the
  * per-thread default stream when a _ptsz entry point got stream 0. */
-#define CU_STREAM_PER_THREAD ((CUstream)0x2)
 static inline CUstream ev_stream(CUstream s, int ptds) { return (!s && ptds) ? CU_STREAM_PER_THREAD : s; }
 
 /* ---------------- launch words ---------------- */
@@ -1093,6 +1112,122 @@ static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_f
 GRAPH_LAUNCH(cuGraphLaunch, 0)
 GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
 
+/* ---------------- stream captures and stream ends ---------------- */
+
+/* Launches may leave their events to be recorded later, from the agent's
+ * thread (probes.c): these wrappers tell it when that would break an
+ * application's capture, and when a stream it would record on goes. The
+ * agent's own calls are not the application's. */
+
+typedef CUresult (*capbegin1_t)(CUstream);
+typedef CUresult (*capbegin2_t)(CUstream, int);
+typedef CUresult (*capgraph_t)(CUstream, CUgraph, const CUgraphNode *, const void *, size_t, int);
+typedef CUresult (*capend_t)(CUstream, CUgraph *);
+typedef CUresult (*streamdestroy_t)(CUstream);
+
+static inline void capture_begin(void)
+{
+	if (!g_agent_thread)
+		probe_capture_begin();
+}
+
+static inline CUresult capture_begun(CUresult r)
+{
+	if (r != CUDA_SUCCESS && !g_agent_thread)
+		probe_capture_end();
+	return r;
+}
+
+#define CAPTURE_BEGIN1(NAME)                                                                                   \
+	EXPORT CUresult NAME(CUstream s)                                                                        \
+	{                                                                                                       \
+		capbegin1_t f = REAL(capbegin1_t, NAME);                                                        \
+		if (!f)                                                                                         \
+			return NOFUNC;                                                                          \
+		capture_begin();                                                                                \
+		return capture_begun(f(s));                                                                     \
+	}
+CAPTURE_BEGIN1(cuStreamBeginCapture)
+CAPTURE_BEGIN1(cuStreamBeginCapture_ptsz)
+
+#define CAPTURE_BEGIN2(NAME)                                                                                   \
+	EXPORT CUresult NAME(CUstream s, int mode)                                                              \
+	{                                                                                                       \
+		capbegin2_t f = REAL(capbegin2_t, NAME);                                                        \
+		if (!f)                                                                                         \
+			return NOFUNC;                                                                          \
+		capture_begin();                                                                                \
+		return capture_begun(f(s, mode));                                                               \
+	}
+CAPTURE_BEGIN2(cuStreamBeginCapture_v2)
+CAPTURE_BEGIN2(cuStreamBeginCapture_v2_ptsz)
+
+/* CUDA 12.3: dependencyData is a const CUgraphEdgeData * */
+#define CAPTURE_TO_GRAPH(NAME)                                                                                 \
+	EXPORT CUresult NAME(CUstream s, CUgraph g, const CUgraphNode *deps, const void *data, size_t n, int mode) \
+	{                                                                                                       \
+		capgraph_t f = REAL(capgraph_t, NAME);                                                          \
+		if (!f)                                                                                         \
+			return NOFUNC;                                                                          \
+		capture_begin();                                                                                \
+		return capture_begun(f(s, g, deps, data, n, mode));                                             \
+	}
+CAPTURE_TO_GRAPH(cuStreamBeginCaptureToGraph)
+CAPTURE_TO_GRAPH(cuStreamBeginCaptureToGraph_ptsz)
+
+/* A capture counts as ended when its stream was capturing before the call
+ * and is not after it: an end that fails (another thread's capture, a
+ * stream that was not capturing) ends nothing, and one that reports an
+ * invalidated capture ends it. Unsure counts as not ended: deferring with a
+ * capture active could break it, recording at once costs only time. */
+static CUresult capture_end(int slot, int ptds, CUstream s, CUgraph *g)
+{
+	capend_t f = (capend_t)real(slot);
+	if (!f)
+		return NOFUNC;
+	if (g_agent_thread)
+		return f(s, g);
+	drv_init();
+	CUstream qs = ev_stream(s, ptds);
+	int before = CU_STREAM_CAPTURE_STATUS_NONE, after = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+	int known = D.cuStreamIsCapturing && D.cuStreamIsCapturing(qs, &before) == CUDA_SUCCESS;
+	CUresult r = f(s, g);
+	if (known && before != CU_STREAM_CAPTURE_STATUS_NONE && D.cuStreamIsCapturing(qs, &after) == CUDA_SUCCESS &&
+	    after == CU_STREAM_CAPTURE_STATUS_NONE)
+		probe_capture_end();
+	return r;
+}
+EXPORT CUresult cuStreamEndCapture(CUstream s, CUgraph *g) { return capture_end(R_cuStreamEndCapture, 0, s, g); }
+EXPORT CUresult cuStreamEndCapture_ptsz(CUstream s, CUgraph *g)
+{
+	return capture_end(R_cuStreamEndCapture_ptsz, 1, s, g);
+}
+
+static CUresult stream_destroy(int slot, CUstream s)
+{
+	streamdestroy_t f = (streamdestroy_t)real(slot);
+	if (!f)
+		return NOFUNC;
+	if (!g_agent_thread)
+		probe_stream_gone(s);
+	return f(s);
+}
+EXPORT CUresult cuStreamDestroy(CUstream s) { return stream_destroy(R_cuStreamDestroy, s); }
+EXPORT CUresult cuStreamDestroy_v2(CUstream s) { return stream_destroy(R_cuStreamDestroy_v2, s); }
+
+int capture_wrapped(void)
+{
+	/* loaded late, captures may have begun before, or begin through a
+	 * pointer the program keeps where late_scan does not look */
+	if (late_mode())
+		return 0;
+	static const int need[] = {R_cuStreamBeginCapture_v2, R_cuStreamEndCapture, R_cuStreamDestroy_v2};
+	for (size_t k = 0; k < sizeof(need) / sizeof(need[0]); k++)
+		if (!real(need[k]))
+			return 0;
+	return 1;
+}
+
 /* ---------------- cuGetProcAddress ---------------- */
 
 static int wrapped_index(const char *name)
@@ -1146,6 +1281,17 @@ static int gpa_index(const char *sym, int ver, uint64_t flags)
 		return ver >= 11000 ? R_cuDevicePrimaryCtxRelease_v2 : i;
 	case R_cuDevicePrimaryCtxReset:
 		return ver >= 11000 ? R_cuDevicePrimaryCtxReset_v2 : i;
+	case R_cuStreamBeginCapture:
+		/* 10.1 added the mode argument (_v2) */
+		if (ver >= 10010)
+			return ptds ? R_cuStreamBeginCapture_v2_ptsz : R_cuStreamBeginCapture_v2;
+		return ptds ? R_cuStreamBeginCapture_ptsz : i;
+	case R_cuStreamBeginCaptureToGraph:
+		return ptds ? R_cuStreamBeginCaptureToGraph_ptsz : i;
+	case R_cuStreamEndCapture:
+		return ptds ? R_cuStreamEndCapture_ptsz : i;
+	case R_cuStreamDestroy:
+		return ver >= 4000 ? R_cuStreamDestroy_v2 : i;
 	default:
 		return i;
 	}
@@ -1349,6 +1495,16 @@ static void fill_wrappers(void)
 	W(cuDevicePrimaryCtxRelease_v2);
 	W(cuDevicePrimaryCtxReset);
 	W(cuDevicePrimaryCtxReset_v2);
+	W(cuStreamBeginCapture);
+	W(cuStreamBeginCapture_ptsz);
+	W(cuStreamBeginCapture_v2);
+	W(cuStreamBeginCapture_v2_ptsz);
+	W(cuStreamBeginCaptureToGraph);
+	W(cuStreamBeginCaptureToGraph_ptsz);
+	W(cuStreamEndCapture);
+	W(cuStreamEndCapture_ptsz);
+	W(cuStreamDestroy);
+	W(cuStreamDestroy_v2);
 #undef W
 }
 

@@ -681,8 +681,8 @@ static CUstream op_stream(struct session *s, CUcontext c, CUresult *err)
 }
 
 /* Orders work on st after every instrumented launch this session's clones
- * in context c have recorded so far (reads and snapshots then see complete
- * kernels), without a host wait and without the legacy stream. */
+ * in context c (current) have made so far (reads and snapshots then see
+ * complete kernels), without a host wait and without the legacy stream. */
 static void after_clone_launches(struct session *s, CUcontext c, CUstream st)
 {
 	if (!D.cuStreamWaitEvent)
@@ -690,6 +690,7 @@ static void after_clone_launches(struct session *s, CUcontext c, CUstream st)
 	for (struct clone *cl = s->clones; cl; cl = cl->next) {
 		if (cl->ctx != c)
 			continue;
+		probe_flush(cl);
 		pthread_mutex_lock(&cl->evmu);
 		for (int i = 0; i < cl->nev; i++)
 			D.cuStreamWaitEvent(st, cl->ev[i].e, 0);
@@ -704,6 +705,7 @@ static void clk_release(struct clk *k);
 /* A clone's memory (never a pinned one's: a graph may still reach it). */
 static void clone_free(struct clone *c)
 {
+	probe_clone_forget(c);
 	if (c->pinned)
 		return;
 	pthread_mutex_destroy(&c->evmu);
@@ -719,6 +721,7 @@ static void clone_unload(struct clone *c)
 	}
 	if (D.cuCtxSetCurrent(c->ctx) != CUDA_SUCCESS)
 		return;
+	probe_flush(c);
 	pthread_mutex_lock(&c->evmu);
 	for (int i = 0; i < c->nev; i++) {
 		D.cuEventSynchronize(c->ev[i].e);
@@ -1152,6 +1155,7 @@ static int op_load(struct session *s, uint32_t req, struct rbuf *r, struct wbuf 
 		D.cuCtxSetCurrent(saved);
 		return send_error(s, OP_LOAD, req, ST_CUDA, cr, "cannot make the context of device %d current", dev);
 	}
+	probe_defer_setup(); /* before the first clone: no launch can have run one */
 	enum { LOGSZ = 1 << 16 };
 	char *elog = calloc(1, LOGSZ), *ilog = calloc(1, LOGSZ);
 	CUjit_option o[4] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
@@ -1233,6 +1237,7 @@ static int op_load(struct session *s, uint32_t req, struct rbuf *r, struct wbuf 
 	D.cuCtxSetCurrent(saved);
 	cl->next = s->clones;
 	s->clones = cl;
+	probe_clone_add(cl);
 	DBG("clone %llu loaded in %.2f ms", (unsigned long long)cl->id, ns / 1e6);
 	return 1;
 }
@@ -1600,6 +1605,7 @@ static int op_mem(struct session *s, uint16_t op, uint32_t req, struct rbuf *r, 
 		*pp = a->next;
 		/* launches that may use it finish first */
 		for (struct clone *cl = s->clones; cl; cl = cl->next) {
+			probe_flush(cl);
 			pthread_mutex_lock(&cl->evmu);
 			for (int i = 0; i < cl->nev; i++)
 				D.cuEventSynchronize(cl->ev[i].e);
@@ -1788,6 +1794,7 @@ static int op_unregister(struct session *s, uint32_t req, struct rbuf *r, struct
 	probe_lw_refresh();
 	pthread_rwlock_unlock(&g_rw);
 	for (struct clone *cl = s->clones; cl; cl = cl->next) {
+		probe_flush(cl);
 		pthread_mutex_lock(&cl->evmu);
 		for (int i = 0; i < cl->nev; i++)
 			D.cuEventSynchronize(cl->ev[i].e);
