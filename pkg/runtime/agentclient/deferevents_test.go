@@ -151,7 +151,8 @@ func TestDeferredLaunchEvents(t *testing.T) {
 
 	// (a) No record on the launch path; a read records once per stream
 	// launched on (the legacy one too) before it waits, and nothing when
-	// nothing was launched since; an unload records before it synchronises.
+	// nothing was launched since; a free and an unload record before they
+	// synchronise.
 	t.Run("deferred", func(t *testing.T) {
 		e := startEvTest(t, f)
 		s1, s2 := e.stream(), e.stream()
@@ -170,6 +171,16 @@ func TestDeferredLaunchEvents(t *testing.T) {
 		if n := len(slices.DeleteFunc(lines, func(l string) bool { return !strings.HasPrefix(l, "EVWAIT ") })); n != 3 {
 			t.Errorf("read waits for %d events, want all 3 streams'", n)
 		}
+		spare, err := e.c.Alloc(OnDevice(0), 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.run("sync")
+		e.launch("ks " + s2)
+		if err := e.c.Free(OnDevice(0), spare); err != nil {
+			t.Fatal(err)
+		}
+		wantRecords(t, "free", e.run("sync"), "other", s2)
 		e.launch("ks " + s1)
 		if err := e.c.Unload(e.clone); err != nil {
 			t.Fatal(err)
