@@ -354,10 +354,14 @@ void probe_after_launch(struct activation *a, CUstream s, CUresult r, int cap)
 		return;
 	}
 	pthread_mutex_lock(&c->evmu);
-	/* Launches record at once while a capture is active, and on the
-	 * per-thread default stream (only this thread can name it). */
+	/* Launches record at once while a capture is active; on the
+	 * per-thread default stream (only this thread can name it); and on
+	 * the legacy stream, where a record made later would be a new barrier
+	 * between the application's blocking streams (its work queued on
+	 * them since would wait for each other), while right behind the
+	 * application's own legacy launch it adds none. */
 	int quiet = __atomic_load_n(&g_defer, __ATOMIC_RELAXED) && !__atomic_load_n(&g_captures, __ATOMIC_SEQ_CST);
-	int defer = quiet && s != CU_STREAM_PER_THREAD;
+	int defer = quiet && s != CU_STREAM_PER_THREAD && s != NULL && s != CU_STREAM_LEGACY;
 	int i = ev_entry(c, s, quiet);
 	if (i < 0)
 		c->overflow = 1;
