@@ -69,7 +69,7 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 			reset(i)
 		}
 		ins := &c.insns[i]
-		c.stackUse(i, ins, flow[i-sp.start], &known)
+		c.stackUse(ins, flow[i-sp.start], &known)
 		if err := c.insn(i, ins, &known); err != nil {
 			return "", c.errAt(i, err)
 		}

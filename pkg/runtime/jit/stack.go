@@ -203,11 +203,10 @@ var stackSizeArgs = map[int64]map[asm.Register]asm.Register{
 	hPerfOutput: {asm.R4: asm.R5}, hRingOutput: {asm.R2: asm.R3}, hTracePrintk: {asm.R1: asm.R2},
 }
 
-// stackUse records, before instruction i is emitted, which stack slots
-// its use of stack pointers forces into memory. st is the analysis'
-// state before i; the emitter's own tracking (c.fpOK, c.fp) says whether
+// stackUse records, before ins is emitted, which stack slots its use of
+// stack pointers forces into memory. st is the analysis' state before it; the emitter's own tracking (c.fpOK, c.fp) says whether
 // its access will have the constant-offset form.
-func (c *compiler) stackUse(i int, ins *asm.Instruction, st *fpState, known *[11]int) {
+func (c *compiler) stackUse(ins *asm.Instruction, st *fpState, known *[11]int) {
 	if st == nil || c.stackAll {
 		return
 	}
@@ -261,7 +260,7 @@ func (c *compiler) stackUse(i int, ins *asm.Instruction, st *fpState, known *[11
 	case cls.IsJump() && op.JumpOp() == asm.Call:
 		id := int64(ins.Constant)
 		ok := stackDirectArgs[id]
-		sizes := map[asm.Register]int64{}
+		var sizes [asm.R5 + 1]int64 // 0: not known
 		for r, n := range stackSizeArgs[id] {
 			if v := st[n]; v.kind == fpConst {
 				sizes[r] = v.off
@@ -331,7 +330,11 @@ func parseStackAccess(line string) (stackAccess, bool) {
 func promoteStack(body string, mem *[stackSlots]bool) (string, []int) {
 	lines := strings.Split(body, "\n")
 	keep := *mem
-	var accs []int // line numbers of stack accesses
+	type access struct {
+		line int
+		stackAccess
+	}
+	var accs []access
 	for n, l := range lines {
 		if !strings.Contains(l, "[stk+") {
 			continue
@@ -340,22 +343,20 @@ func promoteStack(body string, mem *[stackSlots]bool) (string, []int) {
 		if !ok {
 			return body, nil // a form this pass does not know: all in memory
 		}
-		k, b := a.off/8, a.off%8
-		w := a.reg[1] == 'w'
 		switch {
 		case a.off+a.bits/8 > StackSize:
 			return body, nil
-		case b*8+a.bits > 64, a.bits == 64 && w:
+		case a.off%8*8+a.bits > 64, a.bits == 64 && a.reg[1] == 'w':
 			// across two slots, or a 64-bit access of a 32-bit register
-			keep[k] = true
+			keep[a.off/8] = true
 			keep[(a.off+a.bits/8-1)/8] = true
 			continue
 		}
-		accs = append(accs, n)
+		accs = append(accs, access{n, a})
 	}
-	used := map[int]bool{}
-	for _, n := range accs {
-		a, _ := parseStackAccess(lines[n])
+	var used [stackSlots]bool
+	for _, x := range accs {
+		n, a := x.line, x.stackAccess
 		k, b := a.off/8, a.off%8
 		if keep[k] {
 			continue
@@ -384,14 +385,14 @@ func promoteStack(body string, mem *[stackSlots]bool) (string, []int) {
 			lines[n] = fmt.Sprintf("\tbfi.b64 %s, %s, %s, %d, %d;", s, a.reg, s, b*8, a.bits)
 		}
 	}
-	if len(used) == 0 {
-		return body, nil
-	}
-	slots := make([]int, 0, len(used))
-	for k := 0; k < stackSlots; k++ {
-		if used[k] {
+	var slots []int
+	for k, u := range used {
+		if u {
 			slots = append(slots, k)
 		}
+	}
+	if len(slots) == 0 {
+		return body, nil
 	}
 	return strings.Join(lines, "\n"), slots
 }
