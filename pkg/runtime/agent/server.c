@@ -698,6 +698,19 @@ static void after_clone_launches(struct session *s, CUcontext c, CUstream st)
 	}
 }
 
+/* Waits on the host until every launch this session's clones made so far
+ * has finished (before memory they may use goes). */
+static void clones_finish(struct session *s)
+{
+	for (struct clone *cl = s->clones; cl; cl = cl->next) {
+		probe_flush(cl);
+		pthread_mutex_lock(&cl->evmu);
+		for (int i = 0; i < cl->nev; i++)
+			D.cuEventSynchronize(cl->ev[i].e);
+		pthread_mutex_unlock(&cl->evmu);
+	}
+}
+
 /* ---------------- cleanup ---------------- */
 
 static void clk_release(struct clk *k);
@@ -1603,14 +1616,7 @@ static int op_mem(struct session *s, uint16_t op, uint32_t req, struct rbuf *r, 
 		}
 		struct alloc *a = *pp;
 		*pp = a->next;
-		/* launches that may use it finish first */
-		for (struct clone *cl = s->clones; cl; cl = cl->next) {
-			probe_flush(cl);
-			pthread_mutex_lock(&cl->evmu);
-			for (int i = 0; i < cl->nev; i++)
-				D.cuEventSynchronize(cl->ev[i].e);
-			pthread_mutex_unlock(&cl->evmu);
-		}
+		clones_finish(s); /* launches that may use it finish first */
 		D.cuCtxSetCurrent(a->ctx);
 		cr = D.cuMemFree(a->p);
 		free(a);
@@ -1793,13 +1799,7 @@ static int op_unregister(struct session *s, uint32_t req, struct rbuf *r, struct
 		}
 	probe_lw_refresh();
 	pthread_rwlock_unlock(&g_rw);
-	for (struct clone *cl = s->clones; cl; cl = cl->next) {
-		probe_flush(cl);
-		pthread_mutex_lock(&cl->evmu);
-		for (int i = 0; i < cl->nev; i++)
-			D.cuEventSynchronize(cl->ev[i].e);
-		pthread_mutex_unlock(&cl->evmu);
-	}
+	clones_finish(s);
 	CUcontext saved = NULL;
 	D.cuCtxGetCurrent(&saved);
 	if (g->registered && D.cuCtxSetCurrent(g->ctx) == CUDA_SUCCESS)
