@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -456,7 +457,9 @@ func TestOneProbeHitPerLaunch(t *testing.T) {
 		checked := n + 1 - unchecked
 		// Without sessions (forced here, or a kernel before 6.13) every
 		// launch takes its return: two hits.
-		minChecked, maxChecked, maxHits := 4, 4+(n+1)/64+1, 1.05
+		// The one-in-64 counter is per CPU: each CPU the launching thread
+		// ran on may add its first launch (seen: 84 of 5001 under load).
+		minChecked, maxChecked, maxHits := 4, 4+(n+1)/64+goruntime.NumCPU(), 1.05
 		if os.Getenv("GPUEVENT_SNOOP_NO_SESSIONS") != "" {
 			minChecked, maxChecked, maxHits = n+1, n+1, 2
 		}
