@@ -13,8 +13,6 @@ export CGO_ENABLED=0
 for t in gpubpf gpuevent_snoop threadhist kernelretsnoop kernel_trace launchlate; do
 	go build -trimpath -ldflags "$ld" -o .gpu/bin/$t ./tools/$t
 done
-# the event ring's other reservation variant, measured by event-bench.sh
-go build -trimpath -tags ringprecheck -ldflags "$ld" -o .gpu/bin/gpubpf-precheck ./tools/gpubpf
 go build -trimpath -ldflags "-s -w" -o .gpu/agent/agentcheck ./pkg/runtime/agent/gputest/agentcheck
 go build -trimpath -ldflags "-s -w" -o .gpu/ptx/ptxinst ./pkg/runtime/instrument/gputest/ptxinst
 go test -c -trimpath -ldflags "-s -w" -o .gpu/jit/difftest.test ./pkg/runtime/jit/difftest

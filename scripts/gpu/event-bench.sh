@@ -13,9 +13,9 @@
 #   gwarp    dev with shards keyed by the warp's index in the grid instead of
 #            its hardware slot (GPUBPF_RING_KEY=warp: a grid of a few blocks
 #            spreads over every shard)
-#   precheck dev with a plain-load check for a full ring before the claim
-#            atomic (bin/gpubpf-precheck, built with -tags ringprecheck;
-#            pkg/runtime/jit's ringPrecheck)
+#   noprecheck dev without the plain-load check for a full ring before the
+#            claim atomic (GPUBPF_RING_PRECHECK=0; pkg/runtime/jit's ringPrecheck)
+#   dev64    the same with --ring-mb 64
 #   norec    bpf/bench/probe_ring.bpf.o ring_record: the record without the
 #            trace_printk from thread 0
 #   fields   (not by default) probe_ring's ring_fields: the same fields read, no ring record
@@ -37,13 +37,9 @@ export PATH=$PWD/bin:$PATH
 OBJ=bpf/examples/trace_bpfel.o
 REPS=${REPS:-3}
 LIMIT=${LIMIT:-120}
-MODES=${MODES:-"dev gwarp one precheck norec dev256 print"}
+MODES=${MODES:-"dev gwarp one noprecheck norec dev256 print"}
 PRESETS=${PRESETS:-"tiny:32 10000 32 1;small:1000 10000 256 4;medium:10000 1000 256 40;large:100000 1000 512 196;xlarge:1000000 1000 512 1954"}
 T=$(mktemp -d)
-if [[ " $MODES " == *" precheck "* ]] && ! command -v gpubpf-precheck >/dev/null; then
-	echo "note: no bin/gpubpf-precheck (scripts/gpu-bundle.sh builds it): mode precheck skipped"
-	MODES=${MODES/precheck/}
-fi
 LOGS=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}
 mkdir -p "$LOGS"
 kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $NF}'; }
@@ -71,7 +67,8 @@ for ps in "${PS[@]}"; do
 			dev) timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			gwarp) GPUBPF_RING_KEY=warp timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			one) GPUBPF_RING_SHARDS=1 timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
-			precheck) timeout "$LIMIT" gpubpf-precheck run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
+			noprecheck) GPUBPF_RING_PRECHECK=0 timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
+			dev64) timeout "$LIMIT" gpubpf run -j --summary --ring-mb 64 "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			norec) timeout "$LIMIT" gpubpf run -j --summary -P ring_record bpf/bench/probe_ring.bpf.o -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			fields) timeout "$LIMIT" gpubpf run -j --summary -P ring_fields bpf/bench/probe_ring.bpf.o -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			dev256) timeout "$LIMIT" gpubpf run -j --summary --ring-mb 256 "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
@@ -95,7 +92,7 @@ for ps in "${PS[@]}"; do
 			D[$name.$mode]+="$(python3 -c "print(f'{100*${del:-0}/max(1,${prod:-0}):.2f}')"),"
 			C[$name.$mode]+="$exact,"
 			db=$(jf "$out" ring_drain_bytes)
-			DR[$name.$mode]="$(jf "$out" ring_drains) drains copied $((${db:-0} / 1000000)) MB in $(jf "$out" ring_drain_ms) ms (agent $(jf "$out" ring_drain_agent_ms) ms, of it waiting for copies $(jf "$out" ring_drain_wait_ms) ms; agent busy before $(jf "$out" ring_drain_agent_busy_ms) ms, to the agent $(jf "$out" ring_drain_to_agent_ms) ms, back $(jf "$out" ring_drain_from_agent_ms) ms)"
+			DR[$name.$mode]="$(jf "$out" ring_drains) drains copied $((${db:-0} / 1000000)) MB in $(jf "$out" ring_drain_ms) ms (agent $(jf "$out" ring_drain_agent_ms) ms, of it waiting for copies $(jf "$out" ring_drain_wait_ms) ms; agent busy before $(jf "$out" ring_drain_agent_busy_ms) ms, to the agent $(jf "$out" ring_drain_to_agent_ms) ms, back $(jf "$out" ring_drain_from_agent_ms) ms; then the tool scanning $(jf "$out" ring_drain_scan_ms) ms, delivering $(jf "$out" ring_drain_deliver_ms) ms)"
 		done
 	done
 	b=${K[$name.base]%,}

@@ -45,7 +45,7 @@ func newRingFixture(t *testing.T, c *Conn, N, S, T uint64) *ringFixture {
 		var cb [ringCtrl]byte
 		binary.LittleEndian.PutUint32(cb[20:], uint32(S))
 		binary.LittleEndian.PutUint64(cb[24:], 7+i)   // dropped
-		binary.LittleEndian.PutUint64(cb[32:], 123+i) // produced
+		binary.LittleEndian.PutUint64(cb[32:], 123+i) // records
 		binary.LittleEndian.PutUint32(cb[40:], uint32(T))
 		binary.LittleEndian.PutUint32(cb[44:], uint32(N))
 		binary.LittleEndian.PutUint64(cb[192:], 0xc1a1)

@@ -85,7 +85,8 @@
 //
 //	off 20  u32 S: data bytes of this shard (a power of two)
 //	off 24  u64 dropped records (no room, or a record over RingTail bytes)
-//	off 32  u64 produced records (every reserve/output attempt)
+//	off 32  u64 records given a position (produced = this + dropped:
+//	        a warp updates one of the two, not both)
 //	off 40  u32 T: tail bytes (RingTail)
 //	off 44  u32 shards: how many shards the ring has (0 counts as 1)
 //	off 64  u64 reserved position R (bytes, monotonic)
@@ -198,7 +199,7 @@ const (
 	OffSlots                         = 20
 	OffErrors                        = 24
 	OffCount                         = 32
-	OffProduced                      = 32
+	OffRecords                       = 32
 	OffTail                          = 40
 	OffShards                        = 44
 	OffReserved                      = 64
@@ -476,7 +477,7 @@ func InitHeader(p Placement) []byte {
 type Header struct {
 	Magic, Kind, KeySize, ValueSize, MaxEntries, Slots uint32
 	Errors, Count                                      uint64
-	// Rings: Count is the produced records; Tail the tail bytes.
+	// Rings: Count is the records given a position; Tail the tail bytes.
 	Tail, Shards                uint32
 	Reserved, Released, Claimed uint64
 }

@@ -124,9 +124,13 @@ func (r *Reader) Ready(reserved uint64) uint64 {
 }
 
 // Dropped and Produced are the GPU's record counters as of the header in
-// mem (for a Mirror: as of the last drain).
-func (r *Reader) Dropped() uint64  { return atomic.LoadUint64(r.u64(OffErrors)) }
-func (r *Reader) Produced() uint64 { return atomic.LoadUint64(r.u64(OffProduced)) }
+// mem (for a Mirror: as of the last drain). The GPU counts a warp's records
+// once, where they end up (given a position, or dropped): one counter
+// update per warp, on a full ring most of the cost of a record.
+func (r *Reader) Dropped() uint64 { return atomic.LoadUint64(r.u64(OffErrors)) }
+func (r *Reader) Produced() uint64 {
+	return atomic.LoadUint64(r.u64(OffRecords)) + atomic.LoadUint64(r.u64(OffErrors))
+}
 
 // Reserved is the producers' position as of the header in mem.
 func (r *Reader) Reserved() uint64 { return atomic.LoadUint64(r.u64(OffReserved)) }

@@ -196,10 +196,38 @@ func (c *compiler) hashArgs(p gpumap.Placement) []string {
 // scope the ring's data needs: system scope for host memory, GPU scope for
 // device memory (the host copies it only after the commit is visible there).
 func (c *compiler) ringFn(base string, p gpumap.Placement) string {
+	return base + "_" + ringScope(p)
+}
+
+func ringScope(p gpumap.Placement) string {
 	if p.HostData {
-		return base + "_sys"
+		return "sys"
 	}
-	return base + "_gpu"
+	return "gpu"
+}
+
+// outputFromStack is __gpubpf_output for a record at a known stack offset
+// and of a known size (inlineOutput): reserve, copy with constant-offset
+// loads (slots kept in registers become moves), commit.
+func (c *compiler) outputFromStack(p gpumap.Placement) {
+	done := c.label()
+	c.callSeq("%t8", "__gpubpf_rb_reserve", append(ringArgs(p), u(uint64(c.outLen)))...)
+	c.e("mov.u64 %%r0, %s;", errImm(eNOSPC))
+	c.e("setp.eq.u64 %%p1, %%t8, 0;")
+	c.e("@%%p1 bra %s;", done)
+	for k := 0; k < c.outLen; {
+		w := 8
+		for k+w > c.outLen {
+			w /= 2
+		}
+		c.e("ld.local.u%d %%t9, [stk+%d];", w*8, c.outOff+k)
+		c.e("st.u%d [%%t8+%d], %%t9;", w*8, k)
+		k += w
+	}
+	c.e("mov.u32 %%w1, %d;", uint32(c.outLen)|gpumap.RecValid)
+	c.e("%s.u32 [%%t8+-8], %%w1;", commitStore(ringScope(p)))
+	c.e("mov.u64 %%r0, 0;")
+	c.b.WriteString(done + ":\n")
 }
 
 // ringArgs are the control block, data, shard size, shard mask and shard
@@ -384,6 +412,10 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 			mapReg, data, size = asm.R1, "%r2", "%r3"
 		}
 		return c.dispatch("event output", mapReg, known, func(k gpumap.Kind) bool { return k == gpumap.RingBuf }, errImm(eINVAL), func(m mapRef) error {
+			if c.outAt == c.cur && c.outLen > 0 {
+				c.outputFromStack(m.p)
+				return nil
+			}
 			c.callSeq("%r0", c.ringFn("__gpubpf_output", m.p), append(ringArgs(m.p), data, size)...)
 			return nil
 		})

@@ -319,6 +319,9 @@ type compiler struct {
 	fpOK         [11]bool         // ...when known (per basic block)
 	stackMem     [stackSlots]bool // slots of the function being compiled that stay in memory
 	stackAll     bool             // ...all of them
+	// outAt, outOff, outLen: the event output call at instruction outAt
+	// copies outLen bytes from [stk+outOff] itself (stackUse decides)
+	outAt, outOff, outLen int
 }
 
 // errAt wraps err with the program, instruction index and C source line.

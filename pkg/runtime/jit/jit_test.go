@@ -516,15 +516,23 @@ func TestThreadID(t *testing.T) {
 	}
 }
 
-// The reservation variant built (tag ringnoprecheck or not) is the one the
-// runtime emits: the claimed-bytes load and its branch are there exactly
-// when ringPrecheck is set.
+// GPUBPF_RING_PRECHECK: the claimed-bytes load and its branch are in the
+// reservation exactly when ringPrecheck is set, and it assembles either way.
 func TestRingPrecheckVariant(t *testing.T) {
-	src := runtimeFunc("__gpubpf_rb_reserve", "")
-	load := strings.Contains(src, "ld.relaxed.gpu.u64 %a9, [%a0+192]")
-	branch := strings.Contains(src, "@%q5 bra $FULLNOW;")
-	if load != ringPrecheck || branch != ringPrecheck {
-		t.Fatalf("ringPrecheck %v: claimed-bytes load %v, full pre-check branch %v", ringPrecheck, load, branch)
+	defer func(v bool) { ringPrecheck = v }(ringPrecheck)
+	for _, on := range []bool{false, true} {
+		ringPrecheck = on
+		src := runtimeFunc("__gpubpf_rb_reserve", "")
+		load := strings.Contains(src, "ld.relaxed.gpu.u64 %a9, [%a0+192]")
+		branch := strings.Contains(src, "@%q5 bra $FULLNOW;")
+		if load != on || branch != on {
+			t.Fatalf("ringPrecheck %v: claimed-bytes load %v, full pre-check branch %v", on, load, branch)
+		}
+		f, err := Compile(prog(helperCases()["helper/ring"]...), testOpts())
+		if err != nil {
+			t.Fatal(err)
+		}
+		assemble(t, f)
 	}
 }
 
@@ -764,7 +772,23 @@ func TestStackPromotion(t *testing.T) {
 			st(fp, -24, asm.R1, asm.DWord), st(fp, -16, asm.R1, asm.DWord), st(fp, -8, asm.R1, asm.DWord),
 			asm.LoadMapPtr(asm.R1, 0).WithReference("ring"), asm.Mov.Reg(asm.R2, fp), asm.Add.Imm(asm.R2, -16),
 			asm.Mov.Imm(asm.R3, 8), asm.Mov.Imm(asm.R4, 0), asm.FnRingbufOutput.Call(), asm.Return()},
-			regs: []string{"mov.b64 %gs61, %r1;", "mov.b64 %gs63, %r1;"}, local: []string{"st.local.u64 [stk+496], %r1;"}},
+			// copied by the call site's own loads: the record stays in a register
+			regs: []string{"mov.b64 %gs61, %r1;", "mov.b64 %gs62, %r1;", "mov.b64 %t9, %gs62;", "st.u64 [%t8+0], %t9;"}},
+		{name: "perf-record-in-parts", insns: []asm.Instruction{
+			st(fp, -16, asm.R1, asm.DWord), st(fp, -8, asm.R1, asm.Word), st(fp, -4, asm.R1, asm.Half),
+			asm.Mov.Reg(asm.R4, fp), asm.Add.Imm(asm.R4, -16), asm.LoadMapPtr(asm.R2, 0).WithReference("ring"),
+			asm.Mov.Imm(asm.R3, 0), asm.Mov.Imm(asm.R5, 14), asm.FnPerfEventOutput.Call(), asm.Return()},
+			regs: []string{"st.u64 [%t8+0], %t9;", "st.u32 [%t8+8], %t9;", "st.u16 [%t8+12], %t9;", "mov.u32 %w1, 2147483662;"}},
+		{name: "ring-record-unaligned", insns: []asm.Instruction{
+			st(fp, -24, asm.R1, asm.DWord), st(fp, -16, asm.R1, asm.DWord), st(fp, -8, asm.R1, asm.DWord),
+			asm.LoadMapPtr(asm.R1, 0).WithReference("ring"), asm.Mov.Reg(asm.R2, fp), asm.Add.Imm(asm.R2, -12),
+			asm.Mov.Imm(asm.R3, 8), asm.Mov.Imm(asm.R4, 0), asm.FnRingbufOutput.Call(), asm.Return()},
+			regs: []string{"mov.b64 %gs61, %r1;"}, local: []string{"st.local.u64 [stk+496], %r1;", "st.local.u64 [stk+504], %r1;", "rt_output_gpu"}},
+		{name: "ring-record-of-unknown-size", insns: []asm.Instruction{
+			st(fp, -16, asm.R1, asm.DWord), st(fp, -8, asm.R1, asm.DWord),
+			asm.LoadMapPtr(asm.R1, 0).WithReference("ring"), asm.Mov.Reg(asm.R2, fp), asm.Add.Imm(asm.R2, -16),
+			asm.Mov.Reg(asm.R3, asm.R6), asm.Mov.Imm(asm.R4, 0), asm.FnRingbufOutput.Call(), asm.Return()},
+			none: true, local: []string{"st.local.u64 [stk+496], %r1;", "rt_output_gpu"}},
 		{name: "hash-key", insns: []asm.Instruction{
 			st(fp, -16, asm.R1, asm.DWord), st(fp, -8, asm.R1, asm.DWord),
 			asm.LoadMapPtr(asm.R1, 0).WithReference("hash"), asm.Mov.Reg(asm.R2, fp), asm.Add.Imm(asm.R2, -16),

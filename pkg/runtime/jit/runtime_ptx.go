@@ -20,11 +20,7 @@ func runtimeFunc(name, _ string) string {
 	if !ok {
 		panic("jit: unknown runtime function " + name)
 	}
-	commit := "st.relaxed.gpu"
-	if scope == "sys" {
-		commit = "st.release.sys"
-	}
-	src = strings.ReplaceAll(src, "COMMITSTORE", commit)
+	src = strings.ReplaceAll(src, "COMMITSTORE", commitStore(scope))
 	src = strings.ReplaceAll(src, "SCOPE", scope)
 	src = strings.ReplaceAll(src, "RINGTAIL", strconv.Itoa(gpumap.RingTail))
 	src = strings.ReplaceAll(src, "NAME", name)
@@ -38,6 +34,16 @@ func runtimeFunc(name, _ string) string {
 		src = strings.Replace(src, slotKeyLines, gridWarpKeyLines, 1)
 	}
 	return src + "\n"
+}
+
+// commitStore is the store that commits a ring record: system-scope
+// release for data in host memory (the tool reads it in place), relaxed
+// for device memory (the host copies it only after a later copy saw it).
+func commitStore(scope string) string {
+	if scope == "sys" {
+		return "st.release.sys"
+	}
+	return "st.relaxed.gpu"
 }
 
 // ringKeyByGridWarp picks a record's shard by the warp's index in the grid
@@ -77,14 +83,18 @@ const gridWarpKeyLines = `	mov.u32 %b15, %tid.x;
 	mad.lo.u32 %b15, %b14, %b10, %b15;
 `
 
-// ringPrecheck: a warp reads the claimed bytes with a plain load before it
-// claims, so that a full ring is recognised without an atomic (tag
-// ringprecheck). By default the claim atomic is issued at once instead: one
-// memory round trip fewer before a record can be written, an atomic and a
-// give-back more per warp while the ring is full. Measured against each
-// other by scripts/gpu/event-bench.sh (H100, 2026-11-23: without the
-// pre-check tiny x1.71 / large x1.78 instead of x1.92 / x1.95, medium the
-// same, xlarge x4.69 instead of x4.34).
+// ringPrecheck: a warp loads the claimed bytes beside the released position
+// and recognises a full ring from them before it claims, so that a full
+// ring costs one load and one counter update per warp instead of a claim
+// atomic and its give-back on the shard's most contended word. The claim
+// then waits for that load, one memory round trip more while there is
+// room; measured the better at every preset all the same (H100,
+// 2026-11-23, with records written from registers: tiny x1.32 / medium
+// x1.28 / xlarge x1.45 against x1.42 / x1.36 / x1.60 without).
+// GPUBPF_RING_PRECHECK=0 turns it off for measurement
+// (scripts/gpu/event-bench.sh's noprecheck, docs/event-path.md).
+var ringPrecheck = os.Getenv("GPUBPF_RING_PRECHECK") != "0"
+
 var precheckLines = []string{
 	"\tld.relaxed.gpu.u64 %a9, [%a0+192];\n",
 	"\tadd.u64 %a10, %a9, %a7;\n\tsub.u64 %a10, %a10, %a8;\n\tsetp.gt.u64 %q5, %a10, %a2;\n\t@%q5 bra $FULLNOW;\n",
@@ -413,7 +423,6 @@ $AGG:
 	mov.u64 %a5, 0xFFFFFFFFFFFFFFFF;
 	@!%q4 bra $BC;
 	cvt.u64.u32 %a6, %b12;
-	red.relaxed.gpu.add.u64 [%a0+32], %a6;
 	cvt.u64.u32 %a7, %b7;
 	setp.eq.u64 %q5, %a7, 0;
 	@%q5 bra $BIG;
@@ -427,6 +436,9 @@ $AGG:
 	setp.gt.u64 %q5, %a10, %a2;
 	@%q5 bra $FULL;
 	atom.relaxed.gpu.add.u64 %a5, [%a0+64], %a7;
+	sub.u32 %b13, %b12, %b11;
+	cvt.u64.u32 %a6, %b13;
+	red.relaxed.gpu.add.u64 [%a0+32], %a6;
 $BIG:
 	setp.eq.u32 %q5, %b11, 0;
 	@%q5 bra $BC;

@@ -207,12 +207,19 @@ var stackSizeArgs = map[int64]map[asm.Register]asm.Register{
 // stack pointers forces into memory. st is the analysis' state before it; the emitter's own tracking (c.fpOK, c.fp) says whether
 // its access will have the constant-offset form.
 func (c *compiler) stackUse(ins *asm.Instruction, st *fpState, known *[11]int) {
-	if st == nil || c.stackAll {
+	if st == nil {
 		return
 	}
 	op := ins.OpCode
 	cls := op.Class()
 	direct := func(r asm.Register) bool { return r == asm.R10 || (r < asm.R10 && c.fpOK[r]) }
+	var inlined asm.Register // the data pointer of an inlined event output
+	if cls.IsJump() && op.JumpOp() == asm.Call && !ins.IsFunctionCall() {
+		inlined = c.inlineOutput(int64(ins.Constant), st, direct)
+	}
+	if c.stackAll {
+		return
+	}
 	// escape: the size bytes from r (to the top of the stack where size
 	// is not known: 0) stay in memory, where r's offset is known; every
 	// slot otherwise.
@@ -276,7 +283,7 @@ func (c *compiler) stackUse(ins *asm.Instruction, st *fpState, known *[11]int) {
 			}
 		}
 		for r := asm.R1; r <= asm.R5; r++ {
-			if !st[r].mayBeFP() {
+			if !st[r].mayBeFP() || r == inlined {
 				continue
 			}
 			if ok&(1<<r) != 0 && st[r].kind == fpExact && direct(r) {
@@ -285,6 +292,40 @@ func (c *compiler) stackUse(ins *asm.Instruction, st *fpState, known *[11]int) {
 			escape(r, sizes[r])
 		}
 	}
+}
+
+// maxInlineOutput: event records up to this many bytes are copied from the
+// stack by code at the call (one load and store per 8 bytes) instead of
+// the runtime's memcpy.
+const maxInlineOutput = 256
+
+// inlineOutput decides whether the event output helper id about to be
+// emitted copies its record from the stack itself: a record at a known,
+// 8-byte aligned stack offset with a size known here. Then the record's
+// slots are read only by constant-offset loads after the reservation, so
+// they stay in registers, and a record the full ring drops costs no stack
+// traffic at all (before, every thread stored its record to local memory
+// for the runtime's memcpy: at a 16M-thread launch, mostly to drop it).
+// It returns the data pointer's register where it does (0 where not).
+func (c *compiler) inlineOutput(id int64, st *fpState, direct func(asm.Register) bool) asm.Register {
+	data, size := asm.R4, asm.R5
+	switch id {
+	case hPerfOutput:
+	case hRingOutput:
+		data, size = asm.R2, asm.R3
+	default:
+		return 0
+	}
+	n := st[size]
+	if st[data].kind != fpExact || !direct(data) || n.kind != fpConst || n.off <= 0 || n.off > maxInlineOutput {
+		return 0
+	}
+	off := StackSize + c.fp[data]
+	if off < 0 || off%8 != 0 || off+int(n.off) > StackSize {
+		return 0
+	}
+	c.outAt, c.outOff, c.outLen = c.cur, off, int(n.off)
+	return data
 }
 
 // stackRange puts the slots of the size bytes at r10 + off in memory.

@@ -1,5 +1,0 @@
-//go:build !ringprecheck
-
-package jit
-
-const ringPrecheck = false
