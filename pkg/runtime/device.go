@@ -97,8 +97,9 @@ type ringState struct {
 	// the agent still busy with the drain before when one was sent, and the
 	// parts on the way to the agent and back (socket, schedulers).
 	drains, copied, drainNs, opNs, waitNs, busyNs, toAgentNs, fromAgentNs atomic.Uint64
-	failed                                                                bool        // a drain failed; logged once
-	scans                                                                 []shardScan // reused by each drain (drainMu)
+	scanNs, deliverNs                                                     atomic.Uint64 // the tool's share of a drain, after the reply
+	failed                                                                bool          // a drain failed; logged once
+	scans                                                                 []shardScan   // reused by each drain (drainMu)
 }
 
 // device returns (placing maps and compiling programs on first use) the
@@ -389,6 +390,8 @@ func (rs *ringState) addStats(st *Stats) {
 	st.DrainAgentBusy += time.Duration(rs.busyNs.Load())
 	st.DrainToAgent += time.Duration(rs.toAgentNs.Load())
 	st.DrainFromAgent += time.Duration(rs.fromAgentNs.Load())
+	st.DrainScan += time.Duration(rs.scanNs.Load())
+	st.DrainDeliver += time.Duration(rs.deliverNs.Load())
 }
 
 // ring places a ring buffer: its control block (and, unless hostDataRings,

@@ -133,7 +133,10 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 				work = append(work, shardScan{r: r, reserved: reserved})
 			}
 		}
+		t2 := agentproto.MonoNow()
 		scanShards(work, p.PID, dev, m.name, printk)
+		t3 := agentproto.MonoNow()
+		rs.scanNs.Add(t3 - t2)
 		for i := range work {
 			w := &work[i]
 			for _, b := range w.batches {
@@ -147,6 +150,7 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 			*w = shardScan{} // the batches are the tool's now
 		}
 		rs.scans = work
+		rs.deliverNs.Add(agentproto.MonoNow() - t3)
 		rs.discarded.Add(discarded)
 		rs.produced.Store(produced)
 		rs.dropped.Store(dropped)

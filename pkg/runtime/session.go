@@ -240,6 +240,8 @@ type Stats struct {
 	DrainAgentBusy  time.Duration     // of the rest, the agent still busy after the reply before
 	DrainToAgent    time.Duration     // and from then (or the tool's call) to the agent's read
 	DrainFromAgent  time.Duration     // and from the agent's reply to the tool's
+	DrainScan       time.Duration     // after the reply: the tool scanning the copies into batches
+	DrainDeliver    time.Duration     // and handing them to the session (waits while it is behind)
 	PrintkLines     uint64            // trace_printk/bpf_puts lines delivered
 	MapErrors       map[string]uint64 // map -> out-of-range/full errors counted on the GPU
 	Launches        uint64            // instrumented launches (agent count)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -107,6 +108,15 @@ func Run(app *cli.App) {
 
 // RunArgs is Run without the exit, for tests.
 func RunArgs(app *cli.App, args []string, stderr io.Writer) int {
+	if f := os.Getenv("GPUBPF_CPUPROFILE"); f != "" {
+		// for the suite's developers: where a tool's own time goes on
+		// the GPU machine, which has no Go to profile with
+		if stop, err := startCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "%s: GPUBPF_CPUPROFILE: %v\n", app.Name, err)
+		} else {
+			defer stop()
+		}
+	}
 	err := app.Run(interspersed(app, args))
 	if err == nil {
 		return 0
@@ -152,4 +162,19 @@ func RequireRoot() error {
 		}
 	}
 	return errors.New("needs root (or CAP_BPF and CAP_PERFMON) to load eBPF programs: run it with sudo")
+}
+
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
