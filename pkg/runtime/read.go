@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
 	goruntime "runtime"
 	"slices"
 	"strings"
@@ -217,35 +218,56 @@ func scanShards(work []shardScan, pid, dev int, ring string, printk bool) {
 }
 
 // scanShard consumes what one shard has ready into batches of at most
-// batchBytes.
+// batchBytes, copying runs of records in bulk.
 func scanShard(w *shardScan, pid, dev int, ring string, printk bool) {
-	b := newBatch(pid, dev, ring, w.r.Ready(w.reserved))
 	if printk {
-		b.Map = ""
-	}
-	w.n, w.x = w.r.Scan(w.reserved, func(rec []byte) {
-		if printk {
+		b := newBatch(pid, dev, "", 0)
+		w.n, w.x = w.r.Scan(w.reserved, func(rec []byte) {
 			pr, err := gpumap.DecodePrintk(rec)
 			text := pr.String()
 			if err != nil {
 				text = fmt.Sprintf("<bad trace_printk record: %v>", err)
 			}
 			b.Lines = append(b.Lines, text)
-			return
-		}
-		b.add(rec)
-		if len(b.data) >= batchBytes {
+		})
+		w.batches = append(w.batches, b)
+		return
+	}
+	var b *Batch
+	left := w.r.Ready(w.reserved) // what the runs will hold, about
+	w.n, w.x = w.r.ScanRuns(w.reserved, batchBytes, func(r gpumap.Run) {
+		if b != nil && len(b.data)+len(r.Mem) > batchBytes {
 			w.batches = append(w.batches, b)
-			b = newBatch(pid, dev, ring, batchBytes)
+			b = nil
 		}
+		if b == nil {
+			b = newBatch(pid, dev, ring, min(max(left, uint64(len(r.Mem))), batchBytes+gpumap.RingTail))
+		}
+		b.addRun(r)
+		left -= min(left, uint64(len(r.Mem)))
 	})
-	w.batches = append(w.batches, b)
+	if b != nil {
+		w.batches = append(w.batches, b)
+	}
 }
 
-// newBatch makes a batch with room for about n bytes of records.
+// newBatch returns a batch with room for n bytes of records, a released
+// one where there is one.
 func newBatch(pid, dev int, ring string, n uint64) *Batch {
-	n = min(n, batchBytes+gpumap.RingTail)
-	return &Batch{PID: pid, Device: dev, Map: ring, data: make([]byte, 0, n), ends: make([]uint32, 0, n/16)}
+	b, _ := batchPool.Get().(*Batch)
+	if b == nil {
+		b = &Batch{}
+	}
+	if uint64(cap(b.data)) < n {
+		// a power of two from 64 KiB: streaming rings soon get batches
+		// that any later one fits in, a trickle never makes big ones
+		b.data = make([]byte, 0, max(64<<10, 1<<bits.Len64(n-1)))
+	}
+	if recs := cap(b.data) / 16; cap(b.ends) < recs { // records are 16 bytes or more
+		b.starts, b.ends = make([]uint32, 0, recs), make([]uint32, 0, recs)
+	}
+	b.PID, b.Device, b.Map = pid, dev, ring
+	return b
 }
 
 // deliver queues a batch for the tool. It waits while the tool catches up

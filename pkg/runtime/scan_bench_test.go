@@ -41,6 +41,11 @@ func BenchmarkDrainScan(b *testing.B) {
 				work = append(work, shardScan{r: r, reserved: r.Reserved()})
 			}
 			scanShards(work, 1, 0, "events", false)
+			for _, w := range work {
+				for _, b := range w.batches {
+					b.Release() // as the tools do once they have read it
+				}
+			}
 		}
 	}
 	b.ReportMetric(float64(recs)*float64(b.N)/b.Elapsed().Seconds(), "records/s")

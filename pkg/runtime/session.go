@@ -80,26 +80,45 @@ type Batch struct {
 	// which is in Lines.
 	Map   string
 	Lines []string
-	data  []byte
-	ends  []uint32
+	// record i is data[starts[i]:ends[i]]: runs of ring memory copied
+	// whole, record headers and discarded records between
+	data         []byte
+	starts, ends []uint32
 }
 
 // Len is the number of records in the batch.
 func (b *Batch) Len() int { return len(b.ends) }
 
-// Record returns record i (valid as long as the batch is).
+// Record returns record i (valid until Release).
 func (b *Batch) Record(i int) []byte {
-	start := uint32(0)
-	if i > 0 {
-		start = b.ends[i-1]
-	}
-	return b.data[start:b.ends[i]]
+	return b.data[b.starts[i]:b.ends[i]]
 }
 
-func (b *Batch) add(rec []byte) {
-	b.data = append(b.data, rec...)
-	b.ends = append(b.ends, uint32(len(b.data)))
+// addRun copies a run of ring memory and its records' bounds.
+func (b *Batch) addRun(r gpumap.Run) {
+	base := uint32(len(b.data))
+	b.data = append(b.data, r.Mem...)
+	for k := range r.Ends {
+		b.starts = append(b.starts, base+r.Starts[k])
+		b.ends = append(b.ends, base+r.Ends[k])
+	}
 }
+
+// Release gives the batch's memory back for later batches: a tool that is
+// done with a batch's records may call it (at the event path's rates,
+// allocating and zeroing a batch per shard and drain was most of the
+// tool's time). The batch and its records must not be used after.
+func (b *Batch) Release() {
+	if b == nil || cap(b.data) == 0 {
+		return
+	}
+	data, starts, ends := b.data[:0], b.starts[:0], b.ends[:0]
+	*b = Batch{data: data, starts: starts, ends: ends}
+	batchPool.Put(b)
+}
+
+// batchPool holds released batches with their memory.
+var batchPool sync.Pool
 
 // Session is one tool's attachment of one BPF collection to any number of
 // processes.

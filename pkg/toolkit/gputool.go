@@ -33,7 +33,8 @@ type GPUTool struct {
 	What string
 	// Maps are the GPU maps Report reads (per interval and at the end).
 	Maps []string
-	// Batch, if set, receives the ring-buffer records (raw-event modes).
+	// Batch, if set, receives the ring-buffer records (raw-event modes); the
+	// batch is released when it returns, so it must keep no record.
 	Batch func(*runtime.Batch)
 	// Report renders one interval (final: the end of the trace). It is
 	// never called concurrently.
@@ -148,6 +149,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 			defer close(batchesDone)
 			for b := range batches {
 				t.Batch(b)
+				b.Release()
 			}
 		}()
 	} else {

@@ -132,6 +132,7 @@ func runAction(c *cli.Context) error {
 		defer close(printerDone)
 		for b := range batches {
 			out.batch(b)
+			b.Release()
 		}
 	}()
 	if iv := c.Float64(toolkit.FlagInterval); iv > 0 {

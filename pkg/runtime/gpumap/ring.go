@@ -144,6 +144,49 @@ func (r *Reader) Corrupt() uint64 { return r.corrupt }
 // ones, and returns how many it delivered and skipped. It stops at the first
 // record not committed yet.
 func (r *Reader) Scan(reserved uint64, fn func(rec []byte)) (delivered, discarded uint64) {
+	mem := r.data
+	return r.walk(reserved, func(off, l uint64) { fn(mem[off+RecHeader : off+RecHeader+l]) })
+}
+
+// A Run is consecutive ring memory holding records Scan would deliver, for
+// a consumer that copies them in bulk: record i's payload is
+// Mem[Starts[i]:Ends[i]] (discarded records and headers lie between).
+type Run struct {
+	Mem          []byte
+	Starts, Ends []uint32
+}
+
+// ScanRuns is Scan in runs of at most maxRun bytes (a record longer than
+// maxRun is a run of its own): fn gets each run, valid during the call.
+func (r *Reader) ScanRuns(reserved uint64, maxRun uint64, fn func(Run)) (delivered, discarded uint64) {
+	var run Run
+	var from, to uint64 // the run's memory, offsets in r.data
+	flush := func() {
+		if len(run.Ends) > 0 {
+			run.Mem = r.data[from:to]
+			fn(run)
+		}
+		run.Starts, run.Ends = run.Starts[:0], run.Ends[:0]
+	}
+	delivered, discarded = r.walk(reserved, func(off, l uint64) {
+		end := off + RecHeader + l
+		if len(run.Ends) > 0 && (off < to || off-to >= RingTail || end-from > maxRun) {
+			flush() // wrapped, not adjacent (a long discarded stretch), or full
+		}
+		if len(run.Ends) == 0 {
+			from = off
+		}
+		to = end
+		run.Starts = append(run.Starts, uint32(off+RecHeader-from))
+		run.Ends = append(run.Ends, uint32(end-from))
+	})
+	flush()
+	return delivered, discarded
+}
+
+// walk is Scan's loop: deliver gets each consumable record that is not
+// discarded as its header's offset in r.data and its length.
+func (r *Reader) walk(reserved uint64, deliver func(off, l uint64)) (delivered, discarded uint64) {
 	pos := r.released
 	mask := r.size - 1
 	mem := r.data
@@ -170,7 +213,7 @@ func (r *Reader) Scan(reserved uint64, fn func(rec []byte)) (delivered, discarde
 		if w0&RecDiscard != 0 {
 			discarded++
 		} else {
-			fn(mem[off+RecHeader : off+RecHeader+l])
+			deliver(off, l)
 			delivered++
 		}
 		pos = end

@@ -138,6 +138,9 @@ type host struct {
 	got    []uint64
 	sizes  map[uint64]int
 	t      *testing.T
+	// maxRun: consume with ScanRuns in runs of at most this many bytes
+	// (0: Scan), the pattern scrambled with the seed
+	maxRun uint64
 }
 
 func newHost(t *testing.T, d *devRing) *host {
@@ -159,7 +162,28 @@ func (h *host) drain() (delivered, discarded uint64) {
 	for i, r := range h.rs {
 		reserved := r.Reserved()
 		ready, before := r.Ready(reserved), r.Released()
-		n, x := r.Scan(reserved, h.check)
+		var n, x uint64
+		if h.maxRun == 0 {
+			n, x = r.Scan(reserved, h.check)
+		} else {
+			n, x = r.ScanRuns(reserved, h.maxRun, func(run Run) {
+				if len(run.Starts) != len(run.Ends) || len(run.Ends) == 0 {
+					h.t.Fatalf("run of %d starts and %d ends", len(run.Starts), len(run.Ends))
+				}
+				if uint64(len(run.Mem)) > h.maxRun && len(run.Ends) > 1 {
+					h.t.Fatalf("run of %d bytes holds %d records, over the %d-byte limit", len(run.Mem), len(run.Ends), h.maxRun)
+				}
+				if run.Ends[len(run.Ends)-1] != uint32(len(run.Mem)) {
+					h.t.Fatalf("run of %d bytes ends its last record at %d", len(run.Mem), run.Ends[len(run.Ends)-1])
+				}
+				for k := range run.Ends {
+					if run.Starts[k] < RecHeader || (k > 0 && run.Starts[k] < run.Ends[k-1]+RecHeader) {
+						h.t.Fatalf("record %d of a run at %d, after one ending at %d", k, run.Starts[k], run.Ends[max(k, 1)-1])
+					}
+					h.check(run.Mem[run.Starts[k]:run.Ends[k]])
+				}
+			})
+		}
 		// Ready sizes the runtime's batch: exactly what Scan consumes
 		if got := r.Released() - before; got != ready {
 			h.t.Fatalf("shard %d: Ready said %d bytes, Scan consumed %d", i, ready, got)
@@ -230,9 +254,16 @@ func fill(b []byte, id uint64) {
 // record arrives once, whole, in order, and produced = delivered + dropped +
 // discarded holds exactly.
 func TestRingStream(t *testing.T) {
+	for _, maxRun := range []uint64{0, 1, 300, 1 << 20} {
+		t.Run(fmt.Sprintf("runs-%d", maxRun), func(t *testing.T) { testRingStream(t, maxRun) })
+	}
+}
+
+func testRingStream(t *testing.T, maxRun uint64) {
 	rng := rand.New(rand.NewSource(1))
 	d := newDevRing(1 << 14)
 	h := newHost(t, d)
+	h.maxRun = maxRun
 	pr := newProducer(d, rng, 50)
 	for round := 0; round < 3000; round++ {
 		for w := 0; w < 1+rng.Intn(4); w++ {
