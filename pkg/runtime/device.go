@@ -100,6 +100,11 @@ type ringState struct {
 	scanNs, deliverNs                                                     atomic.Uint64 // the tool's share of a drain, after the reply
 	failed                                                                bool          // a drain failed; logged once
 	scans                                                                 []shardScan   // reused by each drain (drainMu)
+	// when the ring was last drained and whether it was filling then
+	// (drainMu): a quiet ring waits for the poll interval while a busy
+	// one beside it drains back to back
+	last    time.Time
+	filling bool
 }
 
 // device returns (placing maps and compiling programs on first use) the

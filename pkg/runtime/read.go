@@ -60,14 +60,27 @@ func (p *Process) drain(final bool) (filling bool) {
 	}
 	p.drainMu.Lock()
 	defer p.drainMu.Unlock()
+	now := time.Now()
+	one := func(d *device, m *placedMap) {
+		rs := m.ring
+		if !final && !rs.filling && now.Sub(rs.last) < pollInterval {
+			// quiet: a round trip here would only slow the busy ring's
+			// back-to-back drains (trace_printk's ring beside the
+			// events at the small preset: every other round trip)
+			return
+		}
+		rs.last = now
+		rs.filling = p.drainRing(d, m, final)
+		filling = filling || rs.filling
+	}
 	for _, d := range p.placed() {
 		for _, name := range sortedKeys(d.maps) {
 			if m := d.maps[name]; m.ring != nil {
-				filling = p.drainRing(d, m, final) || filling
+				one(d, m)
 			}
 		}
 		if d.printk != nil {
-			filling = p.drainRing(d, d.printk, final) || filling
+			one(d, d.printk)
 		}
 	}
 	return filling
