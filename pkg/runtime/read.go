@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"math/bits"
+	"os"
 	goruntime "runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -218,7 +220,7 @@ func scanShards(work []shardScan, pid, dev int, ring string, printk bool) {
 	}
 	next := atomic.Int64{}
 	var wg sync.WaitGroup
-	for range min(len(work), goruntime.GOMAXPROCS(0)) {
+	for range min(len(work), scanThreads) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -229,6 +231,17 @@ func scanShards(work []shardScan, pid, dev int, ring string, printk bool) {
 	}
 	wg.Wait()
 }
+
+// scanThreads is how many goroutines scan a drain's shards at once. Every
+// CPU of the machine scanning (GOMAXPROCS) also takes them from the traced
+// application's launching thread and from the agent's thread that serves
+// the next drain. GPUBPF_SCAN_THREADS=N sets it (measurement).
+var scanThreads = func() int {
+	if n, err := strconv.Atoi(os.Getenv("GPUBPF_SCAN_THREADS")); err == nil && n > 0 {
+		return n
+	}
+	return max(1, min(goruntime.GOMAXPROCS(0)/2, 4))
+}()
 
 // scanShard consumes what one shard has ready into batches of at most
 // batchBytes, copying runs of records in bulk.

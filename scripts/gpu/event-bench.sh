@@ -24,6 +24,7 @@
 #   nobatch  dev with the agent making one driver call per copy of a drain
 #            (GPUBPF_AGENT_DRAIN_BATCH=0) instead of one cuMemcpyBatchAsync
 #            for the released positions and one for the data
+#   VAR=VAL  dev with that environment variable (a measurement switch)
 #   print    the default design with every record printed as JSON (-j) into a pipe
 # Reported: CUDA-event kernel time ratio to base, share of records delivered
 # (delivered / produced, from the GPU's own counters), and whether
@@ -72,6 +73,7 @@ for ps in "${PS[@]}"; do
 			norec) timeout "$LIMIT" gpubpf run -j --summary -P ring_record bpf/bench/probe_ring.bpf.o -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			fields) timeout "$LIMIT" gpubpf run -j --summary -P ring_fields bpf/bench/probe_ring.bpf.o -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			dev256) timeout "$LIMIT" gpubpf run -j --summary --ring-mb 256 "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
+			*=*) env "$mode" timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			nobatch) GPUBPF_AGENT_DRAIN_BATCH=0 timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			host) GPUBPF_RING=host timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			print) timeout "$LIMIT" gpubpf run -j "$OBJ" -- samples/bin/vec_add $P 2>"$out.err" |
