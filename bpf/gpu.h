@@ -111,6 +111,12 @@ static u64 (*const bpf_gpu_launch_word)(u64 i) = (void *)605;
  * block) + (thread linear index in its block); 0 for the first thread of
  * the launch. Computed from special registers, with no stack traffic. */
 static u64 (*const bpf_gpu_thread_id)(void) = (void *)606;
+/* %globaltimer (ns) as this thread entered its kernel, read before any of
+ * the kernel's own code: an exit probe gets its thread's start without an
+ * entry probe storing it to memory and the exit loading it back. 0 in a
+ * __noinline subprogram, in a device function, or where several programs
+ * share a site (they are called, not pasted into the kernel). */
+static u64 (*const bpf_gpu_entry_time)(void) = (void *)607;
 
 /* ---- probe context ------------------------------------------------------ */
 

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // threadhist: per-thread run counts and busy time of GPU kernels, counted
-// on the GPU. Entry stores the thread's start time in its hardware slot;
-// exit adds one run and (exit - start) nanoseconds to the thread's key,
+// on the GPU. At each exit a thread adds one run and (exit - its kernel
+// entry time, bpf_gpu_entry_time) nanoseconds to its key,
 // in the segment of the kernel it runs in. Nothing is shipped per thread:
 // the tool reads the arrays per interval.
 #include "types.h"
@@ -22,29 +22,18 @@ const volatile u32 shards = 1;
 /* Sized by the tool: max_kernels * shards * keys entries. */
 GPUBPF_MAP(runs, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
 GPUBPF_MAP(nsecs, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
-/* Start time of the thread in each hardware slot. */
-GPUBPF_MAP(starts, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, GPU_HW_SLOTS);
 /* [0] runs whose key was beyond the table, [1] runs in a kernel beyond
- * max_kernels (or unknown), [2] runs with no start time seen. */
+ * max_kernels (or unknown), [2] runs with no entry time (the probe was
+ * called, not pasted into the kernel: GPUBPF_NO_INLINE). */
 GPUBPF_MAP(lost, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 4);
-
-SEC("gpu/entry/*")
-int threadhist_entry(void *ctx)
-{
-	u32 slot = gpu_hw_slot();
-	u64 *start = bpf_map_lookup_elem(&starts, &slot);
-
-	if (start)
-		*start = bpf_gpu_site_time();
-	return 0;
-}
 
 SEC("gpu/exit/*")
 int threadhist_exit(void *ctx)
 {
 	u64 now = bpf_gpu_site_time();
-	u32 slot = gpu_hw_slot();
-	u64 *start = bpf_map_lookup_elem(&starts, &slot);
+	/* read into a register at the kernel's entry: no entry probe storing
+	 * it through memory for this exit to load back */
+	u64 start = bpf_gpu_entry_time();
 	u64 kernel = bpf_gpu_kernel_index();
 	u64 tpb, t, key;
 
@@ -80,9 +69,8 @@ int threadhist_exit(void *ctx)
 	if (!r || !ns)
 		return 0;
 	__sync_fetch_and_add(r, 1);
-	if (start && *start && *start <= now) {
-		__sync_fetch_and_add(ns, now - *start);
-		*start = 0;
+	if (start && start <= now) {
+		__sync_fetch_and_add(ns, now - start);
 	} else {
 		gpu_array_add(&lost, 2, 1);
 	}

@@ -525,9 +525,9 @@ func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, e
 	case 1:
 		f := d.funcs[progs[0].Spec.Name]
 		return &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, CtxBytes: f.CtxBytes, PTXVersion: f.PTXVersion,
-			SiteTime: f.UsesSiteTime, LaunchWords: f.UsesLaunchWords,
+			SiteTime: f.UsesSiteTime, LaunchWords: f.UsesLaunchWords, EntryTime: f.UsesEntryTime,
 			Inline: func(s instrument.Site) string {
-				return f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: s.Uniq, Kernel: d.p.s.KernelIndex(s.Kernel), Time: s.Time, Launch: s.Launch})
+				return f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: s.Uniq, Kernel: d.p.s.KernelIndex(s.Kernel), Time: s.Time, Launch: s.Launch, EntryTime: s.EntryTime})
 			}}, nil
 	}
 	name := "gpubpf_" + site + "_all"

@@ -261,6 +261,6 @@ func (r *reporter) account(a *toolkit.Account, _ runtime.Stats) {
 		a.Add(lost[1], "runs not counted", fmt.Sprintf("more than %d kernels, or a probe in a device function several kernels share", r.kernels))
 	}
 	if lost[2] > 0 {
-		a.Add(lost[2], "runs without busy time", "no entry seen: the probe was attached mid-launch")
+		a.Add(lost[2], "runs without busy time", "no entry time: the probe was called, not pasted into the kernel")
 	}
 }

@@ -16,16 +16,14 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	threadhistMapLost             = "lost"
-	threadhistMapNsecs            = "nsecs"
-	threadhistMapRuns             = "runs"
-	threadhistMapStarts           = "starts"
-	threadhistProgThreadhistEntry = "threadhist_entry"
-	threadhistProgThreadhistExit  = "threadhist_exit"
-	threadhistVarBy               = "by"
-	threadhistVarKeys             = "keys"
-	threadhistVarMaxKernels       = "max_kernels"
-	threadhistVarShards           = "shards"
+	threadhistMapLost            = "lost"
+	threadhistMapNsecs           = "nsecs"
+	threadhistMapRuns            = "runs"
+	threadhistProgThreadhistExit = "threadhist_exit"
+	threadhistVarBy              = "by"
+	threadhistVarKeys            = "keys"
+	threadhistVarMaxKernels      = "max_kernels"
+	threadhistVarShards          = "shards"
 )
 
 // loadThreadhist returns the embedded CollectionSpec for threadhist.
@@ -70,18 +68,16 @@ type threadhistSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type threadhistProgramSpecs struct {
-	ThreadhistEntry *ebpf.ProgramSpec `ebpf:"threadhist_entry"`
-	ThreadhistExit  *ebpf.ProgramSpec `ebpf:"threadhist_exit"`
+	ThreadhistExit *ebpf.ProgramSpec `ebpf:"threadhist_exit"`
 }
 
 // threadhistMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type threadhistMapSpecs struct {
-	Lost   *ebpf.MapSpec `ebpf:"lost"`
-	Nsecs  *ebpf.MapSpec `ebpf:"nsecs"`
-	Runs   *ebpf.MapSpec `ebpf:"runs"`
-	Starts *ebpf.MapSpec `ebpf:"starts"`
+	Lost  *ebpf.MapSpec `ebpf:"lost"`
+	Nsecs *ebpf.MapSpec `ebpf:"nsecs"`
+	Runs  *ebpf.MapSpec `ebpf:"runs"`
 }
 
 // threadhistVariableSpecs contains global variables before they are loaded into the kernel.
@@ -114,10 +110,9 @@ func (o *threadhistObjects) Close() error {
 //
 // It can be passed to loadThreadhistObjects or ebpf.CollectionSpec.LoadAndAssign.
 type threadhistMaps struct {
-	Lost   *ebpf.Map `ebpf:"lost"`
-	Nsecs  *ebpf.Map `ebpf:"nsecs"`
-	Runs   *ebpf.Map `ebpf:"runs"`
-	Starts *ebpf.Map `ebpf:"starts"`
+	Lost  *ebpf.Map `ebpf:"lost"`
+	Nsecs *ebpf.Map `ebpf:"nsecs"`
+	Runs  *ebpf.Map `ebpf:"runs"`
 }
 
 func (m *threadhistMaps) Close() error {
@@ -125,7 +120,6 @@ func (m *threadhistMaps) Close() error {
 		m.Lost,
 		m.Nsecs,
 		m.Runs,
-		m.Starts,
 	)
 }
 
@@ -143,13 +137,11 @@ type threadhistVariables struct {
 //
 // It can be passed to loadThreadhistObjects or ebpf.CollectionSpec.LoadAndAssign.
 type threadhistPrograms struct {
-	ThreadhistEntry *ebpf.Program `ebpf:"threadhist_entry"`
-	ThreadhistExit  *ebpf.Program `ebpf:"threadhist_exit"`
+	ThreadhistExit *ebpf.Program `ebpf:"threadhist_exit"`
 }
 
 func (p *threadhistPrograms) Close() error {
 	return _ThreadhistClose(
-		p.ThreadhistEntry,
 		p.ThreadhistExit,
 	)
 }

@@ -19,7 +19,10 @@ type Clone struct {
 	// launchWords: kernels take the hidden launch parameters; launch says
 	// where, per kernel (AddLaunchWords).
 	launchWords bool
-	launch      map[string]LaunchLayout
+	// entryTime: kernels read %globaltimer into entryTimeReg first thing
+	// (AddEntryTime).
+	entryTime bool
+	launch    map[string]LaunchLayout
 	// inEntry: the pass now works in a kernel, where its parameters (and
 	// so the launch words) can be read.
 	inEntry bool

@@ -37,6 +37,10 @@ type Probe struct {
 	// so every kernel of the clone takes them as two hidden trailing
 	// .u64 parameters (Result.Launch says where) the agent fills per launch.
 	LaunchWords bool
+	// EntryTime: the probe reads the thread's time at its kernel's entry
+	// (bpf_gpu_entry_time), so every kernel of the clone reads
+	// %globaltimer into a register first thing (Site.EntryTime).
+	EntryTime bool
 }
 
 // LaunchLayout says where a clone's hidden launch parameters are: after
@@ -56,6 +60,9 @@ type Site struct {
 	// Launch holds the registers with the launch words (Probe.LaunchWords),
 	// "" in a .func, where the kernel's parameters are out of reach.
 	Launch [2]string
+	// EntryTime holds the thread's time at its kernel's entry
+	// (Probe.EntryTime), "" in a .func.
+	EntryTime string
 }
 
 // Request says what to instrument and how.
@@ -203,6 +210,7 @@ func InstrumentModule(m *ptx.Module, req Request) (*Result, error) {
 			c.inline[p.Func] = p
 		}
 		c.launchWords = c.launchWords || p != nil && p.LaunchWords
+		c.entryTime = c.entryTime || p != nil && p.EntryTime
 	}
 	before := ""
 	if req.Dump != nil {
@@ -233,6 +241,7 @@ func InstrumentModule(m *ptx.Module, req Request) (*Result, error) {
 		{"exit", func() error { c.InsertExit(req.Exit); return nil }},
 		{"mem-access", func() error { c.InsertMemAccess(req.MemAccess); return nil }},
 		{"launch-words", func() error { c.AddLaunchWords(); return nil }},
+		{"entry-time", func() error { c.AddEntryTime(); return nil }},
 		{"add-probes", func() error { return c.AddProbes(req.Entry, req.Exit, req.MemAccess) }},
 		{"fix-header", func() error { return c.FixHeader(req.MaxPTX) }},
 		{"declare-temps", func() error { c.finish(); return nil }},

@@ -409,7 +409,7 @@ func TestPassDump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(passes) != 9 {
+	if len(passes) != 10 {
 		t.Errorf("passes %v", passes)
 	}
 }
@@ -669,5 +669,55 @@ func TestLaunchWords(t *testing.T) {
 	}
 	if r.Launch != nil || strings.Contains(r.PTX, launchParams[0]) {
 		t.Error("hidden launch parameters added for a probe that does not read them")
+	}
+}
+
+// TestEntryTime: a probe that reads its thread's entry time makes every
+// kernel read %globaltimer into a register first thing, before its entry
+// probe; pasted sites in the kernel get the register, sites in a .func
+// none, and a probe that does not ask costs the kernel nothing.
+func TestEntryTime(t *testing.T) {
+	p := probe("px", false)
+	p.EntryTime = true
+	got := map[string]string{}
+	p.Inline = func(s Site) string {
+		got[s.Uniq] = s.EntryTime
+		if s.EntryTime == "" {
+			return "{\n}"
+		}
+		return "{\n\t.reg .b64 %t9;\n\tmov.u64 %t9, " + s.EntryTime + ";\n}"
+	}
+	entry := probe("pe", false)
+	entry.Inline = func(Site) string { return "{\n\t// entry probe\n}" }
+	r, err := Instrument(exitsSrc, Request{Entry: entry, Exit: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inKernel, inFunc int
+	for _, e := range got {
+		if e == entryTimeReg {
+			inKernel++
+		} else if e == "" {
+			inFunc++
+		}
+	}
+	if inKernel != 3 || inFunc != 1 {
+		t.Errorf("sites with the entry time %d (want 3, the kernel's exits), without %d (want 1, the .func's)", inKernel, inFunc)
+	}
+	read := strings.Index(r.PTX, "mov.u64\t"+entryTimeReg+", %globaltimer;")
+	if read < 0 || !strings.Contains(r.PTX, ".reg .b64 "+entryTimeReg+";") {
+		t.Fatalf("the kernel does not read its entry time:\n%s", r.PTX)
+	}
+	if probeAt := strings.Index(r.PTX, "// entry probe"); probeAt < read {
+		t.Errorf("the entry probe runs before the entry time is read:\n%s", r.PTX)
+	}
+	assemble(t, r.PTX, "sm_80")
+
+	r, err = Instrument(exitsSrc, Request{Exit: probe("px", false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(r.PTX, entryTimeReg) {
+		t.Error("entry time read for a probe that does not ask for it")
 	}
 }

@@ -17,9 +17,10 @@ const (
 	ctxReg = "%gpubpf_ctx"  // generic address of ctxVar
 	memReg = "%gpubpf_mem"  // generic address of memVar
 
-	memAddrReg  = "%gpubpf_maddr" // address of the access being recorded
-	memMetaReg  = "%gpubpf_mmeta" // its size | kind<<32
-	siteTimeReg = "%gpubpf_now"   // %globaltimer read at a site (Probe.SiteTime)
+	memAddrReg   = "%gpubpf_maddr" // address of the access being recorded
+	memMetaReg   = "%gpubpf_mmeta" // its size | kind<<32
+	siteTimeReg  = "%gpubpf_now"   // %globaltimer read at a site (Probe.SiteTime)
+	entryTimeReg = "%gpubpf_t0"    // %globaltimer read at the kernel's entry (Probe.EntryTime)
 )
 
 // The hidden launch parameters and the registers they are loaded into.
@@ -629,6 +630,21 @@ func (c *Clone) AddLaunchWords() {
 	}
 }
 
+// AddEntryTime makes every kernel read %globaltimer into entryTimeReg
+// before anything else, when a probe asks for it: a probe at an exit then
+// knows when its thread started without a store at entry and a load at
+// exit through memory (threadhist's busy time).
+func (c *Clone) AddEntryTime() {
+	if !c.entryTime {
+		return
+	}
+	for _, k := range c.Kernels {
+		k.Body = append([]*ptx.Stmt{decl(".reg .b64 " + entryTimeReg)}, k.Body...)
+		at := bodyStart(k)
+		k.Body = append(k.Body[:at], append([]*ptx.Stmt{instr("", "mov.u64", entryTimeReg, "%globaltimer")}, k.Body[at:]...)...)
+	}
+}
+
 // splitEarlyReturns turns every branch to a bare "ret" into that ret,
 // with the branch's predicate. nvcc compiles an early return ("if (lane
 // != 31) return;") to a branch to the kernel's one final ret, and ptxas
@@ -875,6 +891,9 @@ func (c *Clone) appendCall(out []*ptx.Stmt, probe, ctx string) []*ptx.Stmt {
 		}
 		if c.launchWords && c.inEntry {
 			site.Launch = launchRegs
+		}
+		if c.entryTime && c.inEntry {
+			site.EntryTime = entryTimeReg
 		}
 		return append(out, &ptx.Stmt{Kind: ptx.Raw, Text: p.Inline(site)})
 	}

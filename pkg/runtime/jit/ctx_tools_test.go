@@ -49,7 +49,7 @@ func TestToolProbesNeedNoCtx(t *testing.T) {
 			}
 		}
 	}
-	if seen < 5 {
-		t.Fatalf("found %d GPU programs in %d tool objects; want the tools' (at least 5)", seen, len(objs))
+	if seen < 4 { // launchlate, threadhist, kernelretsnoop, kernel_trace: one each
+		t.Fatalf("found %d GPU programs in %d tool objects; want the tools' (at least 4)", seen, len(objs))
 	}
 }

@@ -49,6 +49,7 @@ const (
 	hSiteTime      = 604
 	hLaunchWord    = 605
 	hThreadID      = 606
+	hEntryTime     = 607
 	maxPrintkBytes = 256
 )
 
@@ -375,6 +376,12 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 		// reads the clock here.
 		c.usesSiteTime = true
 		c.e("mov.u64 %%r0, %s;", siteTimeToken)
+	case hEntryTime:
+		// The thread's clock at its kernel's entry, read into a register
+		// there by the instrumenter (Site.EntryTime); 0 where the kernel's
+		// entry is out of reach.
+		c.usesEntryTime = true
+		c.e("mov.u64 %%r0, %s;", entryTimeToken)
 	case hLaunchWord:
 		// The words the agent passes with each launch of the clone
 		// (hidden kernel parameters, loaded into registers at kernel

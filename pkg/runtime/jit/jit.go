@@ -68,6 +68,9 @@ type Function struct {
 	// UsesLaunchWords is set when the program calls bpf_gpu_launch_word:
 	// the kernel must take the hidden launch parameters (Site.Launch).
 	UsesLaunchWords bool
+	// UsesEntryTime is set when the program calls bpf_gpu_entry_time: the
+	// kernel must read %globaltimer at its entry into Site.EntryTime.
+	UsesEntryTime bool
 
 	inline string
 }
@@ -86,6 +89,10 @@ const kernelIndexToken = "GPUBPF_KERNEL_INDEX"
 // InlineAt (or Compile, for the .func form) replaces it.
 const siteTimeToken = "GPUBPF_SITE_TIME"
 
+// entryTimeToken stands for the register holding the thread's time at its
+// kernel's entry until InlineAt (or Compile: 0) replaces it.
+const entryTimeToken = "GPUBPF_ENTRY_TIME"
+
 // launchWordTokens stand for the registers holding the launch words.
 var launchWordTokens = [2]string{"GPUBPF_LAUNCH_W0", "GPUBPF_LAUNCH_W1"}
 
@@ -102,6 +109,9 @@ type Site struct {
 	Kernel         uint32
 	Time           string
 	Launch         [2]string
+	// EntryTime: the register holding the thread's %globaltimer at its
+	// kernel's entry ("": bpf_gpu_entry_time returns 0).
+	EntryTime string
 }
 
 // InlineBody returns the probe's main function as a nested PTX block
@@ -133,6 +143,13 @@ func (f *Function) InlineAt(s Site) string {
 	}
 	if f.UsesLaunchWords {
 		body = replaceLaunchWords(body, s.Launch)
+	}
+	if f.UsesEntryTime {
+		t := s.EntryTime
+		if t == "" {
+			t = "0"
+		}
+		body = strings.ReplaceAll(body, entryTimeToken, t)
 	}
 	return body
 }
@@ -199,8 +216,11 @@ func Compile(prog *ebpf.ProgramSpec, opts Options) (f *Function, err error) {
 	if c.usesLaunch {
 		text = replaceLaunchWords(text, [2]string{})
 	}
+	if c.usesEntryTime {
+		text = strings.ReplaceAll(text, entryTimeToken, "0")
+	}
 	return &Function{Name: name, PTX: text, UsesCtx: c.usesCtx, CtxBytes: c.ctxReach, UsesKernelIndex: c.usesKernel, UsesSiteTime: c.usesSiteTime,
-		UsesLaunchWords: c.usesLaunch, PTXVersion: [2]int{7, 8}, inline: c.inline}, nil
+		UsesLaunchWords: c.usesLaunch, UsesEntryTime: c.usesEntryTime, PTXVersion: [2]int{7, 8}, inline: c.inline}, nil
 }
 
 // TestModule wraps f into a complete PTX module with a small entry
@@ -306,19 +326,20 @@ type compiler struct {
 	usesCtx  bool
 	ctxReach int // Function.CtxBytes
 
-	out          strings.Builder
-	inline       string           // main function's body, for Function.InlineBody
-	usesKernel   bool             // bpf_gpu_kernel_index is called
-	usesSiteTime bool             // bpf_gpu_site_time is called
-	usesLaunch   bool             // bpf_gpu_launch_word is called
-	b            *strings.Builder // current function body
-	labels       int
-	runtime      map[string]bool  // helper .funcs to append
-	cur          int              // instruction being compiled (for errors)
-	fp           [11]int          // r10-relative offset held by each register...
-	fpOK         [11]bool         // ...when known (per basic block)
-	stackMem     [stackSlots]bool // slots of the function being compiled that stay in memory
-	stackAll     bool             // ...all of them
+	out           strings.Builder
+	inline        string           // main function's body, for Function.InlineBody
+	usesKernel    bool             // bpf_gpu_kernel_index is called
+	usesSiteTime  bool             // bpf_gpu_site_time is called
+	usesLaunch    bool             // bpf_gpu_launch_word is called
+	usesEntryTime bool             // bpf_gpu_entry_time is called
+	b             *strings.Builder // current function body
+	labels        int
+	runtime       map[string]bool  // helper .funcs to append
+	cur           int              // instruction being compiled (for errors)
+	fp            [11]int          // r10-relative offset held by each register...
+	fpOK          [11]bool         // ...when known (per basic block)
+	stackMem      [stackSlots]bool // slots of the function being compiled that stay in memory
+	stackAll      bool             // ...all of them
 	// outAt, outOff, outLen: the event output call at instruction outAt
 	// copies outLen bytes from [stk+outOff] itself (stackUse decides)
 	outAt, outOff, outLen int

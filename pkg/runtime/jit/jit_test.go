@@ -500,6 +500,30 @@ func TestLaunchWord(t *testing.T) {
 	}
 }
 
+// TestEntryTime: bpf_gpu_entry_time is the register the site names, and 0
+// in the called form or where the site has none.
+func TestEntryTime(t *testing.T) {
+	f, err := Compile(prog(asm.BuiltinFunc(607).Call(), asm.Return()), Options{FuncName: "et"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !f.UsesEntryTime {
+		t.Fatal("UsesEntryTime not set")
+	}
+	if !strings.Contains(f.PTX, "mov.u64 %r0, 0;\n\tst.param") || strings.Contains(f.PTX, entryTimeToken) {
+		t.Fatalf("called form does not return 0:\n%s", f.PTX)
+	}
+	if body := f.InlineAt(Site{Ctx: "0", Uniq: "p", EntryTime: "%t0x"}); !strings.Contains(body, "mov.u64 %r0, %t0x;") {
+		t.Fatalf("inline body does not return the site's register:\n%s", body)
+	}
+	if body := f.InlineBody("0", "", "p"); strings.Contains(body, entryTimeToken) || !strings.Contains(body, "mov.u64 %r0, 0;") {
+		t.Fatalf("inline body without a register is not 0:\n%s", body)
+	}
+	if g, _ := Compile(prog(asm.Mov.Imm(asm.R0, 0), asm.Return()), Options{}); g.UsesEntryTime {
+		t.Fatal("UsesEntryTime set for a program that never asks")
+	}
+}
+
 // TestThreadID: bpf_gpu_thread_id reads special registers only.
 func TestThreadID(t *testing.T) {
 	f, err := Compile(prog(asm.BuiltinFunc(606).Call(), asm.Return()), Options{FuncName: "tid"})

@@ -243,6 +243,7 @@ var gpuHelpers = map[asm.BuiltinFunc]rewrite{
 		return asm.Instructions{asm.Mov.Reg(asm.R0, asm.R1), asm.FnKtimeGetNs.Call()}
 	},
 	606: noArgs, // bpf_gpu_thread_id
+	607: noArgs, // bpf_gpu_entry_time
 }
 
 // GPUHelper reports whether the GPU compiler implements helper id.
