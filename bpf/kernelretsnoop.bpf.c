@@ -5,10 +5,10 @@
 // branch, so lanes that leave early are not timed after the lanes the warp
 // ran first); the lowest lane of the lanes exiting together does the
 // group's atomics. A warp that exits as one group only counts one on-time
-// warp. A warp whose lanes exit apart leaves each lane's time in its
-// hardware warp slot and marks its lanes there (one atomic OR per group);
-// the group that completes the warp takes the earliest exit and counts
-// every lane's lateness per (kernel, lane) in log-linear buckets. The exit relative to the launch's first exit is
+// warp. In a warp whose lanes exit apart, the first group leaves its time
+// in the warp's hardware slot with its lanes (one atomic per group); every
+// later group reads it back and each lane counts its own lateness per
+// (kernel, lane) in log-linear buckets. The exit relative to the launch's first exit is
 // counted per kernel. Counters hit by every warp are sharded by SM, so no
 // address takes an atomic from every warp of a launch. The default view
 // ships no record per thread; with events set every exit is also a ring
@@ -21,11 +21,10 @@ const volatile u32 max_kernels = 16;
 const volatile u32 events = 0;
 
 #define SHARDS 32
-/* The split warp in each hardware warp slot: the lanes that exited so far
- * (bit per lane), and each lane's exit time. */
+/* The split warp in each hardware warp slot: the low 32 bits of its first
+ * group's exit time << 32 | the lanes that exited so far (bit per lane). */
 struct warp_exits {
 	u64 exited;
-	u64 t[32];
 };
 GPUBPF_MAP(wexits, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, struct warp_exits, GPU_MAX_SMS * GPU_WARP_SLOTS);
 /* Per kernel: 32 lanes x LINLOG_BUCKETS of (exit - warp's first exit), for
@@ -52,32 +51,17 @@ struct {
 
 #define T40 ((1ULL << 40) - 1)
 
-/* The lanes of a completed warp, taken in turns by the lanes of the group
- * that completed it. A global function: the kernel's verifier (which checks
- * every GPU program first) checks it once, not once per path into it,
- * which made it give up. k bounds the walk for the verifier, which cannot
- * know that n (the lanes of the group) is at least 1. rank_n: the
- * calling lane's rank in its group | the group's size << 16 (five
- * arguments at most). */
-__noinline int count_lanes(struct warp_exits *w, u64 first, u64 rank_n, u64 lanes, u64 kernel)
-{
-	u32 j = rank_n & 0xFFFF, n = rank_n >> 16;
-
-	if (!w)
-		return 0;
-	for (int k = 0; k < 32 && j < lanes && j < 32; k++, j += n)
-		gpu_array_add(&lanehist, (kernel * 32 + j) * LINLOG_BUCKETS + linlog_bucket(w->t[j] - first), 1);
-	return 0;
-}
-
 /* A warp whose lanes exit apart: out of line (a called function, not pasted
  * at every exit), so the common case of whole warps carries none of its
- * code. The lanes exiting together call it together. */
+ * code. The lanes exiting together call it together. The first group to
+ * exit leaves its time in the warp's slot word with its lanes; each later
+ * group reads it back with its own lanes' bits and every lane counts its
+ * own lateness: no lane waits for the others, none counts for 32. */
 static __noinline void split_exit(u64 now, u64 kernel)
 {
 	struct gpu_group g = gpu_warp_group();
 	u32 lane = bpf_get_lane_id();
-	u64 tpb, t = gpu_thread_in_block(&tpb), lanes, all, old = 0, last = 0;
+	u64 tpb, t = gpu_thread_in_block(&tpb), lanes, all, old = 0, first = 0;
 	u32 ws = gpu_warp_slot();
 	struct warp_exits *w = bpf_map_lookup_elem(&wexits, &ws);
 
@@ -90,36 +74,31 @@ static __noinline void split_exit(u64 now, u64 kernel)
 	if (lanes > 32)
 		lanes = 32;
 	all = lanes == 32 ? 0xFFFFFFFFULL : (1ULL << lanes) - 1;
-	w->t[lane & 31] = now;
 	if (lane == g.leader) {
-		old = __sync_fetch_and_or(&w->exited, (u64)g.mask);
+		u64 mine = (now & 0xFFFFFFFFULL) << 32 | g.mask;
+
+		/* one compare-and-swap when this group is the warp's first */
+		old = __sync_val_compare_and_swap(&w->exited, 0, mine);
+		if (old)
+			old = __sync_fetch_and_or(&w->exited, (u64)g.mask);
 		if (old & g.mask) {
 			/* Lanes left by a warp whose exits were not all seen:
-			 * this warp starts the slot afresh. */
-			gpu_array_add(&lost, 2, gpu_popc(old & ~g.mask));
-			__sync_lock_test_and_set(&w->exited, (u64)g.mask);
+			 * count them lost and start this warp afresh. */
+			gpu_array_add(&lost, 2, gpu_popc((u32)old & ~g.mask));
+			__sync_lock_test_and_set(&w->exited, mine);
 			old = 0;
 		}
-		last = ((old | g.mask) & all) == all;
-		if (last)
+		first = old ? old >> 32 : now & 0xFFFFFFFFULL;
+		if ((((u32)old | g.mask) & all) == all)
 			__sync_lock_test_and_set(&w->exited, 0);
 	}
-	if (!bpf_gpu_shfl(last, g.leader, g.mask))
-		return;
-
-	/* The group that completes the warp counts every lane: each of its
-	 * lanes finds the earliest exit (32 loads side by side, no walk),
-	 * then they take turns over the lanes. */
-	u64 first = ~0ULL, v[32];
-	u32 rank = gpu_popc(g.mask & ((1U << lane) - 1));
-
-	/* One straight run of loads (no branch between them to wait at). */
-	__builtin_memcpy(v, w->t, sizeof(v));
-#pragma unroll
-	for (int j = 0; j < 32; j++)
-		if (j < lanes && v[j] < first)
-			first = v[j];
-	count_lanes(w, first, rank | (u64)g.n << 16, lanes, kernel);
+	first = bpf_gpu_shfl(first, g.leader, g.mask);
+	/* 32-bit clock arithmetic: lateness below 4 s; a lane of the first
+	 * group a little before its leader is on time */
+	u32 late = (u32)now - (u32)first;
+	if (late > 0x80000000U)
+		late = 0;
+	gpu_array_add(&lanehist, (kernel * 32 + lane) * LINLOG_BUCKETS + linlog_bucket(late), 1);
 }
 
 SEC("gpu/exit/*")

@@ -16,7 +16,6 @@ import (
 type kernelretsnoopWarpExits struct {
 	_      structs.HostLayout
 	Exited uint64
-	T      [32]uint64
 }
 
 // Names of all BPF objects in the ELF.
