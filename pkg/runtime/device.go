@@ -98,6 +98,7 @@ type ringState struct {
 	// parts on the way to the agent and back (socket, schedulers).
 	drains, copied, drainNs, opNs, waitNs, busyNs, toAgentNs, fromAgentNs atomic.Uint64
 	scanNs, deliverNs                                                     atomic.Uint64 // the tool's share of a drain, after the reply
+	postNs                                                                atomic.Uint64 // of busyNs: from the agent's previous reply to its next read
 	failed                                                                bool          // a drain failed; logged once
 	scans                                                                 []shardScan   // reused by each drain (drainMu)
 	// when the ring was last drained and whether it was filling then
@@ -395,6 +396,7 @@ func (rs *ringState) addStats(st *Stats) {
 	st.DrainAgentBusy += time.Duration(rs.busyNs.Load())
 	st.DrainToAgent += time.Duration(rs.toAgentNs.Load())
 	st.DrainFromAgent += time.Duration(rs.fromAgentNs.Load())
+	st.DrainAgentPost += time.Duration(rs.postNs.Load())
 	st.DrainScan += time.Duration(rs.scanNs.Load())
 	st.DrainDeliver += time.Duration(rs.deliverNs.Load())
 }

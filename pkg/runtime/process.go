@@ -63,7 +63,9 @@ type Process struct {
 	wg    sync.WaitGroup
 	// drainMu: one drain at a time (poll, last looks and close all drain).
 	drainMu sync.Mutex
-	closed  bool
+	// lastSent: when the agent sent its last drain reply (drainMu)
+	lastSent uint64
+	closed   bool
 }
 
 // AttachOptions say how to attach to a process.

@@ -122,7 +122,12 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 				// the agent was still finishing the request before
 				sent = rep.ReadyNs
 				rs.busyNs.Add(rep.ReadyNs - t0)
+				if p.lastSent != 0 && p.lastSent < rep.ReadyNs {
+					// ...for how long after it had sent its reply
+					rs.postNs.Add(rep.ReadyNs - p.lastSent)
+				}
 			}
+			p.lastSent = rep.SentNs
 			rs.toAgentNs.Add(rep.RecvNs - sent)
 			rs.fromAgentNs.Add(t1 - rep.SentNs)
 		} else {

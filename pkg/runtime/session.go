@@ -257,6 +257,7 @@ type Stats struct {
 	DrainAgent      time.Duration     // of which the agent worked on them
 	DrainWait       time.Duration     // of which the agent waited for its copies
 	DrainAgentBusy  time.Duration     // of the rest, the agent still busy after the reply before
+	DrainAgentPost  time.Duration     // the agent's time from that reply to its next read, where busy
 	DrainToAgent    time.Duration     // and from then (or the tool's call) to the agent's read
 	DrainFromAgent  time.Duration     // and from the agent's reply to the tool's
 	DrainScan       time.Duration     // after the reply: the tool scanning the copies into batches

@@ -94,7 +94,7 @@ for ps in "${PS[@]}"; do
 			D[$name.$mode]+="$(python3 -c "print(f'{100*${del:-0}/max(1,${prod:-0}):.2f}')"),"
 			C[$name.$mode]+="$exact,"
 			db=$(jf "$out" ring_drain_bytes)
-			DR[$name.$mode]="$(jf "$out" ring_drains) drains copied $((${db:-0} / 1000000)) MB in $(jf "$out" ring_drain_ms) ms (agent $(jf "$out" ring_drain_agent_ms) ms, of it waiting for copies $(jf "$out" ring_drain_wait_ms) ms; agent busy before $(jf "$out" ring_drain_agent_busy_ms) ms, to the agent $(jf "$out" ring_drain_to_agent_ms) ms, back $(jf "$out" ring_drain_from_agent_ms) ms; then the tool scanning $(jf "$out" ring_drain_scan_ms) ms, delivering $(jf "$out" ring_drain_deliver_ms) ms)"
+			DR[$name.$mode]="$(jf "$out" ring_drains) drains copied $((${db:-0} / 1000000)) MB in $(jf "$out" ring_drain_ms) ms (agent $(jf "$out" ring_drain_agent_ms) ms, of it waiting for copies $(jf "$out" ring_drain_wait_ms) ms; agent busy before $(jf "$out" ring_drain_agent_busy_ms) ms (after its last reply $(jf "$out" ring_drain_agent_post_ms) ms), to the agent $(jf "$out" ring_drain_to_agent_ms) ms, back $(jf "$out" ring_drain_from_agent_ms) ms; then the tool scanning $(jf "$out" ring_drain_scan_ms) ms, delivering $(jf "$out" ring_drain_deliver_ms) ms)"
 		done
 	done
 	b=${K[$name.base]%,}

@@ -482,7 +482,7 @@ func (o *runOutput) summary(st runtime.Stats) {
 			"records_discarded": st.RecordsDiscard, "records_lost_tool": st.RecordsLost, "records_in_flight_bytes": st.RingPending,
 			"ring_drains": st.Drains, "ring_drain_bytes": st.DrainBytes, "ring_drain_ms": float64(st.DrainTime.Microseconds()) / 1000,
 			"ring_drain_agent_ms": float64(st.DrainAgent.Microseconds()) / 1000, "ring_drain_wait_ms": float64(st.DrainWait.Microseconds()) / 1000,
-			"ring_drain_agent_busy_ms": float64(st.DrainAgentBusy.Microseconds()) / 1000, "ring_drain_to_agent_ms": float64(st.DrainToAgent.Microseconds()) / 1000, "ring_drain_from_agent_ms": float64(st.DrainFromAgent.Microseconds()) / 1000,
+			"ring_drain_agent_busy_ms": float64(st.DrainAgentBusy.Microseconds()) / 1000, "ring_drain_agent_post_ms": float64(st.DrainAgentPost.Microseconds()) / 1000, "ring_drain_to_agent_ms": float64(st.DrainToAgent.Microseconds()) / 1000, "ring_drain_from_agent_ms": float64(st.DrainFromAgent.Microseconds()) / 1000,
 			"ring_drain_scan_ms": float64(st.DrainScan.Microseconds()) / 1000, "ring_drain_deliver_ms": float64(st.DrainDeliver.Microseconds()) / 1000,
 			"jit_ms": float64(st.JIT.Microseconds()) / 1000, "first_attach_ms": float64(st.FirstAttach.Microseconds()) / 1000})
 		return
