@@ -453,31 +453,6 @@ func TestKernelIndex(t *testing.T) {
 	}
 }
 
-// TestSiteTime: bpf_gpu_site_time is the register the site filled where the
-// body is pasted, and the clock itself in the called form or with no
-// register.
-func TestSiteTime(t *testing.T) {
-	f, err := Compile(prog(asm.BuiltinFunc(604).Call(), asm.Return()), Options{FuncName: "st"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !f.UsesSiteTime {
-		t.Fatal("UsesSiteTime not set")
-	}
-	if !strings.Contains(f.PTX, "mov.u64 %r0, %globaltimer;") || strings.Contains(f.PTX, siteTimeToken) {
-		t.Fatalf("called form does not read the clock:\n%s", f.PTX)
-	}
-	if body := f.InlineAt(Site{Ctx: "0", Uniq: "p", Time: "%now7"}); !strings.Contains(body, "mov.u64 %r0, %now7;") {
-		t.Fatalf("inline body does not return the site's register:\n%s", body)
-	}
-	if body := f.InlineBody("0", "", "p"); !strings.Contains(body, "mov.u64 %r0, %globaltimer;") {
-		t.Fatalf("inline body without a register does not read the clock:\n%s", body)
-	}
-	if g, _ := Compile(prog(asm.Mov.Imm(asm.R0, 0), asm.Return()), Options{}); g.UsesSiteTime {
-		t.Fatal("UsesSiteTime set for a program that never asks")
-	}
-}
-
 // TestLaunchWord: bpf_gpu_launch_word(i) selects between the registers the
 // site names, and is 0 in the called form or where the kernel has none.
 func TestLaunchWord(t *testing.T) {
@@ -500,27 +475,40 @@ func TestLaunchWord(t *testing.T) {
 	}
 }
 
-// TestEntryTime: bpf_gpu_entry_time is the register the site names, and 0
-// in the called form or where the site has none.
-func TestEntryTime(t *testing.T) {
-	f, err := Compile(prog(asm.BuiltinFunc(607).Call(), asm.Return()), Options{FuncName: "et"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !f.UsesEntryTime {
-		t.Fatal("UsesEntryTime not set")
-	}
-	if !strings.Contains(f.PTX, "mov.u64 %r0, 0;\n\tst.param") || strings.Contains(f.PTX, entryTimeToken) {
-		t.Fatalf("called form does not return 0:\n%s", f.PTX)
-	}
-	if body := f.InlineAt(Site{Ctx: "0", Uniq: "p", EntryTime: "%t0x"}); !strings.Contains(body, "mov.u64 %r0, %t0x;") {
-		t.Fatalf("inline body does not return the site's register:\n%s", body)
-	}
-	if body := f.InlineBody("0", "", "p"); strings.Contains(body, entryTimeToken) || !strings.Contains(body, "mov.u64 %r0, 0;") {
-		t.Fatalf("inline body without a register is not 0:\n%s", body)
-	}
-	if g, _ := Compile(prog(asm.Mov.Imm(asm.R0, 0), asm.Return()), Options{}); g.UsesEntryTime {
-		t.Fatal("UsesEntryTime set for a program that never asks")
+// TestClockRegisters: bpf_gpu_site_time and bpf_gpu_entry_time are the
+// register the site names where the body is pasted; with none (or in the
+// called form) the site time reads the clock itself and the entry time is
+// 0 (the kernel's entry is out of reach).
+func TestClockRegisters(t *testing.T) {
+	for _, c := range []struct {
+		id      int64
+		uses    func(*Function) bool
+		site    func(reg string) Site
+		without string // what the helper is with no register
+	}{
+		{604, func(f *Function) bool { return f.UsesSiteTime }, func(r string) Site { return Site{Ctx: "0", Uniq: "p", Time: r} }, "%globaltimer"},
+		{607, func(f *Function) bool { return f.UsesEntryTime }, func(r string) Site { return Site{Ctx: "0", Uniq: "p", EntryTime: r} }, "0"},
+	} {
+		f, err := Compile(prog(asm.BuiltinFunc(c.id).Call(), asm.Return()), Options{FuncName: "clk"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !c.uses(f) {
+			t.Fatalf("helper %d: not marked used", c.id)
+		}
+		want := "mov.u64 %r0, " + c.without + ";"
+		if !strings.Contains(f.PTX, want) || strings.Contains(f.PTX, "GPUBPF_") {
+			t.Fatalf("helper %d: called form lacks %q:\n%s", c.id, want, f.PTX)
+		}
+		if body := f.InlineAt(c.site("%reg7")); !strings.Contains(body, "mov.u64 %r0, %reg7;") {
+			t.Fatalf("helper %d: inline body does not return the site's register:\n%s", c.id, body)
+		}
+		if body := f.InlineBody("0", "", "p"); !strings.Contains(body, want) || strings.Contains(body, "GPUBPF_") {
+			t.Fatalf("helper %d: inline body without a register lacks %q:\n%s", c.id, want, body)
+		}
+		if g, _ := Compile(prog(asm.Mov.Imm(asm.R0, 0), asm.Return()), Options{}); c.uses(g) {
+			t.Fatalf("helper %d: marked used by a program that never calls it", c.id)
+		}
 	}
 }
 
