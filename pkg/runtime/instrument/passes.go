@@ -97,6 +97,16 @@ func bodyStart(f *ptx.Func) int {
 	return len(f.Body)
 }
 
+// prologue puts decls first in f's body and code where its own code
+// begins, before everything the passes inserted there so far.
+func prologue(f *ptx.Func, decls, code []*ptx.Stmt) {
+	if len(decls) > 0 {
+		f.Body = append(decls, f.Body...)
+	}
+	at := bodyStart(f)
+	f.Body = append(f.Body[:at], append(code, f.Body[at:]...)...)
+}
+
 // ----- globals aliasing -----
 
 // symRef parses "sym", "sym+8", "sym+-8", "sym-8" into the name and offset.
@@ -517,8 +527,7 @@ func (c *Clone) buildCtx(k *ptx.Func, reach int) {
 	code = append(code,
 		instr("", "mov.u64", ctxReg, ctxVar),
 		instr("", "cvta.local.u64", ctxReg, ctxReg))
-	at := bodyStart(k)
-	k.Body = append(k.Body[:at], append(code, k.Body[at:]...)...)
+	prologue(k, nil, code)
 }
 
 // InsertEntry calls p at the start of every kernel without a redirected
@@ -624,9 +633,7 @@ func (c *Clone) AddLaunchWords() {
 			loads = append(loads, instr("", "ld.param.u64", launchRegs[i], "["+name+"]"))
 		}
 		k.Params = params
-		k.Body = append(decls, k.Body...)
-		at := bodyStart(k)
-		k.Body = append(k.Body[:at], append(loads, k.Body[at:]...)...)
+		prologue(k, decls, loads)
 	}
 }
 
@@ -639,9 +646,7 @@ func (c *Clone) AddEntryTime() {
 		return
 	}
 	for _, k := range c.Kernels {
-		k.Body = append([]*ptx.Stmt{decl(".reg .b64 " + entryTimeReg)}, k.Body...)
-		at := bodyStart(k)
-		k.Body = append(k.Body[:at], append([]*ptx.Stmt{instr("", "mov.u64", entryTimeReg, "%globaltimer")}, k.Body[at:]...)...)
+		prologue(k, []*ptx.Stmt{decl(".reg .b64 " + entryTimeReg)}, []*ptx.Stmt{instr("", "mov.u64", entryTimeReg, "%globaltimer")})
 	}
 }
 
