@@ -252,7 +252,7 @@ var scanThreads = func() int {
 // batchBytes, copying runs of records in bulk.
 func scanShard(w *shardScan, pid, dev int, ring string, printk bool) {
 	if printk {
-		b := newBatch(pid, dev, "", 0)
+		b := &Batch{PID: pid, Device: dev} // lines only: no record memory
 		w.n, w.x = w.r.Scan(w.reserved, func(rec []byte) {
 			pr, err := gpumap.DecodePrintk(rec)
 			text := pr.String()
