@@ -117,6 +117,10 @@ static u64 (*const bpf_gpu_thread_id)(void) = (void *)606;
  * __noinline subprogram, in a device function, or where several programs
  * share a site (they are called, not pasted into the kernel). */
 static u64 (*const bpf_gpu_entry_time)(void) = (void *)607;
+/* Atomically *p = max(*p, v) (unsigned), returning the old *p: one
+ * atom.max, which BPF's atomic instructions lack. p points into a map
+ * value (or the stack) with 8 bytes to write. */
+static u64 (*const bpf_gpu_atomic_max)(u64 *p, u64 v) = (void *)608;
 
 /* ---- probe context ------------------------------------------------------ */
 

@@ -82,7 +82,7 @@ var ctxPtrArgs = map[int64]uint8{
 	hBlockIdx: 0xe, hBlockDim: 0xe, hThreadIdx: 0xe, hGridDim: 0xe, hShfl: 1 << 1,
 	hKtimeNS: 0, hGlobaltimer: 0, hPrandom: 0, hSMPProcessor: 0, hPidTgid: 0, hMembar: 0,
 	hExit: 0, hSMID: 0, hWarpID: 0, hLaneID: 0, hKernelIndex: 0, hGridID: 0, hActiveMask: 0,
-	hSiteTime: 0, hLaunchWord: 0, hThreadID: 0, hEntryTime: 0,
+	hSiteTime: 0, hLaunchWord: 0, hThreadID: 0, hEntryTime: 0, hAtomicMax: 1 << 1,
 }
 
 // ctxBytes returns the end (offset + size) of the furthest ctx access of

@@ -566,7 +566,7 @@ func (c *compiler) jump(i int, ins *asm.Instruction, known *[11]int) error {
 	return nil
 }
 
-// scopeFor returns the atomic scope for memory addressed through base.
+// atomic compiles one of BPF's atomic instructions.
 func (c *compiler) atomic(ins *asm.Instruction) error {
 	op := ins.OpCode
 	aop := op.AtomicOp()
@@ -618,15 +618,25 @@ func (c *compiler) atomic(ins *asm.Instruction) error {
 	if (name == "exch" || name == "cas") && !fetch {
 		return unsupported("atomic %s without fetch", name)
 	}
+	return c.rmw(name, fetch, sz, ins.Dst, ins.Offset, ins.Src)
+}
+
+// rmw emits the atomic read-modify-write name (add, or, and, xor, exch,
+// cas, max) of the sz-byte value at dst+off with the value in srcReg; a
+// fetching one leaves the old value in srcReg (cas: in r0, which holds
+// the value compared with), as BPF's atomic instructions do.
+func (c *compiler) rmw(name string, fetch bool, sz int, dst asm.Register, off int16, srcReg asm.Register) error {
+	ty := fmt.Sprintf("%d", sz*8)
+	sc := c.scope
 	// Operand registers of the right width.
-	src, r0, old := reg(ins.Src), "%r0", "%t2"
+	src, r0, old := reg(srcReg), "%r0", "%t2"
 	if sz == 4 {
-		c.e("cvt.u32.u64 %%w5, %s;", reg(ins.Src))
+		c.e("cvt.u32.u64 %%w5, %s;", reg(srcReg))
 		c.e("cvt.u32.u64 %%w6, %%r0;")
 		src, r0, old = "%w5", "%w6", "%w7"
 	}
 	ptxTy := "b" + ty
-	if name == "add" {
+	if name == "add" || name == "max" {
 		ptxTy = "u" + ty
 	}
 	finish := func() {
@@ -639,9 +649,9 @@ func (c *compiler) atomic(ins *asm.Instruction) error {
 			}
 		case fetch:
 			if sz == 4 {
-				c.e("cvt.u64.u32 %s, %s;", reg(ins.Src), old)
+				c.e("cvt.u64.u32 %s, %s;", reg(srcReg), old)
 			} else {
-				c.e("mov.u64 %s, %s;", reg(ins.Src), old)
+				c.e("mov.u64 %s, %s;", reg(srcReg), old)
 			}
 		}
 	}
@@ -654,8 +664,8 @@ func (c *compiler) atomic(ins *asm.Instruction) error {
 			nv = "%w8"
 		}
 		switch name {
-		case "add":
-			c.e("add.u%s %s, %s, %s;", ty, nv, old, src)
+		case "add", "max":
+			c.e("%s.u%s %s, %s, %s;", name, ty, nv, old, src)
 		case "or", "and", "xor":
 			c.e("%s.b%s %s, %s, %s;", name, ty, nv, old, src)
 		case "exch":
@@ -666,8 +676,8 @@ func (c *compiler) atomic(ins *asm.Instruction) error {
 		}
 		c.e("st%s.u%s %s, %s;", space, ty, a, nv)
 	}
-	if ins.Dst == asm.R10 || c.fpOK[ins.Dst] {
-		a, space, err := c.addr(ins.Dst, ins.Offset, sz)
+	if dst == asm.R10 || c.fpOK[dst] {
+		a, space, err := c.addr(dst, off, sz)
 		if err != nil {
 			return err
 		}
@@ -675,7 +685,7 @@ func (c *compiler) atomic(ins *asm.Instruction) error {
 		finish()
 		return nil
 	}
-	c.e("add.s64 %%t4, %s, %d;", reg(ins.Dst), ins.Offset)
+	c.e("add.s64 %%t4, %s, %d;", reg(dst), off)
 	loc, done := c.label(), c.label()
 	c.e("isspacep.local %%p3, %%t4;")
 	c.e("@%%p3 bra %s;", loc)

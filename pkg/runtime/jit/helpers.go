@@ -50,6 +50,7 @@ const (
 	hLaunchWord    = 605
 	hThreadID      = 606
 	hEntryTime     = 607
+	hAtomicMax     = 608
 	maxPrintkBytes = 256
 )
 
@@ -388,6 +389,14 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 		// start): InlineAt puts the registers in; 0 elsewhere.
 		c.usesLaunch = true
 		c.e("setp.eq.u64 %%p1, %%r1, 0;\n\tselp.b64 %%r0, %s, %s, %%p1;", launchWordTokens[0], launchWordTokens[1])
+	case hAtomicMax:
+		// bpf_gpu_atomic_max(p, v): BPF has no atomic max instruction;
+		// one atom.max at p (a plain read-modify-write on the stack),
+		// the old value returned.
+		if err := c.rmw("max", true, 8, asm.R1, 0, asm.R2); err != nil {
+			return err
+		}
+		c.e("mov.u64 %%r0, %%r2;")
 	case hThreadID:
 		// Special registers only: the pointer-filling helpers (503/505)
 		// cost every thread stores and loads of its stack.

@@ -528,6 +528,32 @@ func TestThreadID(t *testing.T) {
 	}
 }
 
+// TestAtomicMax: bpf_gpu_atomic_max is one atom.max on global memory, a
+// plain read-modify-write on the stack, and returns the old value; the
+// module assembles.
+func TestAtomicMax(t *testing.T) {
+	f, err := Compile(prog(
+		asm.Instruction{OpCode: asm.StoreImmOp(asm.DWord), Dst: asm.RFP, Offset: -8, Constant: 5},
+		asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -8),
+		asm.Mov.Imm(asm.R2, 9),
+		asm.BuiltinFunc(608).Call(),
+		asm.Mov.Reg(asm.R6, asm.R0),
+		asm.LoadMem(asm.R1, asm.R6, 0, asm.DWord), // a pointer the compiler cannot place
+		asm.Mov.Imm(asm.R2, 7),
+		asm.BuiltinFunc(608).Call(),
+		asm.Return(),
+	), Options{FuncName: "amax"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"max.u64 %t3, %t2, %r2;", "atom.global.gpu.max.u64 %t2, [%t4], %r2;", "mov.u64 %r0, %r2;"} {
+		if !strings.Contains(f.PTX, want) {
+			t.Errorf("no %q in:\n%s", want, f.PTX)
+		}
+	}
+	assemble(t, f)
+}
+
 // GPUBPF_RING_PRECHECK: the claimed-bytes load and its branch are in the
 // reservation exactly when ringPrecheck is set, and it assembles either way.
 func TestRingPrecheckVariant(t *testing.T) {

@@ -244,6 +244,15 @@ var gpuHelpers = map[asm.BuiltinFunc]rewrite{
 	},
 	606: noArgs, // bpf_gpu_thread_id
 	607: noArgs, // bpf_gpu_entry_time
+	// bpf_gpu_atomic_max(p, v): reads and writes the 8 bytes at p (which
+	// must be memory the program may write) and returns a number.
+	608: func() asm.Instructions {
+		return asm.Instructions{
+			asm.LoadMem(asm.R0, asm.R1, 0, asm.DWord),
+			asm.StoreMem(asm.R1, 0, asm.R2, asm.DWord),
+			asm.FnKtimeGetNs.Call(),
+		}
+	},
 }
 
 // GPUHelper reports whether the GPU compiler implements helper id.

@@ -54,6 +54,7 @@ func TestRefusesUnsafe(t *testing.T) {
 		"misaligned":     "not aligned",
 		"cpu_helper":     "bpf_get_current_comm, which GPU programs cannot call",
 		"value_oob":      "outside its size",
+		"max_unchecked":  "without checking it for NULL",
 	}
 	if len(progs) != len(want) {
 		t.Fatalf("unsafe.bpf.o has %d GPU programs, the test knows %d", len(progs), len(want))

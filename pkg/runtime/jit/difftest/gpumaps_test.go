@@ -81,6 +81,45 @@ func mapsCases() []mapsCase {
 			},
 		},
 		{
+			// bpf_gpu_atomic_max (608) from 8192 threads on one array
+			// value {max id, 100 from all, first-seen count, sum}: in
+			// global memory and on each thread's stack, old values back.
+			name: "atomic-max",
+			p:    gpumap.Placement{Kind: gpumap.Array, KeySize: 4, ValueSize: 32, MaxEntries: 1},
+			insns: cat(gtid(), asm.Instructions{asm.LoadMapPtr(asm.R1, 0).WithReference("m")}, key0, asm.Instructions{
+				asm.FnMapLookupElem.Call(),
+				jOff(asm.JNE.Imm(asm.R0, 0, ""), 2),
+				asm.Mov.Imm(asm.R0, 0), asm.Return(),
+				asm.Mov.Reg(asm.R7, asm.R0),
+				asm.Mov.Reg(asm.R1, asm.R7), asm.Mov.Reg(asm.R2, asm.R6), asm.BuiltinFunc(608).Call(),
+				asm.Mov.Reg(asm.R1, asm.R7), asm.Add.Imm(asm.R1, 8), asm.Mov.Imm(asm.R2, 100), asm.BuiltinFunc(608).Call(),
+				jOff(asm.JNE.Imm(asm.R0, 0, ""), 2),
+				asm.Mov.Imm(asm.R1, 1),
+				asm.AddAtomic.Mem(asm.R7, asm.R1, asm.DWord, 16), // the one thread that saw 0
+				asm.Instruction{OpCode: asm.StoreImmOp(asm.DWord), Dst: asm.RFP, Offset: -88, Constant: 5},
+				asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -88), asm.Mov.Reg(asm.R2, asm.R6), asm.And.Imm(asm.R2, 3), asm.BuiltinFunc(608).Call(),
+				asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -88), asm.Mov.Imm(asm.R2, 9), asm.BuiltinFunc(608).Call(),
+				asm.LoadMem(asm.R8, asm.RFP, -88, asm.DWord),
+				asm.Add.Reg(asm.R8, asm.R0), // 9 + 5
+				asm.AddAtomic.Mem(asm.R7, asm.R8, asm.DWord, 24),
+				asm.Mov.Imm(asm.R0, 0), asm.Return(),
+			}),
+			check: func(mem []byte, p gpumap.Placement) error {
+				v, err := gpumap.ArrayValue(mem, p.ValueSize, 0, false)
+				if err != nil {
+					return err
+				}
+				got := [4]uint64{}
+				for i := range got {
+					got[i] = binary.LittleEndian.Uint64(v[8*i:])
+				}
+				if want := [4]uint64{mapsTotal - 1, 100, 1, 14 * mapsTotal}; got != want {
+					return fmt.Errorf("{max id, 100, first-seen, stack sum} = %v, want %v", got, want)
+				}
+				return nil
+			},
+		},
+		{
 			// 8192 threads insert 64 keys concurrently; then 16 of them are deleted.
 			name: "hash",
 			p:    gpumap.Placement{Kind: gpumap.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 64},

@@ -132,3 +132,13 @@ int value_oob(void *ctx)
 		return 0;
 	return v[tidx() & 7]; /* BAD */
 }
+
+/* The atomic max helper on a lookup's result that may be NULL. */
+SEC("kprobe/vectorAdd")
+int max_unchecked(void *ctx)
+{
+	u32 key = 1;
+	u64 *v = bpf_map_lookup_elem(&arr, &key);
+
+	return bpf_gpu_atomic_max(v, tidx()); /* BAD */
+}
