@@ -1171,13 +1171,16 @@ static int op_load(struct session *s, uint32_t req, struct rbuf *r, struct wbuf 
 	probe_defer_setup(); /* before the first clone: no launch can have run one */
 	enum { LOGSZ = 1 << 16 };
 	char *elog = calloc(1, LOGSZ), *ilog = calloc(1, LOGSZ);
-	CUjit_option o[4] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
-			     CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
-	void *v[4] = {elog, (void *)(uintptr_t)LOGSZ, ilog, (void *)(uintptr_t)LOGSZ};
+	/* verbose: the info log says each function's registers and spills,
+	 * which the tool shows with -v (a probe that raises a kernel's
+	 * registers can lower its occupancy) */
+	CUjit_option o[5] = {CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, CU_JIT_INFO_LOG_BUFFER,
+			     CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES, CU_JIT_LOG_VERBOSE};
+	void *v[5] = {elog, (void *)(uintptr_t)LOGSZ, ilog, (void *)(uintptr_t)LOGSZ, (void *)(uintptr_t)1};
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	CUmodule mod = NULL;
-	cr = D.cuModuleLoadDataEx(&mod, text, (elog && ilog) ? 4 : 0, o, v);
+	cr = D.cuModuleLoadDataEx(&mod, text, (elog && ilog) ? 5 : 0, o, v);
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	free(text);
 	uint64_t ns = (uint64_t)(t1.tv_sec - t0.tv_sec) * 1000000000ull + (uint64_t)(t1.tv_nsec - t0.tv_nsec);
