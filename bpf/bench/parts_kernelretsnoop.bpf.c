@@ -1,0 +1,177 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// parts_kernelretsnoop: kernelretsnoop's exit probe and the design tried
+// against it on 2026-11-23 (fourteenth session), to measure what each part
+// costs the kernel (scripts/gpu/parts-bench.sh; docs/gpu-results.md
+// "fourteenth session"). Maps are sized for two kernels (vec_add has one),
+// so that gpubpf run's dump of them stays short.
+//   krs_tool        the tool's probe (bpf/kernelretsnoop.bpf.c, events
+//                   off): split warps out of line, a compare-and-swap, then
+//                   an or and an exchange returning the lanes so far, every
+//                   lane counted into one lane table, the launch spread's
+//                   load after them
+//   krs_max         the design tried: one atomic max per group on the slot
+//                   word tagged with the warp's entry time
+//                   (bpf_gpu_atomic_max), the first group counting one
+//                   split warp instead of a count per lane, lane table
+//                   sharded by SM, the spread's load issued first. Not
+//                   faster (x2.86 against x2.93 at xlarge), and on
+//                   samples/lane_slow the compiler reconverged the warp
+//                   before the exit, hiding lane 31's lateness
+//   krs_max_inline  the same with the split warps' code pasted in
+//   krs_max_warps   krs_max without the launch spread
+#include "types.h"
+#include <bpf/bpf_helpers.h>
+#include "gputhread.h"
+
+#define KERNELS 2
+#define SHARDS 32
+#define LANE_SHARDS 16
+#define LAUNCH_SLOTS 256
+#define T40 ((1ULL << 40) - 1)
+
+GPUBPF_MAP(wexits, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, GPU_MAX_SMS * GPU_WARP_SLOTS);
+GPUBPF_MAP(lanehist, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * LANE_SHARDS * 32 * LINLOG_BUCKETS);
+GPUBPF_MAP(ontime, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS);
+GPUBPF_MAP(splitwarps, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS * 32);
+GPUBPF_MAP(spreadhist, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS * LINLOG_BUCKETS);
+GPUBPF_MAP(launchfirst, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, LAUNCH_SLOTS);
+GPUBPF_MAP(lost, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 4);
+
+/* krs_max's split warps. */
+static __always_inline void split_body(u64 now, u64 kernel, u64 entry, u32 shard)
+{
+	struct gpu_group g = gpu_warp_group();
+	u32 lane = bpf_get_lane_id();
+	u32 ws = gpu_warp_slot();
+	u64 *w = bpf_map_lookup_elem(&wexits, &ws);
+	u64 first = 0, tpb, t;
+
+	if (!w || !entry)
+		return;
+	if (lane == g.leader) {
+		u64 mine = (entry & 0xFFFFFFFFULL) << 32 | (~now & 0xFFFFFFFFULL);
+		u64 old = bpf_gpu_atomic_max(w, mine);
+
+		if (old >> 32 == mine >> 32) {
+			u32 f = ~(u32)old;
+			first = 1ULL << 32 | ((s32)(f - (u32)now) < 0 ? f : (u32)now);
+		} else {
+			if (old > mine)
+				*w = mine;
+			t = gpu_thread_in_block(&tpb);
+			tpb -= t & ~31ULL;
+			gpu_array_add(&splitwarps, (kernel * SHARDS + shard) * 32 + (tpb > 32 ? 31 : tpb - 1), 1);
+		}
+	}
+	first = bpf_gpu_shfl(first, g.leader, g.mask);
+	if (!(first >> 32))
+		return;
+	u32 late = (u32)now - (u32)first;
+	if (late > 0x80000000U)
+		late = 0;
+	u32 ls = bpf_get_sm_id() % LANE_SHARDS;
+	gpu_array_add(&lanehist, ((kernel * LANE_SHARDS + ls) * 32 + lane) * LINLOG_BUCKETS + linlog_bucket(late), 1);
+}
+
+static __noinline void split_exit(u64 now, u64 kernel, u64 entry, u32 shard) { split_body(now, kernel, entry, shard); }
+
+/* The tool's split warps (bpf/kernelretsnoop.bpf.c): wexits words are
+ * (first exit << 32 | lanes). */
+static __noinline void split_exit_old(u64 now, u64 kernel)
+{
+	struct gpu_group g = gpu_warp_group();
+	u32 lane = bpf_get_lane_id();
+	u64 tpb, t = gpu_thread_in_block(&tpb), lanes, all, old = 0, first = 0;
+	u32 ws = gpu_warp_slot();
+	u64 *w = bpf_map_lookup_elem(&wexits, &ws);
+
+	if (!w)
+		return;
+	lanes = tpb - (t & ~31ULL);
+	if (lanes > 32)
+		lanes = 32;
+	all = lanes == 32 ? 0xFFFFFFFFULL : (1ULL << lanes) - 1;
+	if (lane == g.leader) {
+		u64 mine = (now & 0xFFFFFFFFULL) << 32 | g.mask;
+
+		old = __sync_val_compare_and_swap(w, 0, mine);
+		if (old)
+			old = __sync_fetch_and_or(w, (u64)g.mask);
+		if (old & g.mask) {
+			gpu_array_add(&lost, 2, gpu_popc((u32)old & ~g.mask));
+			__sync_lock_test_and_set(w, mine);
+			old = 0;
+		}
+		first = old ? old >> 32 : now & 0xFFFFFFFFULL;
+		if ((((u32)old | g.mask) & all) == all)
+			__sync_lock_test_and_set(w, 0);
+	}
+	first = bpf_gpu_shfl(first, g.leader, g.mask);
+	u32 late = (u32)now - (u32)first;
+	if (late > 0x80000000U)
+		late = 0;
+	gpu_array_add(&lanehist, (kernel * 32 + lane) * LINLOG_BUCKETS + linlog_bucket(late), 1);
+}
+
+/* The launch spread from the first exit in lf (cur: its value loaded). */
+static __always_inline void spread(u64 now, u64 n, u64 kernel, u32 shard, u64 *lf, u64 cur, u64 grid)
+{
+	u64 mine = grid << 40 | (now & T40), late;
+
+	if (cur >> 40 != grid) {
+		u64 old = __sync_val_compare_and_swap(lf, cur, mine);
+		cur = old == cur ? mine : old;
+	}
+	late = ((now & T40) - (cur & T40)) & T40;
+	if (cur >> 40 != grid || late > (1ULL << 39))
+		late = 0;
+	gpu_array_add(&spreadhist, (kernel * SHARDS + shard) * LINLOG_BUCKETS + linlog_bucket(late), n);
+}
+
+enum { MAX, MAX_WARPS, TOOL, MAX_INLINE };
+
+static __always_inline int exit_part(int part)
+{
+	u64 now = bpf_gpu_site_time();
+	u64 entry = bpf_gpu_entry_time();
+	struct gpu_group g = gpu_warp_group();
+	int leader = bpf_get_lane_id() == g.leader;
+	u64 kernel = bpf_gpu_kernel_index();
+	u32 shard = bpf_get_sm_id() % SHARDS;
+	u64 grid = bpf_gpu_grid_id() & 0xFFFFFF;
+	u32 ls = grid % LAUNCH_SLOTS;
+	u64 *lf = bpf_map_lookup_elem(&launchfirst, &ls);
+	u64 cur = 0;
+
+	if (kernel >= KERNELS)
+		return 0;
+	if ((part == MAX || part == MAX_INLINE) && lf && leader)
+		cur = *lf;
+	if (g.n == 32) {
+		if (leader)
+			gpu_array_add(&ontime, kernel * SHARDS + shard, 1);
+	} else if (part == TOOL) {
+		split_exit_old(now, kernel);
+	} else if (part == MAX_INLINE) {
+		split_body(now, kernel, entry, shard);
+	} else {
+		split_exit(now, kernel, entry, shard);
+	}
+	if (part == MAX_WARPS || !leader || !lf)
+		return 0;
+	if (part == TOOL)
+		cur = *lf;
+	spread(now, g.n, kernel, shard, lf, cur, grid);
+	return 0;
+}
+
+SEC("gpu/exit/*")
+int krs_max(void *ctx) { return exit_part(MAX); }
+SEC("gpu/exit/*")
+int krs_max_warps(void *ctx) { return exit_part(MAX_WARPS); }
+SEC("gpu/exit/*")
+int krs_tool(void *ctx) { return exit_part(TOOL); }
+SEC("gpu/exit/*")
+int krs_max_inline(void *ctx) { return exit_part(MAX_INLINE); }
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

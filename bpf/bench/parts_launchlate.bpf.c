@@ -1,0 +1,48 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// parts_launchlate: launchlate's GPU entry probe taken apart, to measure
+// what each part costs an instrumented launch (scripts/gpu/parts-bench.sh,
+// docs/gpu-results.md):
+//   ll_first   only the launch's first thread goes on, and stops
+//   ll_store   the first thread stores %globaltimer and the grid id per
+//              launch in device memory (no launch words)
+//   ll_words   the same plus the agent's launch words (the hidden
+//              parameters launchlate's stamps ride on)
+#include "types.h"
+#include <bpf/bpf_helpers.h>
+#include "gpu.h"
+
+struct start {
+	u64 gpu, cpu, info, grid;
+};
+GPUBPF_MAP(starts, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, struct start, 1 << 16);
+
+static __always_inline int part(int words)
+{
+	if (bpf_gpu_thread_id() != 0)
+		return 0;
+	u64 grid = bpf_gpu_grid_id();
+	u32 slot = grid & ((1 << 16) - 1);
+	struct start *s = bpf_map_lookup_elem(&starts, &slot);
+
+	if (!s)
+		return 0;
+	s->gpu = bpf_ktime_get_ns();
+	s->grid = grid;
+	if (words) {
+		s->cpu = bpf_gpu_launch_word(0);
+		s->info = bpf_gpu_launch_word(1);
+	}
+	return 0;
+}
+
+SEC("gpu/entry/*")
+int ll_first(void *ctx)
+{
+	return bpf_gpu_thread_id() != 0 ? 0 : 0;
+}
+SEC("gpu/entry/*")
+int ll_store(void *ctx) { return part(0); }
+SEC("gpu/entry/*")
+int ll_words(void *ctx) { return part(1); }
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

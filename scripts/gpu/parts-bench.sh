@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# What each part of a tool's probe costs the kernel: vec_add under each
+# variant command, interleaved with untraced runs, CUDA-event kernel time as
+# a ratio to the untraced median of the same preset (median [min-max] over
+# REPS). A diagnostic for choosing designs (docs/gpu-results.md); asserts
+# only that every run leaves the app's RESULT line "ok".
+#   VARIANTS="name=command prefix;..."  each run as: PREFIX -- samples/bin/vec_add PRESET
+#   PRESETS="name:ELEMENTS ITERATIONS THREADS BLOCKS;..."  REPS (default 3)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+export PATH=$PWD/bin:$PATH
+REPS=${REPS:-3}
+LIMIT=${LIMIT:-120}
+PRESETS=${PRESETS:-"medium:10000 1000 256 40;large:100000 1000 512 196;xlarge:1000000 1000 512 1954"}
+VARIANTS=${VARIANTS:?VARIANTS=\"name=command prefix;...\"}
+LOGS=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}
+mkdir -p "$LOGS"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $NF}'; }
+IFS=';' read -ra PS <<<"$PRESETS"
+IFS=';' read -ra VS <<<"$VARIANTS"
+fail=0
+echo "parts-bench: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(date -u +%FT%TZ), REPS=$REPS"
+for ps in "${PS[@]}"; do
+	name=${ps%%:*} P=${ps#*:}
+	declare -A K=()
+	for rep in $(seq "$REPS"); do
+		timeout "$LIMIT" samples/bin/vec_add $P >"$T/base" 2>&1
+		K[base]+="$(kus "$T/base") "
+		n=${#VS[@]}
+		for i in $(seq 0 $((n - 1))); do
+			v=${VS[$(((i + rep) % n))]} # rotate the order per repetition
+			vn=${v%%=*} cmd=${v#*=}
+			timeout "$LIMIT" $cmd -- samples/bin/vec_add $P >"$T/$vn" 2>"$T/$vn.err"
+			if ! grep -aq "RESULT vec_add ok" "$T/$vn"; then
+				echo "FAIL $name $vn rep $rep:"; tail -n 4 "$T/$vn" "$T/$vn.err" | cut -c1-300
+				fail=1
+			fi
+			cp "$T/$vn.err" "$LOGS/parts-$name-$vn-$rep.err" 2>/dev/null
+			K[$vn]+="$(kus "$T/$vn") "
+		done
+	done
+	python3 - "$name" "$P" "${K[base]}" "${VS[@]%%=*}" <<PYEOF
+import statistics, sys
+name, preset, base = sys.argv[1], sys.argv[2], [float(x) for x in sys.argv[3].split()]
+vals = {$(for v in "${VS[@]}"; do vn=${v%%=*}; printf '"%s": "%s",' "$vn" "${K[$vn]}"; done)}
+b = statistics.median(base)
+print(f"{name} ({preset}): base {b:.2f} us [{min(base):.2f}-{max(base):.2f}]")
+for vn in sys.argv[4:]:
+    v = sorted(float(x) for x in vals[vn].split())
+    if not v:
+        print(f"  {vn:14s} n/a"); continue
+    r = [x / b for x in v]
+    print(f"  {vn:14s} {statistics.median(v):7.2f} us  x{statistics.median(r):.3f} [{r[0]:.3f}-{r[-1]:.3f}]")
+PYEOF
+	unset K
+done
+[ $fail = 0 ] && echo "SUMMARY: parts-bench ok" || echo "SUMMARY: parts-bench FAIL (a run lost its RESULT line)"
+exit $fail
