@@ -4,11 +4,10 @@
 // costs the kernel (scripts/gpu/parts-bench.sh; docs/gpu-results.md
 // "fourteenth session"). Maps are sized for two kernels (vec_add has one),
 // so that gpubpf run's dump of them stays short.
-//   krs_tool        the tool's probe (bpf/kernelretsnoop.bpf.c, events
-//                   off): split warps out of line, a compare-and-swap, then
-//                   an or and an exchange returning the lanes so far, every
-//                   lane counted into one lane table, the launch spread's
-//                   load after them
+// The tool itself (bpf/kernelretsnoop.bpf.c: split warps out of line, a
+// compare-and-swap, then an or and an exchange returning the lanes so far,
+// every lane counted into one lane table, the launch spread's load after
+// them) is the variant to compare with: `kernelretsnoop -- CMD`.
 //   krs_max         the design tried: one atomic max per group on the slot
 //                   word tagged with the warp's entry time
 //                   (bpf_gpu_atomic_max), the first group counting one
@@ -35,7 +34,6 @@ GPUBPF_MAP(ontime, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS);
 GPUBPF_MAP(splitwarps, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS * 32);
 GPUBPF_MAP(spreadhist, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS * LINLOG_BUCKETS);
 GPUBPF_MAP(launchfirst, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, LAUNCH_SLOTS);
-GPUBPF_MAP(lost, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 4);
 
 /* krs_max's split warps. */
 static __always_inline void split_body(u64 now, u64 kernel, u64 entry, u32 shard)
@@ -75,44 +73,6 @@ static __always_inline void split_body(u64 now, u64 kernel, u64 entry, u32 shard
 
 static __noinline void split_exit(u64 now, u64 kernel, u64 entry, u32 shard) { split_body(now, kernel, entry, shard); }
 
-/* The tool's split warps (bpf/kernelretsnoop.bpf.c): wexits words are
- * (first exit << 32 | lanes). */
-static __noinline void split_exit_old(u64 now, u64 kernel)
-{
-	struct gpu_group g = gpu_warp_group();
-	u32 lane = bpf_get_lane_id();
-	u64 tpb, t = gpu_thread_in_block(&tpb), lanes, all, old = 0, first = 0;
-	u32 ws = gpu_warp_slot();
-	u64 *w = bpf_map_lookup_elem(&wexits, &ws);
-
-	if (!w)
-		return;
-	lanes = tpb - (t & ~31ULL);
-	if (lanes > 32)
-		lanes = 32;
-	all = lanes == 32 ? 0xFFFFFFFFULL : (1ULL << lanes) - 1;
-	if (lane == g.leader) {
-		u64 mine = (now & 0xFFFFFFFFULL) << 32 | g.mask;
-
-		old = __sync_val_compare_and_swap(w, 0, mine);
-		if (old)
-			old = __sync_fetch_and_or(w, (u64)g.mask);
-		if (old & g.mask) {
-			gpu_array_add(&lost, 2, gpu_popc((u32)old & ~g.mask));
-			__sync_lock_test_and_set(w, mine);
-			old = 0;
-		}
-		first = old ? old >> 32 : now & 0xFFFFFFFFULL;
-		if ((((u32)old | g.mask) & all) == all)
-			__sync_lock_test_and_set(w, 0);
-	}
-	first = bpf_gpu_shfl(first, g.leader, g.mask);
-	u32 late = (u32)now - (u32)first;
-	if (late > 0x80000000U)
-		late = 0;
-	gpu_array_add(&lanehist, (kernel * 32 + lane) * LINLOG_BUCKETS + linlog_bucket(late), 1);
-}
-
 /* The launch spread from the first exit in lf (cur: its value loaded). */
 static __always_inline void spread(u64 now, u64 n, u64 kernel, u32 shard, u64 *lf, u64 cur, u64 grid)
 {
@@ -128,7 +88,7 @@ static __always_inline void spread(u64 now, u64 n, u64 kernel, u32 shard, u64 *l
 	gpu_array_add(&spreadhist, (kernel * SHARDS + shard) * LINLOG_BUCKETS + linlog_bucket(late), n);
 }
 
-enum { MAX, MAX_WARPS, TOOL, MAX_INLINE };
+enum { MAX, MAX_WARPS, MAX_INLINE };
 
 static __always_inline int exit_part(int part)
 {
@@ -150,8 +110,6 @@ static __always_inline int exit_part(int part)
 	if (g.n == 32) {
 		if (leader)
 			gpu_array_add(&ontime, kernel * SHARDS + shard, 1);
-	} else if (part == TOOL) {
-		split_exit_old(now, kernel);
 	} else if (part == MAX_INLINE) {
 		split_body(now, kernel, entry, shard);
 	} else {
@@ -159,8 +117,6 @@ static __always_inline int exit_part(int part)
 	}
 	if (part == MAX_WARPS || !leader || !lf)
 		return 0;
-	if (part == TOOL)
-		cur = *lf;
 	spread(now, g.n, kernel, shard, lf, cur, grid);
 	return 0;
 }
@@ -169,8 +125,6 @@ SEC("gpu/exit/*")
 int krs_max(void *ctx) { return exit_part(MAX); }
 SEC("gpu/exit/*")
 int krs_max_warps(void *ctx) { return exit_part(MAX_WARPS); }
-SEC("gpu/exit/*")
-int krs_tool(void *ctx) { return exit_part(TOOL); }
 SEC("gpu/exit/*")
 int krs_max_inline(void *ctx) { return exit_part(MAX_INLINE); }
 
