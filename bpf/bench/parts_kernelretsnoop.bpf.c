@@ -18,6 +18,14 @@
 //                   before the exit, hiding lane 31's lateness
 //   krs_max_inline  the same with the split warps' code pasted in
 //   krs_max_warps   krs_max without the launch spread
+// and, to bisect what every exit of a whole warp costs:
+//   krs_site        the site's %globaltimer, stored only if it reads 0
+//   krs_red         the site time, the lanes exiting together, their
+//                   lowest lane adding one to an SM-sharded counter
+//   krs_knob        krs_red plus a tool knob (const volatile) read at
+//                   every exit, as the tool reads max_kernels and events
+//   krs_redpad      krs_red with each shard's counter in its own 128-byte
+//                   line (krs_red's 32 shards share two lines)
 #include "types.h"
 #include <bpf/bpf_helpers.h>
 #include "gputhread.h"
@@ -31,6 +39,9 @@
 GPUBPF_MAP(wexits, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, GPU_MAX_SMS * GPU_WARP_SLOTS);
 GPUBPF_MAP(lanehist, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * LANE_SHARDS * 32 * LINLOG_BUCKETS);
 GPUBPF_MAP(ontime, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS);
+GPUBPF_MAP(never, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
+GPUBPF_MAP(padded, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS * 16);
+const volatile u32 knob = KERNELS;
 GPUBPF_MAP(splitwarps, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS * 32);
 GPUBPF_MAP(spreadhist, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS * LINLOG_BUCKETS);
 GPUBPF_MAP(launchfirst, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, LAUNCH_SLOTS);
@@ -127,5 +138,34 @@ SEC("gpu/exit/*")
 int krs_max_warps(void *ctx) { return exit_part(MAX_WARPS); }
 SEC("gpu/exit/*")
 int krs_max_inline(void *ctx) { return exit_part(MAX_INLINE); }
+
+SEC("gpu/exit/*")
+int krs_site(void *ctx)
+{
+	if (bpf_gpu_site_time() == 0)
+		gpu_array_add(&never, 0, 1);
+	return 0;
+}
+
+static __always_inline int whole(int read_knob, int pad)
+{
+	u64 now = bpf_gpu_site_time();
+	struct gpu_group g = gpu_warp_group();
+	u64 kernel = bpf_gpu_kernel_index();
+
+	if (read_knob && kernel >= knob)
+		return 0;
+	u32 i = (kernel * SHARDS + bpf_get_sm_id() % SHARDS) & (KERNELS * SHARDS - 1);
+	if (bpf_get_lane_id() == g.leader)
+		gpu_array_add(pad ? (void *)&padded : (void *)&ontime, pad ? i * 16 : i, now ? 1 : 0);
+	return 0;
+}
+
+SEC("gpu/exit/*")
+int krs_red(void *ctx) { return whole(0, 0); }
+SEC("gpu/exit/*")
+int krs_knob(void *ctx) { return whole(1, 0); }
+SEC("gpu/exit/*")
+int krs_redpad(void *ctx) { return whole(0, 1); }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -54,7 +54,7 @@ func run(c *cli.Context) error {
 	}
 	spec.Maps["lanehist"].MaxEntries = kernels * 32 * toolkit.LinLogBuckets
 	spec.Maps["spreadhist"].MaxEntries = kernels * shards * toolkit.LinLogBuckets
-	spec.Maps["ontime"].MaxEntries = kernels * shards
+	spec.Maps["ontime"].MaxEntries = kernels * shards * ontimePad
 	r := &reporter{}
 	t := toolkit.GPUTool{
 		Name:    "kernelretsnoop",

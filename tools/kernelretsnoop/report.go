@@ -36,12 +36,16 @@ type kernelSummary struct {
 }
 
 // shards is SHARDS of kernelretsnoop.bpf.c: counters every warp hits are
-// spread over SMs.
-const shards = 32
+// spread over SMs; ontimePad is its ONTIME_PAD (a shard's on-time counter
+// is alone in its cache line).
+const (
+	shards    = 32
+	ontimePad = 16
+)
 
 // summarize reads the per-kernel segments of lanehist (32 lanes x
-// LinLogBuckets each: warps whose lanes exited apart), ontime (shards
-// each: warps that exited as one, lateness 0 for every lane) and
+// LinLogBuckets each: warps whose lanes exited apart), ontime (shards x
+// ontimePad each: warps that exited as one, lateness 0 for every lane) and
 // spreadhist (shards x LinLogBuckets each).
 func summarize(lanehist, ontime, spreadhist []uint64) []kernelSummary {
 	const nb = toolkit.LinLogBuckets
@@ -49,7 +53,7 @@ func summarize(lanehist, ontime, spreadhist []uint64) []kernelSummary {
 	for k := 0; (k+1)*32*nb <= len(lanehist); k++ {
 		s := kernelSummary{kernel: uint32(k)}
 		var full uint64
-		for i := k * shards; i < (k+1)*shards && i < len(ontime); i++ {
+		for i := k * shards * ontimePad; i < (k+1)*shards*ontimePad && i < len(ontime); i++ {
 			full += ontime[i]
 		}
 		var medians []uint64

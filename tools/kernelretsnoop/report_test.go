@@ -11,8 +11,8 @@ import (
 func TestLateLaneMarked(t *testing.T) {
 	const nb = toolkit.LinLogBuckets
 	lane := make([]uint64, 2*32*nb) // two kernels
-	ontime := make([]uint64, 2*shards)
-	ontime[3] = 100 // kernel 0: 100 full warps on time
+	ontime := make([]uint64, 2*shards*ontimePad)
+	ontime[3*ontimePad] = 100 // kernel 0: 100 full warps on time
 	for l := 0; l < 32; l++ {
 		if l == 31 {
 			lane[(32+l)*nb+59] = 100 // kernel 1: ~750 ns (bucket 59)
