@@ -34,6 +34,7 @@
 # and small (dev, --summary: records handed to the tool, not printed).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/gpu/lib.sh # kus
 export PATH=$PWD/bin:$PATH
 OBJ=bpf/examples/trace_bpfel.o
 REPS=${REPS:-3}
@@ -43,7 +44,6 @@ PRESETS=${PRESETS:-"tiny:32 10000 32 1;small:1000 10000 256 4;medium:10000 1000 
 T=$(mktemp -d)
 LOGS=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}
 mkdir -p "$LOGS"
-kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $NF}'; }
 jf() { grep -ao "\"$2\":[0-9.]*" "$1" | tail -1 | cut -d: -f2; }
 fail=0
 stats() { # values... -> "median [min-max]"

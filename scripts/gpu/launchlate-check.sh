@@ -21,6 +21,7 @@
 # LAUNCHLATE_QUICK=1 skips PyTorch and the cost measurements.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/gpu/lib.sh # kus
 export PATH=$PWD/bin:$PATH
 LOGS=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}/launchlate
 rm -rf "$LOGS"; mkdir -p "$LOGS"
@@ -142,7 +143,6 @@ fi
 
 # Cost: launch rate on launch_heavy, kernel time on vec_add presets.
 rate() { grep -ao '[0-9.]* launches/s' "$1" | tail -1 | awk '{print $1}'; }
-kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $NF}'; }
 med() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{statistics.median(v):.3f}' if v else 'nan')" "$@"; }
 # Breakdown: threadhist instruments the same kernel with no launch words
 # (the agent's instrumented-launch path alone); --uprobe -k noSuchKernel

@@ -8,6 +8,7 @@
 #   PRESETS="name:ELEMENTS ITERATIONS THREADS BLOCKS;..."  REPS (default 3)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+. scripts/gpu/lib.sh # kus
 export PATH=$PWD/bin:$PATH
 REPS=${REPS:-3}
 LIMIT=${LIMIT:-120}
@@ -17,7 +18,6 @@ LOGS=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}
 mkdir -p "$LOGS"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
-kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $NF}'; }
 IFS=';' read -ra PS <<<"$PRESETS"
 IFS=';' read -ra VS <<<"$VARIANTS"
 fail=0
@@ -41,14 +41,16 @@ for ps in "${PS[@]}"; do
 			K[$vn]+="$(kus "$T/$vn") "
 		done
 	done
-	python3 - "$name" "$P" "${K[base]}" "${VS[@]%%=*}" <<PYEOF
+	args=()
+	for v in "${VS[@]}"; do args+=("${v%%=*}=${K[${v%%=*}]}"); done
+	python3 - "$name" "$P" "${K[base]}" "${args[@]}" <<'PYEOF'
 import statistics, sys
 name, preset, base = sys.argv[1], sys.argv[2], [float(x) for x in sys.argv[3].split()]
-vals = {$(for v in "${VS[@]}"; do vn=${v%%=*}; printf '"%s": "%s",' "$vn" "${K[$vn]}"; done)}
 b = statistics.median(base)
 print(f"{name} ({preset}): base {b:.2f} us [{min(base):.2f}-{max(base):.2f}]")
-for vn in sys.argv[4:]:
-    v = sorted(float(x) for x in vals[vn].split())
+for arg in sys.argv[4:]:  # NAME=TIMES
+    vn, times = arg.split("=", 1)
+    v = sorted(float(x) for x in times.split())
     if not v:
         print(f"  {vn:14s} n/a"); continue
     r = [x / b for x in v]

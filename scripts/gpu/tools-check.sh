@@ -125,8 +125,7 @@ for tool in threadhist kernelretsnoop kernel_trace; do
 done
 
 # ---- overhead ---------------------------------------------------------------
-kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $NF}'; }
-. scripts/gpu/lib.sh # med
+. scripts/gpu/lib.sh # kus, med
 PRESETS=${PRESETS:-"medium:10000 1000 256 40;large:100000 1000 512 196;xlarge:1000000 1000 512 1954"}
 declare -A K
 IFS=';' read -ra PS <<<"$PRESETS"
