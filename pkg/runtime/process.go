@@ -714,8 +714,10 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 	for _, f := range lr.Functions {
 		fn[f.Name] = f.Handle
 	}
-	for _, l := range jitResources(lr.InfoLog) {
-		p.s.logf("process %d: JIT: %s", p.PID, l)
+	if p.s.opts.Log != nil { // -v: the attach path parses nothing it will not print
+		for _, l := range jitResources(lr.InfoLog) {
+			p.s.logf("process %d: JIT: %s", p.PID, l)
+		}
 	}
 	// One activation per launch handle, all in flight at once: the agent
 	// serves them in order and each costs it microseconds, while a round
