@@ -101,11 +101,18 @@ type ringState struct {
 	postNs                                                                atomic.Uint64 // of busyNs: from the agent's previous reply to its next read
 	failed                                                                bool          // a drain failed; logged once
 	scans                                                                 []shardScan   // reused by each drain (drainMu)
-	// when the ring was last drained and whether it was filling then
-	// (drainMu): a quiet ring waits for the poll interval while a busy
-	// one beside it drains back to back
-	last    time.Time
-	filling bool
+	// when the ring was last drained (drainMu): a quiet ring waits while
+	// a busy one beside it drains back to back
+	last time.Time
+	// the longest it waits for its next drain (pollInterval, printkPoll)
+	maxWait time.Duration
+	// when the last drain's reply came (agentproto.MonoNow), each shard's
+	// reserved position then, and how long the next drain may wait
+	// (drainMu); reserved and pend are a drain's scratch
+	lastDrain      uint64
+	lastReserved   []uint64
+	next           time.Duration
+	reserved, pend []uint64
 }
 
 // device returns (placing maps and compiling programs on first use) the
@@ -148,6 +155,7 @@ func (p *Process) device(t agentproto.Target) (*device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("placing the trace_printk ring: %w", err)
 	}
+	pk.ring.maxWait = printkPoll
 	d.printk = pk
 	placements := map[string]gpumap.Placement{}
 	for n, m := range d.maps {
@@ -196,7 +204,12 @@ func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
 	switch kind {
 	case gpumap.RingBuf:
 		pl.RingSize = d.p.s.opts.RingBytes
-		return d.ring(name, pl)
+		pm, err := d.ring(name, pl)
+		if err == nil {
+			// batches for its first drains, ready before the first launch
+			go batches.warm(int(gpumap.RingShards(pm.place)), batchClass(min(gpumap.ShardSize(pm.place)/2, batchBytes)))
+		}
+		return pm, err
 	case gpumap.PerThreadArray:
 		pl.Threads = d.p.s.opts.Threads
 		if pl.Threads == 0 {
@@ -449,7 +462,8 @@ func (d *device) ring(name string, pl gpumap.Placement) (pm *placedMap, err erro
 		return nil, err
 	}
 	pm.place = pl
-	pm.ring = &ringState{readers: readers}
+	n := len(readers)
+	pm.ring = &ringState{readers: readers, maxWait: pollInterval, lastReserved: make([]uint64, n), reserved: make([]uint64, n), pend: make([]uint64, n)}
 	return pm, nil
 }
 

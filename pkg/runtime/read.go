@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/bits"
 	"os"
 	goruntime "runtime"
 	"slices"
@@ -20,9 +19,15 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 )
 
-// pollInterval is how often the tool drains the rings when they are
-// quiet; a drain that found a lot drains again at once.
-const pollInterval = 2 * time.Millisecond
+// pollInterval is the longest an event ring waits for its next drain;
+// one that streams is drained sooner (nextDrain). printkPoll is trace_printk's:
+// a line a human reads can wait, and every round trip for it while an event
+// ring streams beside it was one its drains waited for (small preset: every
+// other round trip).
+const (
+	pollInterval = 2 * time.Millisecond
+	printkPoll   = 10 * time.Millisecond
+)
 
 // batchQueue batches may wait for the tool; batchBytes caps one batch. With
 // the rings, this bounds the tool's memory: a tool that falls behind makes
@@ -33,17 +38,18 @@ const (
 )
 
 // poll delivers ring records to the session until the process detaches:
-// every pollInterval, and back to back while a ring is more than an eighth
-// full. Drains are driver calls in the application's process; made without
-// need they slow its own launches (measured: tiny preset x3.1 instead of
-// x1.7 when draining back to back whenever a record had arrived).
+// back to back while a ring is more than an eighth full, else when its
+// busiest shard is due to be a quarter full at the rate it filled since the
+// last drain, at most pollInterval later. Drains are driver calls in the
+// application's process; made without need they slow its own launches
+// (measured: tiny preset x3.1 instead of x1.7 when draining back to back
+// whenever a record had arrived). Waiting the whole interval while a ring
+// streams let small's busy shards fill to half between drains, and a
+// Mirror's record stays about two drains (H100, 2026-11-23: 90-93% delivered).
 func (p *Process) poll() {
 	defer p.wg.Done()
 	for {
-		wait := pollInterval
-		if p.drain(false) {
-			wait = 0
-		}
+		wait := p.drain(false)
 		select {
 		case <-p.stop:
 			return
@@ -52,28 +58,27 @@ func (p *Process) poll() {
 	}
 }
 
-// drain hands the committed records of every ring to the session and
-// reports whether a ring is more than an eighth full. final: the process is
-// going away or detaching: drain until every reserved record is consumed
-// (or stops coming).
-func (p *Process) drain(final bool) (filling bool) {
+// drain hands the committed records of every ring that is due to the
+// session and says how long until the next one is. final: the process is
+// going away or detaching: drain every ring until every reserved record is
+// consumed (or stops coming).
+func (p *Process) drain(final bool) (next time.Duration) {
+	next = printkPoll
 	if p.conn == nil {
-		return false
+		return next
 	}
 	p.drainMu.Lock()
 	defer p.drainMu.Unlock()
 	now := time.Now()
 	one := func(d *device, m *placedMap) {
 		rs := m.ring
-		if !final && !rs.filling && now.Sub(rs.last) < pollInterval {
-			// quiet: a round trip here would only slow the busy ring's
-			// back-to-back drains (trace_printk's ring beside the
-			// events at the small preset: every other round trip)
+		if due := rs.last.Add(rs.next); !final && now.Before(due) {
+			next = min(next, due.Sub(now))
 			return
 		}
 		rs.last = now
-		rs.filling = p.drainRing(d, m, final)
-		filling = filling || rs.filling
+		p.drainRing(d, m, final)
+		next = min(next, rs.next)
 	}
 	for _, d := range p.placed() {
 		for _, name := range sortedKeys(d.maps) {
@@ -85,14 +90,35 @@ func (p *Process) drain(final bool) (filling bool) {
 			one(d, d.printk)
 		}
 	}
-	return filling
+	return next
+}
+
+// nextDrain is how long after a drain at now the ring's busiest shard is
+// due to be a quarter full, at the rate each shard filled since the drain
+// before (rs.maxWait at most; 0 while one is more than an eighth full).
+func (rs *ringState) nextDrain(now uint64, reserved, pending []uint64) time.Duration {
+	next := rs.maxWait
+	for j, r := range rs.readers {
+		if pending[j] > r.Size()/8 {
+			next = 0
+		}
+		grew := reserved[j] - min(reserved[j], rs.lastReserved[j])
+		if rs.lastDrain == 0 || now <= rs.lastDrain || grew == 0 {
+			continue
+		}
+		room := r.Size()/4 - min(r.Size()/4, pending[j])
+		next = min(next, time.Duration(float64(room)/float64(grew)*float64(now-rs.lastDrain)))
+	}
+	rs.lastDrain = now
+	copy(rs.lastReserved, reserved)
+	return next
 }
 
 // maxFinalDrains bounds a final drain: a record reserved by a kernel that
 // never commits it (the application died mid-kernel) must not hang the tool.
 const maxFinalDrains = 64
 
-func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) {
+func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 	rs := m.ring
 	req := agentproto.RingDrainRequest{Target: d.target, Ring: m.place.Addr, RegionID: m.region,
 		DataBytes: gpumap.ShardSize(m.place), TailBytes: gpumap.RingTail, Release: make([]uint64, len(rs.readers))}
@@ -138,20 +164,21 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 				rs.failed = true
 				p.s.logf("process %d: draining ring %s on GPU %d: %v", p.PID, m.name, dev, err)
 			}
-			return false
+			rs.next = rs.maxWait
+			return
 		}
 		rs.failed = false
 		var delivered, discarded, pending, produced, dropped uint64
-		filling = false
 		work := rs.scans[:0]
-		for _, r := range rs.readers {
+		for j, r := range rs.readers {
 			reserved := r.Reserved()
+			rs.reserved[j], rs.pend[j] = reserved, 0
 			produced += r.Produced()
 			dropped += r.Dropped()
 			// Scan also when nothing is ready: it marks what this copy
 			// shows committed, for the next drain to consume
 			if r.Pending(reserved) > 0 {
-				work = append(work, shardScan{r: r, reserved: reserved})
+				work = append(work, shardScan{r: r, shard: j, reserved: reserved})
 			}
 		}
 		t2 := agentproto.MonoNow()
@@ -165,37 +192,44 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) (filling bool) 
 			}
 			delivered, discarded = delivered+w.n, discarded+w.x
 			// shards left out of work had nothing pending
-			pend := w.r.Pending(w.reserved)
-			pending += pend
-			filling = filling || pend > w.r.Size()/8
+			rs.pend[w.shard] = w.r.Pending(w.reserved)
+			pending += rs.pend[w.shard]
 			*w = shardScan{} // the batches are the tool's now
 		}
 		rs.scans = work
-		rs.deliverNs.Add(agentproto.MonoNow() - t3)
+		t4 := agentproto.MonoNow()
+		rs.deliverNs.Add(t4 - t3)
+		rs.next = rs.nextDrain(t1, rs.reserved, rs.pend)
+		if drainTrace {
+			// one line per drain, times in microseconds (a measurement
+			// switch: where a streaming ring's drain cycle goes)
+			fmt.Fprintf(os.Stderr, "gpubpf: drain pid=%d ring=%s t=%d rtt=%d scan=%d deliver=%d copied=%d produced=%d dropped=%d consumed=%d pending=%d next=%d\n",
+				p.PID, m.name, t0/1000, (t1-t0)/1000, (t3-t2)/1000, (t4-t3)/1000, rep.Copied, produced, dropped, delivered+discarded, pending, rs.next.Microseconds())
+		}
 		rs.discarded.Add(discarded)
 		rs.produced.Store(produced)
 		rs.dropped.Store(dropped)
 		rs.pending.Store(pending)
 		if !final || pending == 0 {
-			return filling
+			return
 		}
 		if delivered+discarded == 0 {
 			if stalled++; stalled > 2 {
 				time.Sleep(time.Millisecond) // a kernel may still be committing
 			}
 			if stalled > 8 {
-				return filling
+				return
 			}
 		} else {
 			stalled = 0
 		}
 	}
-	return filling
 }
 
 // shardScan is one shard's part of a drain: what its Scan found.
 type shardScan struct {
 	r        *gpumap.Reader
+	shard    int
 	reserved uint64
 	batches  []*Batch
 	n, x     uint64 // records delivered, discarded
@@ -236,6 +270,9 @@ func scanShards(work []shardScan, pid, dev int, ring string, printk bool) {
 	}
 	wg.Wait()
 }
+
+// drainTrace: GPUBPF_DRAIN_TRACE=1 prints a line per drain to stderr.
+var drainTrace = os.Getenv("GPUBPF_DRAIN_TRACE") != ""
 
 // scanThreads is how many goroutines scan a drain's shards at once. Every
 // CPU of the machine scanning (GOMAXPROCS) also takes them from the traced
@@ -285,18 +322,7 @@ func scanShard(w *shardScan, pid, dev int, ring string, printk bool) {
 // newBatch returns a batch with room for n bytes of records, a released
 // one where there is one.
 func newBatch(pid, dev int, ring string, n uint64) *Batch {
-	b, _ := batchPool.Get().(*Batch)
-	if b == nil {
-		b = &Batch{}
-	}
-	if uint64(cap(b.data)) < n {
-		// a power of two from 64 KiB: streaming rings soon get batches
-		// that any later one fits in, a trickle never makes big ones
-		b.data = make([]byte, 0, max(64<<10, 1<<bits.Len64(n-1)))
-	}
-	if recs := cap(b.data) / 16; cap(b.ends) < recs { // records are 16 bytes or more
-		b.starts, b.ends = make([]uint32, 0, recs), make([]uint32, 0, recs)
-	}
+	b := batches.get(n)
 	b.PID, b.Device, b.Map = pid, dev, ring
 	return b
 }

@@ -109,16 +109,10 @@ func (b *Batch) addRun(r gpumap.Run) {
 // allocating and zeroing a batch per shard and drain was most of the
 // tool's time). The batch and its records must not be used after.
 func (b *Batch) Release() {
-	if b == nil || cap(b.data) == 0 {
-		return
+	if b != nil {
+		batches.put(b)
 	}
-	data, starts, ends := b.data[:0], b.starts[:0], b.ends[:0]
-	*b = Batch{data: data, starts: starts, ends: ends}
-	batchPool.Put(b)
 }
-
-// batchPool holds released batches with their memory.
-var batchPool sync.Pool
 
 // Session is one tool's attachment of one BPF collection to any number of
 // processes.
