@@ -574,8 +574,9 @@ func TestRingPrecheckVariant(t *testing.T) {
 	}
 }
 
-// GPUBPF_RING_KEY=warp: the reservation keys shards by the warp's index in
-// the grid (no %smid, no %warpid), and the ring helpers still assemble.
+// The reservation keys shards by the warp's index in the grid (no %smid, no
+// %warpid) unless GPUBPF_RING_KEY=slot, and the ring helpers assemble either
+// way.
 func TestRingGridWarpKey(t *testing.T) {
 	defer func(v bool) { ringKeyByGridWarp = v }(ringKeyByGridWarp)
 	for _, on := range []bool{false, true} {
