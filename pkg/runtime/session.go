@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
@@ -125,6 +126,8 @@ type Session struct {
 	// hostMaps: the sizes of the host-backed maps (1512, 1513), the same
 	// in every context (planHostMaps).
 	hostMaps map[string]gpumap.Placement
+	// constants: read-only global data the compiler folds (ReadOnlyData)
+	constants map[string][]byte
 
 	batches chan *Batch
 	// sendMu guards sending on batches against its close.
@@ -153,6 +156,30 @@ type Session struct {
 	// sink, set by RunDirect while it drains after a kernel, takes the
 	// batches instead of Batches (they belong to that kernel).
 	sink func(*Batch)
+}
+
+// ReadOnlyData is the contents of each read-only global data map of spec
+// (.rodata: constants and the tools' const volatile knobs, with the values
+// set through spec.Variables folded in by withVariables), by map name, for
+// jit.Options.Constants. The verifier refuses a program that writes them
+// (the kernel twins keep BPF_F_RDONLY_PROG), so the GPU never sees other
+// values.
+func ReadOnlyData(spec *ebpf.CollectionSpec) map[string][]byte {
+	out := map[string][]byte{}
+	for name, ms := range spec.Maps {
+		if ms.Flags&unix.BPF_F_RDONLY_PROG == 0 || len(ms.Contents) != 1 {
+			continue
+		}
+		if k, ok := gpumap.KindOf(ms); ok != nil || k != gpumap.Array {
+			continue
+		}
+		key, kok := ms.Contents[0].Key.(uint32)
+		v, vok := ms.Contents[0].Value.([]byte)
+		if kok && vok && key == 0 {
+			out[name] = v
+		}
+	}
+	return out
 }
 
 // withVariables folds the values a tool set through spec.Variables (its
@@ -315,14 +342,15 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		}
 	}
 	s := &Session{
-		spec:     spec,
-		opts:     opts,
-		gpu:      gpu,
-		cpu:      cpu,
-		hostMaps: hostMaps,
-		batches:  make(chan *Batch, batchQueue),
-		procs:    map[int]*Process{},
-		stats:    Stats{KernelsMatched: map[string]bool{}, KernelsSkipped: map[string]string{}, KernelsSeen: map[string]bool{}, MapErrors: map[string]uint64{}},
+		spec:      spec,
+		opts:      opts,
+		gpu:       gpu,
+		cpu:       cpu,
+		hostMaps:  hostMaps,
+		constants: ReadOnlyData(spec),
+		batches:   make(chan *Batch, batchQueue),
+		procs:     map[int]*Process{},
+		stats:     Stats{KernelsMatched: map[string]bool{}, KernelsSkipped: map[string]string{}, KernelsSeen: map[string]bool{}, MapErrors: map[string]uint64{}},
 	}
 	// The kernel's verifier judges every GPU program before anything is
 	// started: a program it refuses never reaches the GPU.
@@ -474,7 +502,7 @@ func probeFuncName(prog string) string { return "gpubpf_" + nonIdent.ReplaceAllS
 
 // compile compiles one GPU program against real or placeholder placements.
 func (s *Session) compile(g GPUProgram, maps map[string]gpumap.Placement, printk gpumap.Placement, pid uint32) (*jit.Function, error) {
-	f, err := jit.Compile(g.Spec, jit.Options{Maps: maps, Printk: printk, PID: pid, FuncName: probeFuncName(g.Spec.Name)})
+	f, err := jit.Compile(g.Spec, jit.Options{Maps: maps, Printk: printk, PID: pid, FuncName: probeFuncName(g.Spec.Name), Constants: s.constants})
 	if err != nil {
 		return nil, fmt.Errorf("GPU program %s (section %s): %w", g.Spec.Name, g.Spec.SectionName, err)
 	}

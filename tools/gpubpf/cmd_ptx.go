@@ -63,6 +63,7 @@ func ptxCmd(c *cli.Context) error {
 		}
 	}
 	maps, notes := placeholderMaps(spec)
+	constants := runtime.ReadOnlyData(spec)
 	printk := gpumap.Placement{Kind: gpumap.RingBuf, Addr: placeholderBase - 0x10000000, HostResident: true, MaxEntries: 1 << 20}
 	var fns []*jit.Function
 	w := c.App.Writer
@@ -70,7 +71,7 @@ func ptxCmd(c *cli.Context) error {
 		if want != "" && g.Spec.Name != want {
 			continue
 		}
-		f, err := jit.Compile(g.Spec, jit.Options{Maps: maps, Printk: printk, FuncName: "gpubpf_" + sanitize(g.Spec.Name)})
+		f, err := jit.Compile(g.Spec, jit.Options{Maps: maps, Printk: printk, FuncName: "gpubpf_" + sanitize(g.Spec.Name), Constants: constants})
 		if err != nil {
 			return fmt.Errorf("%s: %w", file, err)
 		}

@@ -46,10 +46,15 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 	// What the stack analysis knows at a label: the stack pointers whose
 	// offsets all paths agree on keep their constant-offset accesses.
 	flow := c.fpFlow(sp)
+	roIn := c.roFlow(sp)
 	c.stackMem, c.stackAll = [stackSlots]bool{}, false
 	reset := func(i int) {
 		for k := range known {
 			known[k] = -1
+		}
+		c.ro = roState{}
+		if st := roIn[i-sp.start]; st != nil {
+			c.ro = *st
 		}
 		c.fpOK = [11]bool{10: true}
 		c.fp = [11]int{}
@@ -73,6 +78,7 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 		if err := c.insn(i, ins, &known); err != nil {
 			return "", c.errAt(i, err)
 		}
+		c.roStep(ins, &c.ro)
 	}
 	last := &c.insns[sp.end-1]
 	if j := last.OpCode.JumpOp(); !last.OpCode.Class().IsJump() || (j != asm.Exit && j != asm.Ja) {
@@ -238,6 +244,10 @@ func (c *compiler) insn(i int, ins *asm.Instruction, known *[11]int) error {
 			return fmt.Errorf("r10 (frame pointer) is read-only")
 		}
 		sz := sizeBytes(op.Size())
+		if v, ok := c.roLoad(ins.Src, ins.Offset, sz, op.Mode() == asm.MemSXMode); ok {
+			c.e("mov.u64 %s, %s;", reg(ins.Dst), imm64(v))
+			return nil
+		}
 		a, space, err := c.addr(ins.Src, ins.Offset, sz)
 		if err != nil {
 			return err

@@ -38,6 +38,11 @@ type Options struct {
 	PID uint32
 	// FuncName names the emitted .func (default "gpubpf_probe").
 	FuncName string
+	// Constants holds the contents of read-only global data (.rodata:
+	// the tools' const volatile knobs), by map name: a load from it at an
+	// offset the compiler can follow becomes an immediate, one memory
+	// round trip fewer on every thread that reads a knob.
+	Constants map[string][]byte
 }
 
 // Function is a compiled probe.
@@ -340,6 +345,7 @@ type compiler struct {
 	fpOK          [11]bool         // ...when known (per basic block)
 	stackMem      [stackSlots]bool // slots of the function being compiled that stay in memory
 	stackAll      bool             // ...all of them
+	ro            roState          // read-only data each register points into (per basic block)
 	// outAt, outOff, outLen: the event output call at instruction outAt
 	// copies outLen bytes from [stk+outOff] itself (stackUse decides)
 	outAt, outOff, outLen int

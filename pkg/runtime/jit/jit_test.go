@@ -889,3 +889,61 @@ func TestStackPromotion(t *testing.T) {
 		})
 	}
 }
+
+// TestReadOnlyFold: loads from read-only global data (Options.Constants) at
+// offsets the compiler follows become immediates; others stay loads.
+func TestReadOnlyFold(t *testing.T) {
+	data := make([]byte, 16)
+	for i := range data {
+		data[i] = byte(i + 1)
+	}
+	opts := testOpts()
+	opts.Constants = map[string][]byte{"arr": data}
+	p := prog(
+		asm.LoadMapValue(asm.R1, 0, 4).WithReference("arr"),
+		asm.LoadMem(asm.R0, asm.R1, 0, asm.Word), // bytes 4..7
+		asm.Mov.Reg(asm.R2, asm.R1),
+		asm.Add.Imm(asm.R2, 4),
+		asm.LoadMem(asm.R3, asm.R2, 2, asm.Half),  // bytes 10..11
+		asm.LoadMem(asm.R4, asm.R1, 12, asm.DWord), // past the data: a load
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.Mov.Reg(asm.R9, asm.R1),
+		asm.FnKtimeGetNs.Call(),
+		asm.LoadMem(asm.R7, asm.R6, 1, asm.Byte), // byte 5, r6 survives the call
+		asm.JEq.Imm(asm.R7, 0, "out"),
+		asm.Mov.Reg(asm.R6, asm.R0), // one path only: r6 is unknown at the join
+		asm.LoadMem(asm.R8, asm.R6, 0, asm.Word).WithSymbol("out"),
+		asm.LoadMem(asm.R5, asm.R9, 8, asm.Word), // both paths agree on r9: bytes 12..15
+		asm.Return(),
+	)
+	f, err := Compile(p, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"mov.u64 %r0, " + imm64(0x08070605) + ";",
+		"mov.u64 %r3, " + imm64(0x0c0b) + ";",
+		"mov.u64 %r7, " + imm64(0x06) + ";",
+		"mov.u64 %r5, " + imm64(0x100f0e0d) + ";",
+		"ld.u64 %r4,",
+		"ld.u32 %r8,",
+	} {
+		if !strings.Contains(f.PTX, want) {
+			t.Errorf("PTX lacks %q:\n%s", want, f.PTX)
+		}
+	}
+	for _, not := range []string{"ld.u32 %r0,", "ld.u16 %r3,", "ld.u8 %r7,", "ld.u32 %r5,"} {
+		if strings.Contains(f.PTX, not) {
+			t.Errorf("PTX still loads %q", not)
+		}
+	}
+	assemble(t, f)
+	// without the contents every load stays
+	g, err := Compile(p, testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(g.PTX, imm64(0x08070605)) || !strings.Contains(g.PTX, "ld.u32 %r0,") {
+		t.Errorf("folded without Options.Constants:\n%s", g.PTX)
+	}
+}
