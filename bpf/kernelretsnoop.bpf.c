@@ -4,8 +4,10 @@
 // time it reached the exit (bpf_gpu_site_time: read before the probe's own
 // branch, so lanes that leave early are not timed after the lanes the warp
 // ran first); the lowest lane of the lanes exiting together does the
-// group's atomics. A warp that exits as one group only counts one on-time
-// warp. In a warp whose lanes exit apart, the first group leaves its time
+// group's atomics. A warp that exits as one group makes one atomic add: its
+// 32 exits into the launch spread (the tool counts on-time warps as the
+// spread's exits less the lane table's, so they need no counter of their
+// own). In a warp whose lanes exit apart, the first group leaves its time
 // in the warp's hardware slot with its lanes (one atomic per group); every
 // later group reads it back and each lane counts its own lateness per
 // (kernel, lane) in log-linear buckets. The exit relative to the launch's first exit is
@@ -30,13 +32,8 @@ GPUBPF_MAP(wexits, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, struct warp_exits, GPU_MAX_S
 /* Per kernel: 32 lanes x LINLOG_BUCKETS of (exit - warp's first exit), for
  * warps whose lanes exit apart. */
 GPUBPF_MAP(lanehist, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
-/* Per kernel x SHARDS: full warps whose 32 lanes exited together, each
- * shard's counter alone in a 128-byte line (ONTIME_PAD values): atomics on
- * one line are served one after another, and 32 shards packed in two lines
- * cost vec_add at a million threads x3.3 (2026-11-23). */
-#define ONTIME_PAD 16
-GPUBPF_MAP(ontime, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
-/* Per kernel x SHARDS: LINLOG_BUCKETS of (exit - launch's first exit). */
+/* Per kernel x SHARDS: LINLOG_BUCKETS of (exit - launch's first exit), every
+ * exit counted once (also those of split warps, which lanehist counts too). */
 GPUBPF_MAP(spreadhist, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
 /* First exit of recent launches: (grid id low 24 bits) << 40 | time low 40 bits. */
 #define LAUNCH_SLOTS 256
@@ -126,12 +123,8 @@ int kernelretsnoop_exit(void *ctx)
 			gpu_array_add(&lost, 0, g.n);
 		return 0;
 	}
-	if (g.n == 32) {
-		if (leader)
-			gpu_array_add(&ontime, (kernel * SHARDS + shard) * ONTIME_PAD, 1);
-	} else {
+	if (g.n != 32)
 		split_exit(now, kernel);
-	}
 
 	/* Launch spread: the first exit of this launch, tagged with its grid id. */
 	if (leader) {

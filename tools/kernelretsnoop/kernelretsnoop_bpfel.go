@@ -26,7 +26,6 @@ const (
 	kernelretsnoopMapLanehist            = "lanehist"
 	kernelretsnoopMapLaunchfirst         = "launchfirst"
 	kernelretsnoopMapLost                = "lost"
-	kernelretsnoopMapOntime              = "ontime"
 	kernelretsnoopMapSpreadhist          = "spreadhist"
 	kernelretsnoopMapWexits              = "wexits"
 	kernelretsnoopProgKernelretsnoopExit = "kernelretsnoop_exit"
@@ -87,7 +86,6 @@ type kernelretsnoopMapSpecs struct {
 	Lanehist    *ebpf.MapSpec `ebpf:"lanehist"`
 	Launchfirst *ebpf.MapSpec `ebpf:"launchfirst"`
 	Lost        *ebpf.MapSpec `ebpf:"lost"`
-	Ontime      *ebpf.MapSpec `ebpf:"ontime"`
 	Spreadhist  *ebpf.MapSpec `ebpf:"spreadhist"`
 	Wexits      *ebpf.MapSpec `ebpf:"wexits"`
 }
@@ -124,7 +122,6 @@ type kernelretsnoopMaps struct {
 	Lanehist    *ebpf.Map `ebpf:"lanehist"`
 	Launchfirst *ebpf.Map `ebpf:"launchfirst"`
 	Lost        *ebpf.Map `ebpf:"lost"`
-	Ontime      *ebpf.Map `ebpf:"ontime"`
 	Spreadhist  *ebpf.Map `ebpf:"spreadhist"`
 	Wexits      *ebpf.Map `ebpf:"wexits"`
 }
@@ -135,7 +132,6 @@ func (m *kernelretsnoopMaps) Close() error {
 		m.Lanehist,
 		m.Launchfirst,
 		m.Lost,
-		m.Ontime,
 		m.Spreadhist,
 		m.Wexits,
 	)

@@ -54,13 +54,12 @@ func run(c *cli.Context) error {
 	}
 	spec.Maps["lanehist"].MaxEntries = kernels * 32 * toolkit.LinLogBuckets
 	spec.Maps["spreadhist"].MaxEntries = kernels * shards * toolkit.LinLogBuckets
-	spec.Maps["ontime"].MaxEntries = kernels * shards * ontimePad
 	r := &reporter{}
 	t := toolkit.GPUTool{
 		Name:    "kernelretsnoop",
 		Spec:    spec,
 		What:    "Tracing GPU thread exits",
-		Maps:    []string{"lanehist", "ontime", "spreadhist", "lost"},
+		Maps:    []string{"lanehist", "spreadhist", "lost"},
 		Report:  r.report,
 		Account: r.account,
 	}

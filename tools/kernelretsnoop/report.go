@@ -35,27 +35,32 @@ type kernelSummary struct {
 	late                            []int
 }
 
-// shards is SHARDS of kernelretsnoop.bpf.c: counters every warp hits are
-// spread over SMs; ontimePad is its ONTIME_PAD (a shard's on-time counter
-// is alone in its cache line).
-const (
-	shards    = 32
-	ontimePad = 16
-)
+// shards is SHARDS of kernelretsnoop.bpf.c: the launch spread every warp
+// adds to is spread over SMs.
+const shards = 32
 
 // summarize reads the per-kernel segments of lanehist (32 lanes x
-// LinLogBuckets each: warps whose lanes exited apart), ontime (shards x
-// ontimePad each: warps that exited as one, lateness 0 for every lane) and
-// spreadhist (shards x LinLogBuckets each).
-func summarize(lanehist, ontime, spreadhist []uint64) []kernelSummary {
+// LinLogBuckets each: exits of warps whose lanes exited apart) and
+// spreadhist (shards x LinLogBuckets each: every exit). A warp that exited
+// as one is 32 exits of the spread and none of the lane table, so on-time
+// warps are their difference / 32, each lane 0 ns late: a whole warp's
+// exit makes one atomic add instead of two. Read while kernels run, the lane table
+// (read first) may lag the spread by a few warps; at the end it is exact.
+func summarize(lanehist, spreadhist []uint64) []kernelSummary {
 	const nb = toolkit.LinLogBuckets
 	var out []kernelSummary
 	for k := 0; (k+1)*32*nb <= len(lanehist); k++ {
 		s := kernelSummary{kernel: uint32(k)}
-		var full uint64
-		for i := k * shards * ontimePad; i < (k+1)*shards*ontimePad && i < len(ontime); i++ {
-			full += ontime[i]
+		var lanes, all uint64
+		for _, c := range lanehist[k*32*nb : (k+1)*32*nb] {
+			lanes += c
 		}
+		if (k+1)*shards*nb <= len(spreadhist) {
+			for _, c := range spreadhist[k*shards*nb : (k+1)*shards*nb] {
+				all += c
+			}
+		}
+		full := (all - min(all, lanes)) / 32
 		var medians []uint64
 		h := make([]uint64, nb)
 		for l := 0; l < 32; l++ {
@@ -105,17 +110,13 @@ type reporter struct {
 }
 
 func (r *reporter) report(rep *toolkit.Report) {
-	sums := summarize(rep.U64("lanehist"), rep.U64("ontime"), rep.U64("spreadhist"))
+	sums := summarize(rep.U64("lanehist"), rep.U64("spreadhist"))
 	if rep.Final {
 		r.lost = rep.Total("lost")
-		// Every exit is one lanehist count, or one of the 32 lanes of an
-		// on-time warp.
+		// Every exit counted once, in the launch spread.
 		r.exits = 0
-		for _, v := range rep.Total("lanehist") {
+		for _, v := range rep.Total("spreadhist") {
 			r.exits += v
-		}
-		for _, v := range rep.Total("ontime") {
-			r.exits += 32 * v
 		}
 		if rep.Interval && len(sums) == 0 {
 			return

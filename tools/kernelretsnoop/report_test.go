@@ -11,18 +11,22 @@ import (
 func TestLateLaneMarked(t *testing.T) {
 	const nb = toolkit.LinLogBuckets
 	lane := make([]uint64, 2*32*nb) // two kernels
-	ontime := make([]uint64, 2*shards*ontimePad)
-	ontime[3*ontimePad] = 100 // kernel 0: 100 full warps on time
+	spread := make([]uint64, 2*shards*nb)
+	// kernel 0: 100 warps on time, all 32 lanes exiting together (only in
+	// the spread, from two shards)
+	spread[3*nb+0] = 60 * 32
+	spread[7*nb+2] = 40 * 32
+	// kernel 1: 100 split warps, lane 31 ~750 ns late (bucket 59)
 	for l := 0; l < 32; l++ {
 		if l == 31 {
-			lane[(32+l)*nb+59] = 100 // kernel 1: ~750 ns (bucket 59)
+			lane[(32+l)*nb+59] = 100
 		} else {
 			lane[(32+l)*nb+0] = 100
 		}
 	}
-	spread := make([]uint64, 2*shards*nb)
-	spread[(shards+5)*nb+59] = 10
-	got := summarize(lane, ontime, spread)
+	spread[(shards+5)*nb+0] = 3100
+	spread[(shards+5)*nb+59] = 100
+	got := summarize(lane, spread)
 	if len(got) != 2 {
 		t.Fatalf("%d kernels", len(got))
 	}
@@ -37,5 +41,26 @@ func TestLateLaneMarked(t *testing.T) {
 	}
 	if got[1].exits != 3200 || got[1].spreadMax == 0 {
 		t.Errorf("kernel 1: %+v", got[1])
+	}
+}
+
+// TestOnTimeWarps: warps that exited as one are the spread's exits less the
+// lane table's, 0 ns late on every lane; a lane table read ahead of the
+// spread (while kernels run) counts none rather than wrap.
+func TestOnTimeWarps(t *testing.T) {
+	const nb = toolkit.LinLogBuckets
+	lane := make([]uint64, 32*nb)
+	spread := make([]uint64, shards*nb)
+	for l := 0; l < 32; l++ {
+		lane[l*nb+10] = 4 // 4 split warps, every lane 10 ns late
+	}
+	spread[9*nb+10] = 4*32 + 50*32 // and 50 on time
+	got := summarize(lane, spread)
+	if len(got) != 1 || got[0].exits != 54*32 || got[0].lanes[5].exits != 54 || got[0].lanes[5].p50 != 0 {
+		t.Fatalf("got %+v, want 54 exits per lane, median 0", got)
+	}
+	spread[9*nb+10] = 3 * 32 // lagging the lane table
+	if got := summarize(lane, spread); got[0].exits != 4*32 {
+		t.Fatalf("lagging spread: %d exits, want the lane table's %d", got[0].exits, 4*32)
 	}
 }
