@@ -26,6 +26,14 @@
 //                   every exit, as the tool reads max_kernels and events
 //   krs_redpad      krs_red with each shard's counter in its own 128-byte
 //                   line (krs_red's 32 shards share two lines)
+// and what the launch spread adds to that (fifteenth session):
+//   krs_spread      krs_redpad plus the tool's launch spread (the leader
+//                   loads the launch's first exit, swaps its own in where
+//                   the tag is another launch's, adds to spreadhist)
+//   krs_spread_load the same without the compare-and-swap (its lateness is
+//                   wrong where the tag is stale: the cost of the load alone)
+//   krs_spread_shard the first exit kept per SM shard, each in its own
+//                   line (lateness from the shard's first exit)
 #include "types.h"
 #include <bpf/bpf_helpers.h>
 #include "gputhread.h"
@@ -45,6 +53,8 @@ const volatile u32 knob = KERNELS;
 GPUBPF_MAP(splitwarps, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS * 32);
 GPUBPF_MAP(spreadhist, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, KERNELS * SHARDS * LINLOG_BUCKETS);
 GPUBPF_MAP(launchfirst, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, LAUNCH_SLOTS);
+#define SHARD_SLOTS 16
+GPUBPF_MAP(shardfirst, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, SHARD_SLOTS * SHARDS * 16);
 
 /* krs_max's split warps. */
 static __always_inline void split_body(u64 now, u64 kernel, u64 entry, u32 shard)
@@ -167,5 +177,39 @@ SEC("gpu/exit/*")
 int krs_knob(void *ctx) { return whole(1, 0); }
 SEC("gpu/exit/*")
 int krs_redpad(void *ctx) { return whole(0, 1); }
+
+enum { SPREAD, SPREAD_LOAD, SPREAD_SHARD };
+
+static __always_inline int with_spread(int how)
+{
+	u64 now = bpf_gpu_site_time();
+	struct gpu_group g = gpu_warp_group();
+	u64 kernel = bpf_gpu_kernel_index();
+	u32 shard = bpf_get_sm_id() % SHARDS;
+
+	if (kernel >= KERNELS || bpf_get_lane_id() != g.leader)
+		return 0;
+	gpu_array_add(&padded, (kernel * SHARDS + shard) * 16, 1);
+	u64 grid = bpf_gpu_grid_id() & 0xFFFFFF;
+	u32 ls = how == SPREAD_SHARD ? ((grid % SHARD_SLOTS) * SHARDS + shard) * 16 : grid % LAUNCH_SLOTS;
+	u64 *lf = bpf_map_lookup_elem(how == SPREAD_SHARD ? (void *)&shardfirst : (void *)&launchfirst, &ls);
+	if (!lf)
+		return 0;
+	u64 cur = *lf, late;
+	if (how == SPREAD_LOAD) {
+		late = ((now & T40) - (cur & T40)) & T40;
+		gpu_array_add(&spreadhist, (kernel * SHARDS + shard) * LINLOG_BUCKETS + linlog_bucket(late), g.n);
+		return 0;
+	}
+	spread(now, g.n, kernel, shard, lf, cur, grid);
+	return 0;
+}
+
+SEC("gpu/exit/*")
+int krs_spread(void *ctx) { return with_spread(SPREAD); }
+SEC("gpu/exit/*")
+int krs_spread_load(void *ctx) { return with_spread(SPREAD_LOAD); }
+SEC("gpu/exit/*")
+int krs_spread_shard(void *ctx) { return with_spread(SPREAD_SHARD); }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";
