@@ -904,7 +904,7 @@ func TestReadOnlyFold(t *testing.T) {
 		asm.LoadMem(asm.R0, asm.R1, 0, asm.Word), // bytes 4..7
 		asm.Mov.Reg(asm.R2, asm.R1),
 		asm.Add.Imm(asm.R2, 4),
-		asm.LoadMem(asm.R3, asm.R2, 2, asm.Half),  // bytes 10..11
+		asm.LoadMem(asm.R3, asm.R2, 2, asm.Half),   // bytes 10..11
 		asm.LoadMem(asm.R4, asm.R1, 12, asm.DWord), // past the data: a load
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.Mov.Reg(asm.R9, asm.R1),

@@ -68,57 +68,17 @@ func (c *compiler) roStep(ins *asm.Instruction, st *roState) {
 	}
 }
 
-// roFlow is, at each instruction of sp that starts a block, what every path
-// to it agrees each register points into (nil where no path reaches it).
+// roFlow is, at each instruction of sp, what every path to it agrees each
+// register points into (nil where no path reaches it).
 func (c *compiler) roFlow(sp *subprog) []*roState {
-	n := sp.end - sp.start
-	in := make([]*roState, n)
-	in[0] = &roState{}
-	work := []int{sp.start}
-	queued := map[int]bool{sp.start: true}
-	merge := func(j int, st *roState) {
-		if j < sp.start || j >= sp.end {
-			return
-		}
-		old := in[j-sp.start]
-		changed := false
-		if old == nil {
-			s := *st
-			in[j-sp.start], changed = &s, true
-		} else {
-			for k := range st {
-				if old[k].data != nil && (old[k].name != st[k].name || st[k].data == nil || old[k].off != st[k].off) {
-					old[k], changed = roPtr{}, true
-				}
+	return forward(c, sp, roState{}, c.roStep, func(old, in *roState) (changed bool) {
+		for k := range in {
+			if old[k].data != nil && (old[k].name != in[k].name || in[k].data == nil || old[k].off != in[k].off) {
+				old[k], changed = roPtr{}, true
 			}
 		}
-		if changed && !queued[j] {
-			queued[j] = true
-			work = append(work, j)
-		}
-	}
-	for len(work) > 0 {
-		i := work[len(work)-1]
-		work = work[:len(work)-1]
-		queued[i] = false
-		st := *in[i-sp.start]
-		ins := &c.insns[i]
-		op := ins.OpCode
-		c.roStep(ins, &st)
-		if op.Class().IsJump() && op.JumpOp() != asm.Call {
-			switch op.JumpOp() {
-			case asm.Exit:
-				continue
-			case asm.Ja:
-				merge(c.target[i], &st)
-				continue
-			default:
-				merge(c.target[i], &st)
-			}
-		}
-		merge(i+1, &st)
-	}
-	return in
+		return changed
+	})
 }
 
 // roLoad is the value a load of sz bytes at off from register r reads when

@@ -60,28 +60,38 @@ type fpState [11]fpVal
 // register before it (a forward data-flow analysis over the function's
 // branches; nil for an instruction no path reaches).
 func (c *compiler) fpFlow(sp *subprog) []*fpState {
-	n := sp.end - sp.start
-	in := make([]*fpState, n)
-	first := &fpState{}
+	first := fpState{}
 	first[10] = fpVal{kind: fpExact}
-	in[0] = first
+	return forward(c, sp, first, func(ins *asm.Instruction, st *fpState) { fpStep(ins, st) }, func(old, in *fpState) (changed bool) {
+		for k := range in {
+			v := joinFP(old[k], in[k])
+			changed = changed || v != old[k]
+			old[k] = v
+		}
+		return changed
+	})
+}
+
+// forward is a forward data-flow analysis over sp's branches: for each
+// instruction, the state every path to it agrees on (nil where no path
+// reaches it). step applies an instruction to a state; join merges a path's
+// state into the one an instruction has, saying whether it changed.
+func forward[S any](c *compiler, sp *subprog, entry S, step func(*asm.Instruction, *S), join func(old, in *S) bool) []*S {
+	n := sp.end - sp.start
+	in := make([]*S, n)
+	in[0] = &entry
 	work := []int{sp.start}
 	queued := map[int]bool{sp.start: true}
-	merge := func(j int, st *fpState) {
+	merge := func(j int, st *S) {
 		if j < sp.start || j >= sp.end {
 			return
 		}
-		old := in[j-sp.start]
-		changed := false
-		if old == nil {
+		changed := true
+		if old := in[j-sp.start]; old == nil {
 			s := *st
-			in[j-sp.start], changed = &s, true
+			in[j-sp.start] = &s
 		} else {
-			for k := range st {
-				v := joinFP(old[k], st[k])
-				changed = changed || v != old[k]
-				old[k] = v
-			}
+			changed = join(old, st)
 		}
 		if changed && !queued[j] {
 			queued[j] = true
@@ -95,7 +105,7 @@ func (c *compiler) fpFlow(sp *subprog) []*fpState {
 		st := *in[i-sp.start]
 		ins := &c.insns[i]
 		op := ins.OpCode
-		fpStep(ins, &st)
+		step(ins, &st)
 		if op.Class().IsJump() && op.JumpOp() != asm.Call {
 			switch op.JumpOp() {
 			case asm.Exit:
