@@ -12,7 +12,7 @@ const (
 	minBatch     = 64 << 10
 	batchClasses = 8 // 64 KiB .. 8 MiB (batchBytes plus a ring's tail fits)
 	// poolBytes bounds the memory released batches keep.
-	poolBytes = 96 << 20
+	poolBytes = 64 << 20
 )
 
 // batchPool keeps released batches with their memory, by size class. Memory
