@@ -18,7 +18,6 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
-	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
 	"github.com/gpubpf/gpubpf/pkg/runtime/ptx"
 )
@@ -351,6 +350,13 @@ type moduleCode struct {
 	fatbins []*fatbin.Fatbin
 	ptx     string // FormatPTX images
 	kernels []fatbin.Kernel
+
+	// what ptxFor reads of the fatbins, read once for all the module's
+	// kernels, and each PTX element's text as a string
+	indexOnce sync.Once
+	index     *fatbin.Index
+	texts     map[*fatbin.Element]string
+	textsMu   sync.Mutex
 }
 
 func parseModule(m agentproto.Module, img []byte) (*moduleCode, error) {
@@ -410,13 +416,29 @@ func (p *Process) moduleCode(m agentproto.Module, inv *agentproto.Inventory) (*m
 	return parseModule(m, img)
 }
 
-// ptxFor returns the PTX text that defines kernel for a device of maxSM.
-func (mc *moduleCode) ptxFor(kernel string, maxSM int) (string, error) {
+// ptxFor returns the PTX text that defines kernel for a device of maxSM,
+// and which of the module's texts it is (kernels of one text share a
+// clone): the same string for every kernel of an element.
+func (mc *moduleCode) ptxFor(kernel string, maxSM int) (text, which string, err error) {
 	if mc.fatbins == nil {
-		return mc.ptx, nil
+		return mc.ptx, "ptx", nil
 	}
-	_, text, err := fatbin.PTXFor(mc.fatbins, kernel, maxSM)
-	return string(text), err
+	mc.indexOnce.Do(func() { mc.index = fatbin.NewIndex(mc.fatbins) })
+	e, b, err := mc.index.PTXFor(kernel, maxSM)
+	if err != nil {
+		return "", "", err
+	}
+	mc.textsMu.Lock()
+	defer mc.textsMu.Unlock()
+	if mc.texts == nil {
+		mc.texts = map[*fatbin.Element]string{}
+	}
+	t, ok := mc.texts[e]
+	if !ok {
+		t = string(b)
+		mc.texts[e] = t
+	}
+	return t, fmt.Sprintf("%p", e), nil
 }
 
 // targets are the contexts a module's clones are loaded in: the module's
@@ -594,12 +616,12 @@ func (p *Process) placeModule(pm *preparedModule, t agentproto.Target) {
 			p.skip(k, kk.Advice())
 			continue
 		}
-		text, err := pm.mc.ptxFor(k, p.maxSM(t))
+		text, which, err := pm.mc.ptxFor(k, p.maxSM(t))
 		if err != nil {
 			p.skip(k, err.Error())
 			continue
 		}
-		gk := fmt.Sprintf("%d:%x/%s", len(text), gpumap.FNV1a([]byte(text)), set.key())
+		gk := which + "/" + set.key()
 		g := groups[gk]
 		if g == nil {
 			g = &group{text: text, set: set}
@@ -607,9 +629,14 @@ func (p *Process) placeModule(pm *preparedModule, t agentproto.Target) {
 		}
 		g.kernels = append(g.kernels, k)
 	}
-	for _, gk := range sortedKeys(groups) {
-		g := groups[gk]
+	// in the order of their first kernels' names (each kernel is in one)
+	order := make([]*group, 0, len(groups))
+	for _, g := range groups {
 		sort.Strings(g.kernels)
+		order = append(order, g)
+	}
+	sort.Slice(order, func(i, j int) bool { return order[i].kernels[0] < order[j].kernels[0] })
+	for _, g := range order {
 		mod := pm.parsed[g.text]
 		var err error
 		if mod == nil {

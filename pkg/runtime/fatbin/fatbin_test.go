@@ -356,3 +356,41 @@ func TestMalformed(t *testing.T) {
 		}
 	}
 }
+
+// TestIndex: an Index answers as PTXFor does, with its own text for every
+// kernel of an element (read once), and the same refusals.
+func TestIndex(t *testing.T) {
+	b, err := os.ReadFile("testdata/vec_add_cuda13.fatbin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fbs, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := NewIndex(fbs)
+	e1, p1, err := x.PTXFor("_Z9vectorAddPKfS0_Pfi", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e2, p2, err := x.PTXFor("_Z9vectorAddPKfS0_Pfi", 0)
+	if err != nil || e1 != e2 || &p1[0] != &p2[0] {
+		t.Errorf("second query: %v, same element %v, same text %v", err, e1 == e2, err == nil && &p1[0] == &p2[0])
+	}
+	e0, p0, _ := PTXFor(fbs, "_Z9vectorAddPKfS0_Pfi", 0)
+	if e0 != e1 || !bytes.Equal(p0, p1) {
+		t.Errorf("index and PTXFor disagree: %s / %s", e0.Arch(), e1.Arch())
+	}
+	for _, c := range []struct {
+		kernel string
+		maxSM  int
+		want   string
+	}{
+		{"_Z9vectorAddPKfS0_Pfi", 80, "only sm_90 SASS"},
+		{"_Z6absentv", 0, "not in these fatbins"},
+	} {
+		if _, _, err := x.PTXFor(c.kernel, c.maxSM); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("PTXFor(%s, %d) = %v, want %q", c.kernel, c.maxSM, err, c.want)
+		}
+	}
+}
