@@ -141,14 +141,7 @@ func TestRawFatbinFile(t *testing.T) {
 }
 
 func TestRawFatbinCUDA13(t *testing.T) {
-	b, err := os.ReadFile("testdata/vec_add_cuda13.fatbin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fbs, err := Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fbs := parseFile(t, "testdata/vec_add_cuda13.fatbin")
 	e, p, err := PTXFor(fbs, "_Z9vectorAddPKfS0_Pfi", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -360,14 +353,7 @@ func TestMalformed(t *testing.T) {
 // TestIndex: an Index answers as PTXFor does, with its own text for every
 // kernel of an element (read once), and the same refusals.
 func TestIndex(t *testing.T) {
-	b, err := os.ReadFile("testdata/vec_add_cuda13.fatbin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	fbs, err := Parse(b)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fbs := parseFile(t, "testdata/vec_add_cuda13.fatbin")
 	x := NewIndex(fbs)
 	e1, p1, err := x.PTXFor("_Z9vectorAddPKfS0_Pfi", 0)
 	if err != nil {
@@ -393,4 +379,18 @@ func TestIndex(t *testing.T) {
 			t.Errorf("PTXFor(%s, %d) = %v, want %q", c.kernel, c.maxSM, err, c.want)
 		}
 	}
+}
+
+// parseFile parses a fatbin file of testdata.
+func parseFile(t *testing.T, name string) []*Fatbin {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fbs, err := Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fbs
 }
