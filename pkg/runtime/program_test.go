@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 )
 
 func TestSplitPrograms(t *testing.T) {
@@ -125,6 +126,25 @@ func TestWithVariables(t *testing.T) {
 	spec.Variables["knob"].Offset = 6
 	if _, err := withVariables(spec); err == nil {
 		t.Fatal("a variable outside its section was accepted")
+	}
+}
+
+// TestReadOnlyData: only read-only global data (BPF_F_RDONLY_PROG, one
+// value) is handed to the compiler to fold; .data may change at run time.
+func TestReadOnlyData(t *testing.T) {
+	val := []byte{1, 2, 3, 4}
+	arr := func(name string, flags uint32) *ebpf.MapSpec {
+		return &ebpf.MapSpec{Name: name, Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1, Flags: flags,
+			Contents: []ebpf.MapKV{{Key: uint32(0), Value: val}}}
+	}
+	spec := &ebpf.CollectionSpec{Maps: map[string]*ebpf.MapSpec{
+		".rodata":    arr(".rodata", unix.BPF_F_RDONLY_PROG),
+		".data":      arr(".data", 0),
+		".rodata.hm": {Name: ".rodata.hm", Type: ebpf.Hash, KeySize: 4, ValueSize: 4, MaxEntries: 1, Flags: unix.BPF_F_RDONLY_PROG},
+	}}
+	got := ReadOnlyData(spec)
+	if len(got) != 1 || string(got[".rodata"]) != string(val) {
+		t.Fatalf("ReadOnlyData = %v, want only .rodata", got)
 	}
 }
 

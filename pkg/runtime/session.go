@@ -170,7 +170,7 @@ func ReadOnlyData(spec *ebpf.CollectionSpec) map[string][]byte {
 		if ms.Flags&unix.BPF_F_RDONLY_PROG == 0 || len(ms.Contents) != 1 {
 			continue
 		}
-		if k, ok := gpumap.KindOf(ms); ok != nil || k != gpumap.Array {
+		if k, err := gpumap.KindOf(ms); err != nil || k != gpumap.Array {
 			continue
 		}
 		key, kok := ms.Contents[0].Key.(uint32)
