@@ -39,7 +39,7 @@ func batchClass(n uint64) int {
 
 // batchMem is what a batch of class c holds: its data and, for records of
 // 16 bytes or more, their bounds.
-func batchMem(c int) uint64 { return minBatch << c * 3 / 2 }
+func batchMem(c int) uint64 { return (minBatch << c) * 3 / 2 }
 
 // get returns a batch with room for n bytes of records (at most the largest
 // class), a released one where there is one.

@@ -417,16 +417,16 @@ func (p *Process) moduleCode(m agentproto.Module, inv *agentproto.Inventory) (*m
 }
 
 // ptxFor returns the PTX text that defines kernel for a device of maxSM,
-// and which of the module's texts it is (kernels of one text share a
-// clone): the same string for every kernel of an element.
-func (mc *moduleCode) ptxFor(kernel string, maxSM int) (text, which string, err error) {
+// and the fatbin element it is (nil for a module loaded as PTX text):
+// kernels of one element share a clone, and get the same string.
+func (mc *moduleCode) ptxFor(kernel string, maxSM int) (text string, e *fatbin.Element, err error) {
 	if mc.fatbins == nil {
-		return mc.ptx, "ptx", nil
+		return mc.ptx, nil, nil
 	}
 	mc.indexOnce.Do(func() { mc.index = fatbin.NewIndex(mc.fatbins) })
 	e, b, err := mc.index.PTXFor(kernel, maxSM)
 	if err != nil {
-		return "", "", err
+		return "", nil, err
 	}
 	mc.textsMu.Lock()
 	defer mc.textsMu.Unlock()
@@ -438,7 +438,7 @@ func (mc *moduleCode) ptxFor(kernel string, maxSM int) (text, which string, err 
 		t = string(b)
 		mc.texts[e] = t
 	}
-	return t, fmt.Sprintf("%p", e), nil
+	return t, e, nil
 }
 
 // targets are the contexts a module's clones are loaded in: the module's
@@ -603,25 +603,30 @@ func (p *Process) placeModule(pm *preparedModule, t agentproto.Target) {
 	}
 	p.placedOn[key] = true
 	p.mu.Unlock()
-	// Group kernels by PTX text and probe set: one clone each.
+	// Group kernels by the PTX element that defines them and probe set:
+	// one clone each.
 	type group struct {
 		text    string
 		set     probeSet
 		kernels []string
 	}
-	groups := map[string]*group{}
+	type groupKey struct {
+		e   *fatbin.Element
+		set string
+	}
+	groups := map[groupKey]*group{}
 	for k, set := range pm.sets {
 		if !pm.byName[k].HasPTX {
 			kk := pm.byName[k]
 			p.skip(k, kk.Advice())
 			continue
 		}
-		text, which, err := pm.mc.ptxFor(k, p.maxSM(t))
+		text, e, err := pm.mc.ptxFor(k, p.maxSM(t))
 		if err != nil {
 			p.skip(k, err.Error())
 			continue
 		}
-		gk := which + "/" + set.key()
+		gk := groupKey{e, set.key()}
 		g := groups[gk]
 		if g == nil {
 			g = &group{text: text, set: set}

@@ -62,7 +62,7 @@ type fpState [11]fpVal
 func (c *compiler) fpFlow(sp *subprog) []*fpState {
 	first := fpState{}
 	first[10] = fpVal{kind: fpExact}
-	return forward(c, sp, first, func(ins *asm.Instruction, st *fpState) { fpStep(ins, st) }, func(old, in *fpState) (changed bool) {
+	return forward(c, sp, first, fpStep, func(old, in *fpState) (changed bool) {
 		for k := range in {
 			v := joinFP(old[k], in[k])
 			changed = changed || v != old[k]
