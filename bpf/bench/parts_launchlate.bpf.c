@@ -11,6 +11,10 @@
 //   ll_timer   the first thread reads %globaltimer, stores it only if 0
 //   ll_const   the first thread stores a constant and the grid id (no
 //              %globaltimer)
+// (sixteenth session, the start table moved to host memory:)
+//   ll_hstore  ll_store's stores into pinned host memory (type 1513), as
+//              launchlate's table is kept
+//   ll_hwords  the same plus the agent's launch words
 #include "types.h"
 #include <bpf/bpf_helpers.h>
 #include "gpu.h"
@@ -19,14 +23,15 @@ struct start {
 	u64 gpu, cpu, info, grid;
 };
 GPUBPF_MAP(starts, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, struct start, 1 << 16);
+GPUBPF_MAP(hstarts, BPF_MAP_TYPE_GPU_ARRAY_HOST_MAP, u32, struct start, 1 << 16);
 
-static __always_inline int part(int words)
+static __always_inline int part(int words, int host)
 {
 	if (bpf_gpu_thread_id() != 0)
 		return 0;
 	u64 grid = bpf_gpu_grid_id();
 	u32 slot = grid & ((1 << 16) - 1);
-	struct start *s = bpf_map_lookup_elem(&starts, &slot);
+	struct start *s = bpf_map_lookup_elem(host ? (void *)&hstarts : (void *)&starts, &slot);
 
 	if (!s)
 		return 0;
@@ -45,7 +50,7 @@ int ll_first(void *ctx)
 	return bpf_gpu_thread_id() != 0 ? 0 : 0;
 }
 SEC("gpu/entry/*")
-int ll_store(void *ctx) { return part(0); }
+int ll_store(void *ctx) { return part(0, 0); }
 
 static __always_inline struct start *first_slot(void)
 {
@@ -81,6 +86,10 @@ int ll_const(void *ctx)
 	return 0;
 }
 SEC("gpu/entry/*")
-int ll_words(void *ctx) { return part(1); }
+int ll_words(void *ctx) { return part(1, 0); }
+SEC("gpu/entry/*")
+int ll_hstore(void *ctx) { return part(0, 1); }
+SEC("gpu/entry/*")
+int ll_hwords(void *ctx) { return part(1, 1); }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

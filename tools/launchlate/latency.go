@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/binary"
 	"math"
 	"sort"
@@ -52,15 +53,23 @@ type tracker struct {
 	pending map[source][]start
 	clocks  map[source][]runtime.ClockSample
 	read    uint64 // starts taken from the table
+	torn    uint64 // slots held back because they changed as they were read
 }
 
 func newTracker() *tracker {
 	return &tracker{seen: map[source][]uint64{}, pending: map[source][]start{}, clocks: map[source][]runtime.ClockSample{}}
 }
 
-// ingest takes a reading of one context's start table.
-func (t *tracker) ingest(src source, vals []byte) {
+// ingest takes a reading of one context's start table. The GPU writes the
+// table in host memory while the tool reads it, with nothing to order the
+// two: again, a second copy taken just after vals (nil: the table is at
+// rest, the process gone), holds back a slot whose two copies differ,
+// which was being written as it was read; the next reading takes it.
+func (t *tracker) ingest(src source, vals, again []byte) {
 	n := len(vals) / startSize
+	if again != nil && len(again) != len(vals) {
+		return
+	}
 	seen := t.seen[src]
 	if len(seen) != n {
 		seen = make([]uint64, n)
@@ -71,6 +80,10 @@ func (t *tracker) ingest(src source, vals []byte) {
 		w := binary.LittleEndian.Uint64(rec)
 		gpu := binary.LittleEndian.Uint64(rec[8:])
 		if w == 0 || gpu == seen[i] {
+			continue
+		}
+		if again != nil && !bytes.Equal(rec, again[i*startSize:(i+1)*startSize]) {
+			t.torn++
 			continue
 		}
 		seen[i] = gpu

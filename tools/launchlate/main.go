@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -155,7 +156,7 @@ func run(c *cli.Context) error {
 	stopPoll()
 	wg.Wait()
 	l.mu.Lock()
-	l.read()
+	l.read(true)
 	l.calibrate(true) // the processes still attached; those gone took one at exit
 	l.tr.resolve(true, l.timed, l.untimed)
 	l.flushEvents()
@@ -254,8 +255,9 @@ func (l *launchlate) poll(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case now := <-tk.C:
+			report := interval > 0 && !now.Before(next)
 			l.mu.Lock()
-			l.read()
+			l.read(report)
 			if now.Sub(l.lastClock) >= clockEvery {
 				l.calibrate(false)
 			} else {
@@ -264,7 +266,7 @@ func (l *launchlate) poll(ctx context.Context, interval time.Duration) {
 			l.tr.resolve(false, l.timed, l.untimed)
 			l.flushEvents()
 			l.mu.Unlock()
-			if interval > 0 && !now.Before(next) {
+			if report {
 				l.report(false)
 				next = next.Add(interval)
 			}
@@ -291,21 +293,40 @@ func (l *launchlate) takeClocks() {
 	l.clocks = len(cs)
 }
 
-// read takes the GPU's start tables and counters.
-func (l *launchlate) read() {
-	maps := []string{"starts", "nstarts", "graph_starts"}
+// read takes the new kernel starts from the GPU's start table, which is in
+// host memory (a copy costs the application nothing); with all, also the
+// counters the GPU keeps in device memory, whose copy the application's
+// agent makes between its launches: only for a report and at the end.
+func (l *launchlate) read(all bool) {
+	copies, err := l.sess.ReadMaps("starts")
+	again, err2 := l.sess.ReadMaps("starts")
+	if err = errors.Join(err, err2); err != nil {
+		fmt.Fprintf(os.Stderr, "launchlate: %v\n", err)
+	}
+	second := map[source][]byte{}
+	for _, mc := range again {
+		second[source{mc.PID, mc.Device}] = mc.Values()
+	}
+	for _, mc := range copies {
+		src := source{mc.PID, mc.Device}
+		if b, ok := second[src]; ok {
+			l.tr.ingest(src, mc.Values(), b)
+		}
+	}
+	if !all {
+		return
+	}
+	maps := []string{"nstarts", "graph_starts"}
 	if l.uprobes {
 		maps = append(maps, "calls") // only the uprobes count calls
 	}
-	copies, err := l.sess.ReadMaps(maps...)
+	copies, err = l.sess.ReadMaps(maps...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "launchlate: %v\n", err)
 	}
 	var produced uint64
 	for _, mc := range copies {
 		switch {
-		case mc.Name == "starts":
-			l.tr.ingest(source{mc.PID, mc.Device}, mc.Values())
 		case mc.Name == "graph_starts":
 			l.graphStarts(source{mc.PID, mc.Device}, mc.Values())
 		case mc.Name == "nstarts":
