@@ -259,6 +259,9 @@ HIDDEN void probe_flush(struct clone *c); /* the agent's thread; may switch cont
 HIDDEN void probe_capture_begin(void);
 HIDDEN void probe_capture_end(void);
 HIDDEN void probe_stream_gone(CUstream s);
+/* The application made a blocking stream (or used the per-thread default
+ * stream): legacy-stream launches record their events at once after this. */
+HIDDEN void probe_blocking_stream(void);
 /* The two launch words of an activation with hidden words (g_rw read held):
  * s as the application passed it, evs the stream work on it runs in. */
 /* returns the stream's capture status (probe_after_launch takes it) */

@@ -276,6 +276,8 @@ enum {
 	R_cuStreamEndCapture_ptsz,
 	R_cuStreamDestroy,
 	R_cuStreamDestroy_v2,
+	R_cuStreamCreate,
+	R_cuStreamCreateWithPriority,
 	R_COUNT
 };
 
@@ -336,6 +338,8 @@ static const char *const real_names[R_COUNT] = {
 	N(cuStreamEndCapture_ptsz),
 	N(cuStreamDestroy),
 	N(cuStreamDestroy_v2),
+	N(cuStreamCreate),
+	N(cuStreamCreateWithPriority),
 #undef N
 };
 static void *wrappers[R_COUNT];
@@ -1213,6 +1217,30 @@ static CUresult stream_destroy(int slot, CUstream s)
 	return f(s);
 }
 EXPORT CUresult cuStreamDestroy(CUstream s) { return stream_destroy(R_cuStreamDestroy, s); }
+
+/* A blocking stream (one made without CU_STREAM_NON_BLOCKING) waits for the
+ * legacy stream and it for them: from then on the agent records a
+ * legacy-stream launch's event at once (probes.c). */
+typedef CUresult (*streamcreate_t)(CUstream *, unsigned);
+typedef CUresult (*streamcreateprio_t)(CUstream *, unsigned, int);
+EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags)
+{
+	streamcreate_t f = REAL(streamcreate_t, cuStreamCreate);
+	if (!f)
+		return NOFUNC;
+	if (!(flags & CU_STREAM_NON_BLOCKING) && !g_agent_thread)
+		probe_blocking_stream();
+	return f(s, flags);
+}
+EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio)
+{
+	streamcreateprio_t f = REAL(streamcreateprio_t, cuStreamCreateWithPriority);
+	if (!f)
+		return NOFUNC;
+	if (!(flags & CU_STREAM_NON_BLOCKING) && !g_agent_thread)
+		probe_blocking_stream();
+	return f(s, flags, prio);
+}
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) { return stream_destroy(R_cuStreamDestroy_v2, s); }
 
 int capture_wrapped(void)
@@ -1505,6 +1533,8 @@ static void fill_wrappers(void)
 	W(cuStreamEndCapture_ptsz);
 	W(cuStreamDestroy);
 	W(cuStreamDestroy_v2);
+	W(cuStreamCreate);
+	W(cuStreamCreateWithPriority);
 #undef W
 }
 

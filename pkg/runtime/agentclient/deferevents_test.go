@@ -267,6 +267,38 @@ func TestDeferredLaunchEvents(t *testing.T) {
 		e.clean()
 	})
 
+	// (a2) A program without a blocking stream: its legacy-stream launches
+	// defer too (a later record there orders only the legacy stream's own
+	// work), also next to non-blocking streams; once it makes a blocking
+	// stream, or launches on the per-thread default stream, they record
+	// at once again.
+	for _, how := range []string{"mkstream", "ks 0x2"} {
+		t.Run("legacy deferred until "+how, func(t *testing.T) {
+			e := startEvTest(t, f)
+			nb := ""
+			for _, l := range e.run("mkstreamnb") {
+				if f := strings.Fields(l); len(f) == 3 && f[0] == "STREAM" && f[1] == "0" {
+					nb = f[2]
+				}
+			}
+			for _, cmd := range []string{"launch", "ks 0x1", "ks " + nb} {
+				if r := e.launch(cmd); len(r) != 0 {
+					t.Fatalf("%s recorded on the launch path with no blocking stream: %v", cmd, r)
+				}
+			}
+			wantRecords(t, "read", e.read(), "other", "(nil)", "0x1", nb)
+			if how == "mkstream" {
+				e.stream()
+			} else {
+				e.launch(how)
+			}
+			if r := e.launch("launch"); len(r) != 1 || r[0].stream != "(nil)" || r[0].who != "main" {
+				t.Fatalf("after %s: a legacy-stream launch recorded %v, want one record on (nil) from the main thread", how, r)
+			}
+			e.clean()
+		})
+	}
+
 	// (d) While a capture is active, launches on other streams record at
 	// once and the agent records nothing; before it begins, what was
 	// pending is recorded from the capturing thread; after it ends, launches

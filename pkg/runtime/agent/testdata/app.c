@@ -244,10 +244,11 @@ int main(void)
 			stamp(rest);
 			CUresult r = m == 'p' ? glaunchp(x, NULL) : glaunch(x, m == 'c' ? CAPTURE_STREAM : APP_STREAM);
 			printf("GRAPHLAUNCHED %d\n", r);
-		} else if (!strcmp(line, "mkstream\n")) {
+		} else if (!strcmp(line, "mkstream\n") || !strcmp(line, "mkstreamnb\n")) {
+			/* a blocking stream (mkstreamnb: CU_STREAM_NON_BLOCKING) */
 			CUresult (*create)(void **, unsigned) = get("cuStreamCreate", 0);
 			void *st = NULL;
-			CUresult r = create(&st, 0);
+			CUresult r = create(&st, line[8] == 'n' ? 1 : 0);
 			printf("STREAM %d %p\n", r, st);
 		} else if (!strncmp(line, "ks ", 3)) {
 			/* "ks STREAM": a launch on STREAM (0x2: the per-thread
