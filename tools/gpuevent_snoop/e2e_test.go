@@ -27,6 +27,16 @@ var (
 	toolBin   string
 )
 
+// TestMain removes what build made once for the whole test binary (13 MB
+// a run).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if workDir != "" {
+		os.RemoveAll(workDir)
+	}
+	os.Exit(code)
+}
+
 func build(t testing.TB) {
 	t.Helper()
 	testenv.Root(t)
