@@ -1223,13 +1223,17 @@ EXPORT CUresult cuStreamDestroy(CUstream s) { return stream_destroy(R_cuStreamDe
  * legacy-stream launch's event at once (probes.c). */
 typedef CUresult (*streamcreate_t)(CUstream *, unsigned);
 typedef CUresult (*streamcreateprio_t)(CUstream *, unsigned, int);
+static inline void stream_create(unsigned flags)
+{
+	if (!(flags & CU_STREAM_NON_BLOCKING) && !g_agent_thread)
+		probe_blocking_stream();
+}
 EXPORT CUresult cuStreamCreate(CUstream *s, unsigned flags)
 {
 	streamcreate_t f = REAL(streamcreate_t, cuStreamCreate);
 	if (!f)
 		return NOFUNC;
-	if (!(flags & CU_STREAM_NON_BLOCKING) && !g_agent_thread)
-		probe_blocking_stream();
+	stream_create(flags);
 	return f(s, flags);
 }
 EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio)
@@ -1237,8 +1241,7 @@ EXPORT CUresult cuStreamCreateWithPriority(CUstream *s, unsigned flags, int prio
 	streamcreateprio_t f = REAL(streamcreateprio_t, cuStreamCreateWithPriority);
 	if (!f)
 		return NOFUNC;
-	if (!(flags & CU_STREAM_NON_BLOCKING) && !g_agent_thread)
-		probe_blocking_stream();
+	stream_create(flags);
 	return f(s, flags, prio);
 }
 EXPORT CUresult cuStreamDestroy_v2(CUstream s) { return stream_destroy(R_cuStreamDestroy_v2, s); }

@@ -169,7 +169,13 @@ static void defer_setup(void)
 
 void probe_defer_setup(void) { pthread_once(&g_defer_once, defer_setup); }
 
-void probe_blocking_stream(void) { __atomic_store_n(&g_blocking, 1, __ATOMIC_RELEASE); }
+/* Read before written: every launch on the per-thread default stream calls
+ * it, and a store each time would bounce the line between launching threads. */
+void probe_blocking_stream(void)
+{
+	if (!__atomic_load_n(&g_blocking, __ATOMIC_RELAXED))
+		__atomic_store_n(&g_blocking, 1, __ATOMIC_RELEASE);
+}
 
 void probe_clone_add(struct clone *c)
 {
