@@ -34,6 +34,12 @@
 //                   wrong where the tag is stale: the cost of the load alone)
 //   krs_spread_shard the first exit kept per SM shard, each in its own
 //                   line (lateness from the shard's first exit)
+// and (seventeenth session):
+//   krs_spread_nw   krs_spread whose leader, finding another launch's tag,
+//                   swaps its own exit in without waiting for the swap's
+//                   answer and counts itself on time (one round trip to L2
+//                   less at the kernel's tail; a warp that found a stale
+//                   copy after another warp's swap counts 0 late)
 #include "types.h"
 #include <bpf/bpf_helpers.h>
 #include "gputhread.h"
@@ -178,7 +184,7 @@ int krs_knob(void *ctx) { return whole(1, 0); }
 SEC("gpu/exit/*")
 int krs_redpad(void *ctx) { return whole(0, 1); }
 
-enum { SPREAD, SPREAD_LOAD, SPREAD_SHARD };
+enum { SPREAD, SPREAD_LOAD, SPREAD_SHARD, SPREAD_NW };
 
 static __always_inline int with_spread(int how)
 {
@@ -201,10 +207,25 @@ static __always_inline int with_spread(int how)
 		gpu_array_add(&spreadhist, (kernel * SHARDS + shard) * LINLOG_BUCKETS + linlog_bucket(late), g.n);
 		return 0;
 	}
+	if (how == SPREAD_NW) {
+		u64 mine = grid << 40 | (now & T40);
+
+		if (cur >> 40 != grid) {
+			__sync_val_compare_and_swap(lf, cur, mine);
+			cur = mine;
+		}
+		late = ((now & T40) - (cur & T40)) & T40;
+		if (late > (1ULL << 39))
+			late = 0;
+		gpu_array_add(&spreadhist, (kernel * SHARDS + shard) * LINLOG_BUCKETS + linlog_bucket(late), g.n);
+		return 0;
+	}
 	spread(now, g.n, kernel, shard, lf, cur, grid);
 	return 0;
 }
 
+SEC("gpu/exit/*")
+int krs_spread_nw(void *ctx) { return with_spread(SPREAD_NW); }
 SEC("gpu/exit/*")
 int krs_spread(void *ctx) { return with_spread(SPREAD); }
 SEC("gpu/exit/*")

@@ -6,6 +6,12 @@
 # only that every run leaves the app's RESULT line "ok".
 #   VARIANTS="name=command prefix;..."  each run as: PREFIX -- samples/bin/vec_add PRESET
 #   PRESETS="name:ELEMENTS ITERATIONS THREADS BLOCKS;..."  REPS (default 3)
+#   CUPTI=1: every run (untraced ones too) also under the CUPTI activity
+#   tracer (scripts/gpu/cupti): each line then adds the kernels' own GPU
+#   duration (median of a run's timed launches, CUPTI end - start) as a
+#   ratio, and the event time less that duration in us: what the launch
+#   path (the CPU between the two event records) adds, apart from what the
+#   probe adds on the GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/gpu/lib.sh # kus
@@ -21,42 +27,75 @@ trap 'rm -rf "$T"' EXIT
 IFS=';' read -ra PS <<<"$PRESETS"
 IFS=';' read -ra VS <<<"$VARIANTS"
 fail=0
+inject=()
+if [ "${CUPTI:-0}" = 1 ]; then
+	scripts/gpu/cupti/build.sh >"$LOGS/parts-cupti-build.txt" 2>&1 || { echo "SUMMARY: parts-bench FAIL (CUPTI tracer build: $(tail -1 "$LOGS/parts-cupti-build.txt"))"; exit 1; }
+	inject=(env CUDA_INJECTION64_PATH="$PWD/scripts/gpu/cupti/libcupti_trace.so")
+fi
+# gus FILE ITERS: the median GPU duration in us of the last ITERS vectorAdd
+# kernels of a CUPTI trace (the timed loop; the warm-up launch is first).
+gus() { [ -s "$1" ] && python3 - "$1" "$2" <<'PY'
+import statistics, sys
+ks = []
+for line in open(sys.argv[1]):
+    f = dict(kv.split("=", 1) for kv in line.split(" name=")[0].split())
+    if "vectorAdd" in line.split(" name=", 1)[-1]:
+        ks.append((int(f["start"]), int(f["end"]) - int(f["start"])))
+ks.sort()
+d = [x[1] for x in ks[-int(sys.argv[2]):]]
+print(f"{statistics.median(d) / 1e3:.3f}" if d else "")
+PY
+}
 echo "parts-bench: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(date -u +%FT%TZ), REPS=$REPS"
 for ps in "${PS[@]}"; do
 	name=${ps%%:*} P=${ps#*:}
-	declare -A K=()
+	declare -A K=() G=()
 	for rep in $(seq "$REPS"); do
-		timeout "$LIMIT" samples/bin/vec_add $P >"$T/base" 2>&1
+		rm -f "$T"/*.cupti
+		timeout "$LIMIT" "${inject[@]}" ${inject:+CUPTI_TRACE_OUT="$T/base.cupti"} samples/bin/vec_add $P >"$T/base" 2>&1
 		K[base]+="$(kus "$T/base") "
+		[ ${#inject[@]} -gt 0 ] && G[base]+="$(gus "$T/base.cupti" "$(echo $P | cut -d' ' -f2)") "
 		n=${#VS[@]}
 		for i in $(seq 0 $((n - 1))); do
 			v=${VS[$(((i + rep) % n))]} # rotate the order per repetition
 			vn=${v%%=*} cmd=${v#*=}
-			timeout "$LIMIT" $cmd -- samples/bin/vec_add $P >"$T/$vn" 2>"$T/$vn.err"
+			timeout "$LIMIT" "${inject[@]}" ${inject:+CUPTI_TRACE_OUT="$T/$vn.cupti"} $cmd -- samples/bin/vec_add $P >"$T/$vn" 2>"$T/$vn.err"
 			if ! grep -aq "RESULT vec_add ok" "$T/$vn"; then
 				echo "FAIL $name $vn rep $rep:"; tail -n 4 "$T/$vn" "$T/$vn.err" | cut -c1-300
 				fail=1
 			fi
 			cp "$T/$vn.err" "$LOGS/parts-$name-$vn-$rep.err" 2>/dev/null
 			K[$vn]+="$(kus "$T/$vn") "
+			[ ${#inject[@]} -gt 0 ] && G[$vn]+="$(gus "$T/$vn.cupti" "$(echo $P | cut -d' ' -f2)") "
 		done
 	done
 	args=()
-	for v in "${VS[@]}"; do args+=("${v%%=*}=${K[${v%%=*}]}"); done
-	python3 - "$name" "$P" "${K[base]}" "${args[@]}" <<'PYEOF'
+	for v in "${VS[@]}"; do args+=("${v%%=*}=${K[${v%%=*}]}=${G[${v%%=*}]:-}"); done
+	python3 - "$name" "$P" "${K[base]}" "${G[base]:-}" "${args[@]}" <<'PYEOF'
 import statistics, sys
-name, preset, base = sys.argv[1], sys.argv[2], [float(x) for x in sys.argv[3].split()]
+name, preset = sys.argv[1], sys.argv[2]
+base = [float(x) for x in sys.argv[3].split()]
+gbase = [float(x) for x in sys.argv[4].split()]
 b = statistics.median(base)
-print(f"{name} ({preset}): base {b:.2f} us [{min(base):.2f}-{max(base):.2f}]")
-for arg in sys.argv[4:]:  # NAME=TIMES
-    vn, times = arg.split("=", 1)
+line = f"{name} ({preset}): base {b:.2f} us [{min(base):.2f}-{max(base):.2f}]"
+if gbase:
+    gb = statistics.median(gbase)
+    line += f", GPU {gb:.3f} us, event - GPU {b - gb:.2f} us"
+print(line)
+for arg in sys.argv[5:]:  # NAME=EVENT TIMES=GPU TIMES
+    vn, times, gtimes = arg.split("=", 2)
     v = sorted(float(x) for x in times.split())
     if not v:
         print(f"  {vn:14s} n/a"); continue
     r = [x / b for x in v]
-    print(f"  {vn:14s} {statistics.median(v):7.2f} us  x{statistics.median(r):.3f} [{r[0]:.3f}-{r[-1]:.3f}]")
+    line = f"  {vn:14s} {statistics.median(v):7.2f} us  x{statistics.median(r):.3f} [{r[0]:.3f}-{r[-1]:.3f}]"
+    g = sorted(float(x) for x in gtimes.split())
+    if gbase and g:
+        gm = statistics.median(g)
+        line += f"  GPU {gm:.3f} us x{gm / gb:.3f}, event - GPU {statistics.median(v) - gm:.2f} us"
+    print(line)
 PYEOF
-	unset K
+	unset K G
 done
 [ $fail = 0 ] && echo "SUMMARY: parts-bench ok" || echo "SUMMARY: parts-bench FAIL (a run lost its RESULT line)"
 exit $fail
