@@ -7,14 +7,15 @@
 // group's atomics. A warp that exits as one group makes one atomic add: its
 // 32 exits into the launch spread (the tool counts on-time warps as the
 // spread's exits less the lane table's, so they need no counter of their
-// own). In a warp whose lanes exit apart, the first group leaves its time
-// in the warp's hardware slot with its lanes (one atomic per group); every
-// later group reads it back and each lane counts its own lateness per
-// (kernel, lane) in log-linear buckets. The exit relative to the launch's first exit is
-// counted per kernel. Counters hit by every warp are sharded by SM, so no
-// address takes an atomic from every warp of a launch. The default view
-// ships no record per thread; with events set every exit is also a ring
-// record.
+// own). In a warp whose lanes exit apart, each group makes one atomic max
+// on the warp's hardware slot word, tagged with the warp (its launch and
+// block): the first group leaves its time there, every later group gets it
+// back from the same atomic, and each lane counts its own lateness per
+// (kernel, lane) in log-linear buckets. The exit relative to the launch's
+// first exit is counted per kernel. Counters hit by every warp are sharded
+// by SM, so no address takes an atomic from every warp of a launch. The
+// default view ships no record per thread; with events set every exit is
+// also a ring record.
 #include "types.h"
 #include <bpf/bpf_helpers.h>
 #include "gputhread.h"
@@ -23,10 +24,13 @@ const volatile u32 max_kernels = 16;
 const volatile u32 events = 0;
 
 #define SHARDS 32
-/* The split warp in each hardware warp slot: the low 32 bits of its first
- * group's exit time << 32 | the lanes that exited so far (bit per lane). */
+/* The split warp in each hardware warp slot: its tag (launch and block,
+ * split_tag) << 32 | the complement of its first group's exit time (low 32
+ * bits), so that an atomic max installs a newer warp's first exit and,
+ * within one warp, keeps the earliest. No group resets it: the next warp
+ * in the slot has another tag. */
 struct warp_exits {
-	u64 exited;
+	u64 first;
 };
 GPUBPF_MAP(wexits, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, struct warp_exits, GPU_MAX_SMS * GPU_WARP_SLOTS);
 /* Per kernel: 32 lanes x LINLOG_BUCKETS of (exit - warp's first exit), for
@@ -39,8 +43,8 @@ GPUBPF_MAP(spreadhist, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
 #define LAUNCH_SLOTS 256
 GPUBPF_MAP(launchfirst, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, LAUNCH_SLOTS);
 /* [0] exits in a kernel beyond max_kernels (or unknown), [1] exits on an
- * SM beyond the slot table, [2] exits of a split warp whose other exits
- * were never seen (not counted per lane). */
+ * SM beyond the slot table, [2] exits of a split warp whose slot word
+ * other warps kept taking (not counted per lane). */
 GPUBPF_MAP(lost, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 4);
 
 struct {
@@ -52,50 +56,64 @@ struct {
 
 #define T40 ((1ULL << 40) - 1)
 
+/* The warp's tag in its slot word: its launch (low 12 bits of the grid id)
+ * and block (low 20 bits). Warps of one block hold their slots together,
+ * so two warps in one slot differ in tag but for a million blocks apart in
+ * one launch. A later occupant's tag is larger but for the wraps and
+ * blocks started out of order, which split_exit mends with a swap. */
+static __always_inline u64 split_tag(void)
+{
+	return (bpf_gpu_grid_id() & 0xFFF) << 20 | (gpu_block_linear() & 0xFFFFF);
+}
+
 /* A warp whose lanes exit apart: out of line (a called function, not pasted
  * at every exit), so the common case of whole warps carries none of its
- * code. The lanes exiting together call it together. The first group to
- * exit leaves its time in the warp's slot word with its lanes; each later
- * group reads it back with its own lanes' bits and every lane counts its
- * own lateness: no lane waits for the others, none counts for 32. */
+ * code. The lanes exiting together call it together. Their leader makes
+ * one atomic max on the warp's slot word: it installs this group's exit
+ * when the group is the warp's first, and otherwise returns the first's
+ * (one round trip to L2 per group; no group waits for another's). */
 static __noinline void split_exit(u64 now, u64 kernel)
 {
 	struct gpu_group g = gpu_warp_group();
 	u32 lane = bpf_get_lane_id();
-	u64 tpb, t = gpu_thread_in_block(&tpb), lanes, all, old = 0, first = 0;
 	u32 ws = gpu_warp_slot();
 	struct warp_exits *w = bpf_map_lookup_elem(&wexits, &ws);
+	u64 first = 0;
 
 	if (!w) {
 		if (lane == g.leader)
 			gpu_array_add(&lost, 1, g.n);
 		return;
 	}
-	lanes = tpb - (t & ~31ULL);
-	if (lanes > 32)
-		lanes = 32;
-	all = lanes == 32 ? 0xFFFFFFFFULL : (1ULL << lanes) - 1;
 	if (lane == g.leader) {
-		u64 mine = (now & 0xFFFFFFFFULL) << 32 | g.mask;
+		u64 tag = split_tag();
+		u64 mine = tag << 32 | (~now & 0xFFFFFFFFULL);
+		u64 old = bpf_gpu_atomic_max(&w->first, mine);
 
-		/* one compare-and-swap when this group is the warp's first */
-		old = __sync_val_compare_and_swap(&w->exited, 0, mine);
-		if (old)
-			old = __sync_fetch_and_or(&w->exited, (u64)g.mask);
-		if (old & g.mask) {
-			/* Lanes left by a warp whose exits were not all seen:
-			 * count them lost and start this warp afresh. */
-			gpu_array_add(&lost, 2, gpu_popc((u32)old & ~g.mask));
-			__sync_lock_test_and_set(&w->exited, mine);
-			old = 0;
+		/* A larger tag of another warp (a wrap, a block started out
+		 * of order): swap this warp's in, or take the first exit of a
+		 * group of this warp that did so meanwhile. */
+		for (int i = 0; i < 4 && old >> 32 > tag; i++) {
+			u64 cur = __sync_val_compare_and_swap(&w->first, old, mine);
+			old = cur == old ? 0 : cur;
 		}
-		first = old ? old >> 32 : now & 0xFFFFFFFFULL;
-		if ((((u32)old | g.mask) & all) == all)
-			__sync_lock_test_and_set(&w->exited, 0);
+		if (old >> 32 == tag) {
+			u32 f = ~(u32)old;
+			/* 32-bit clock arithmetic: a group timed a little
+			 * before an earlier one (its leader got to the word
+			 * later) is the first */
+			first = (s32)(f - (u32)now) < 0 ? f : (u32)now;
+		} else if (old >> 32 > tag) {
+			gpu_array_add(&lost, 2, g.n);
+			first = ~0ULL; /* not counted */
+		} else {
+			first = now & 0xFFFFFFFFULL;
+		}
 	}
 	first = bpf_gpu_shfl(first, g.leader, g.mask);
-	/* 32-bit clock arithmetic: lateness below 4 s; a lane of the first
-	 * group a little before its leader is on time */
+	if (first == ~0ULL)
+		return;
+	/* lateness below 4 s */
 	u32 late = (u32)now - (u32)first;
 	if (late > 0x80000000U)
 		late = 0;
@@ -126,7 +144,9 @@ int kernelretsnoop_exit(void *ctx)
 	if (g.n != 32)
 		split_exit(now, kernel);
 
-	/* Launch spread: the first exit of this launch, tagged with its grid id. */
+	/* Launch spread: the first exit of this launch, tagged with its grid
+	 * id. Read first, swapped only while it is another launch's: every
+	 * warp's atomic on the one word would be served one after another. */
 	if (leader) {
 		u64 grid = bpf_gpu_grid_id() & 0xFFFFFF;
 		u32 ls = grid % LAUNCH_SLOTS;

@@ -14,8 +14,8 @@ import (
 )
 
 type kernelretsnoopWarpExits struct {
-	_      structs.HostLayout
-	Exited uint64
+	_     structs.HostLayout
+	First uint64
 }
 
 // Names of all BPF objects in the ELF.

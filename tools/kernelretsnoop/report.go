@@ -199,7 +199,7 @@ func (r *reporter) account(a *toolkit.Account, _ runtime.Stats) {
 		a.Add(lost[1], "exits not counted", "an SM id beyond the slot table")
 	}
 	if lost[2] > 0 {
-		a.Add(lost[2], "exits not counted per lane", "lanes of a split warp whose other exits were never seen")
+		a.Add(lost[2], "exits not counted per lane", "lanes of a split warp whose slot other warps kept taking")
 	}
 	if r.events != nil {
 		r.events.mu.Lock()
