@@ -116,7 +116,7 @@ static __noinline void split_exit(u64 now, u64 kernel)
 	first = bpf_gpu_shfl(first, g.leader, g.mask);
 	if (first == ~0ULL)
 		return;
-	/* lateness below 4 s */
+	/* lateness below 2 s */
 	u32 late = (u32)now - (u32)first;
 	if (late > 0x80000000U)
 		late = 0;

@@ -5,7 +5,8 @@
 #   - threadhist: runs sum to threads x launches on vec_add (static and
 #     shared cudart, --by thread.x and global), imbalance, multi_kernel,
 #     graph_launch; the app's RESULT stays ok;
-#   - kernelretsnoop: lane 31 marked late on lane_slow, no lane on vec_add;
+#   - kernelretsnoop: lane 31 marked late on lane_slow and in its exit spread,
+#     no lane on vec_add;
 #   - kernel_trace: every thread of a small launch seen exactly once, and
 #     the stub-hook variant;
 #   - each tool attached with -p to a running vec_add, detached, app ok;
@@ -79,6 +80,10 @@ for line in open(sys.argv[1], errors="replace"):
 PY
 )
 result_ok kr-slow lane_slow && [ "$late" = 31 ] && ok "kernelretsnoop lane_slow: late lanes [$late]" || bad "kernelretsnoop lane_slow: late lanes [$late]"
+# The launch spread must hold lane 31's wait too (1 exit in 32 is late: its
+# p99): a probe that lets the late lane take the launch's first exit shows 0.
+p99=$(grep -ao '"spread_p99_ns":[0-9]*' "$LOGS/kr-slow.out" | tail -1 | cut -d: -f2)
+[ "${p99:-0}" -ge 600 ] && ok "kernelretsnoop lane_slow: exit spread p99 ${p99} ns" || bad "kernelretsnoop lane_slow: exit spread p99 '${p99}' ns, want >= 600 (lane 31 spins 750 ns)"
 run kr-slow-text kernelretsnoop -k laneSlow -- samples/bin/lane_slow 64 2 750 3
 for v in vec_add vec_add_shared; do
 	run kr-$v kernelretsnoop -j -- samples/bin/$v 4096 $ITER $THR $BLK
