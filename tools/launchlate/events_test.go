@@ -157,7 +157,7 @@ func TestEventsBatch(t *testing.T) {
 	putStart(tab, 6, 6, 0, 10_000+off+3_000, 10_000, 0x40, kindRuntime)
 	putStart(tab, 7, 7, 0, 99, 0, 0x40, kindDriver) // no CPU stamp
 	putStart(tab, startSlots, 42, 1, 20_000+off+5_000, 20_000, 0, kindGraphWord)
-	tr.ingest(src, tab, nil)
+	tr.ingest(src, tab, tab)
 	tr.addClock(src, runtime.ClockSample{Offset: off, Bound: 100, At: 1_000})
 	tr.addClock(src, runtime.ClockSample{Offset: off, Bound: 100, At: 90_000})
 	tr.resolve(false, l.timed, l.untimed)
@@ -191,7 +191,7 @@ func TestEventsBatch(t *testing.T) {
 		t.Errorf("statistics changed: timed %d, untimed %d, keys %v", l.timedN, l.untimedN, l.cur)
 	}
 	out.Reset()
-	tr.ingest(src, tab, nil)
+	tr.ingest(src, tab, tab)
 	tr.resolve(false, l.timed, l.untimed)
 	l.flushEvents()
 	if out.Len() != 0 {

@@ -62,12 +62,12 @@ func newTracker() *tracker {
 
 // ingest takes a reading of one context's start table. The GPU writes the
 // table in host memory while the tool reads it, with nothing to order the
-// two: again, a second copy taken just after vals (nil: the table is at
-// rest, the process gone), holds back a slot whose two copies differ,
-// which was being written as it was read; the next reading takes it.
+// two: again, a second copy taken just after vals, holds back a slot whose
+// two copies differ, which was being written as it was read; the next
+// reading takes it.
 func (t *tracker) ingest(src source, vals, again []byte) {
 	n := len(vals) / startSize
-	if again != nil && len(again) != len(vals) {
+	if len(again) != len(vals) {
 		return
 	}
 	seen := t.seen[src]
@@ -82,7 +82,7 @@ func (t *tracker) ingest(src source, vals, again []byte) {
 		if w == 0 || gpu == seen[i] {
 			continue
 		}
-		if again != nil && !bytes.Equal(rec, again[i*startSize:(i+1)*startSize]) {
+		if !bytes.Equal(rec, again[i*startSize:(i+1)*startSize]) {
 			t.torn++
 			continue
 		}

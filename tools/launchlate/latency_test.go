@@ -22,8 +22,8 @@ func TestTrackerNewStartsOnly(t *testing.T) {
 	src := source{pid: 7, dev: 0}
 	tab := make([]byte, 4*startSize)
 	putStart(tab, 1, 5, 3, 1000, 900, 0x55, kindRuntime)
-	tr.ingest(src, tab, nil)
-	tr.ingest(src, tab, nil)
+	tr.ingest(src, tab, tab)
+	tr.ingest(src, tab, tab)
 	if tr.read != 1 || len(tr.pending[src]) != 1 {
 		t.Fatalf("read %d, pending %d; want 1, 1", tr.read, len(tr.pending[src]))
 	}
@@ -32,7 +32,7 @@ func TestTrackerNewStartsOnly(t *testing.T) {
 		t.Fatalf("decoded %+v", got)
 	}
 	putStart(tab, 1, 9, 3, 2000, 1900, 0x55, kindRuntime)
-	tr.ingest(src, tab, nil)
+	tr.ingest(src, tab, tab)
 	if tr.read != 2 {
 		t.Fatalf("reused slot not taken: read %d", tr.read)
 	}
@@ -48,7 +48,7 @@ func TestResolveWaitsForCalibration(t *testing.T) {
 	// GPU clock 1,000,000 ns ahead at CPU 10,000; 1,000,100 at CPU 20,000.
 	putStart(tab, 0, 1, 0, 15000+1000050+4000, 15000, 0, kindRuntime) // 4 us late
 	putStart(tab, 1, 2, 0, 99, 0, 0, kindDriver)                      // no stamp
-	tr.ingest(src, tab, nil)
+	tr.ingest(src, tab, tab)
 	var lats []latency
 	untimed := 0
 	timed := func(_ source, l latency) { lats = append(lats, l) }
@@ -94,9 +94,9 @@ func TestTrackerGraphRelaunch(t *testing.T) {
 	src := source{}
 	tab := make([]byte, 2*startSize)
 	putStart(tab, 0, 42, 1, 5000, 0, 0, kindGraphNode)
-	tr.ingest(src, tab, nil)
+	tr.ingest(src, tab, tab)
 	putStart(tab, 0, 42, 1, 9000, 0, 0, kindGraphNode)
-	tr.ingest(src, tab, nil)
+	tr.ingest(src, tab, tab)
 	if tr.read != 2 {
 		t.Fatalf("graph relaunch: %d starts read, want 2", tr.read)
 	}
@@ -114,10 +114,10 @@ func TestTrackerGraphTimed(t *testing.T) {
 	// replay 1: two kernels of the graph; replay 2: the first again
 	putStart(tab, startSlots+0, 42, 1, 1_000_000+10_000+3_000, 10_000, 0, kindGraphWord)
 	putStart(tab, startSlots+1, 43, 2, 1_000_000+10_000+8_000, 10_000, 0, kindGraphWord)
-	tr.ingest(src, tab, nil)
-	tr.ingest(src, tab, nil)
+	tr.ingest(src, tab, tab)
+	tr.ingest(src, tab, tab)
 	putStart(tab, startSlots+2, 42, 1, 1_000_000+50_000+4_000, 50_000, 0, kindGraphWord)
-	tr.ingest(src, tab, nil)
+	tr.ingest(src, tab, tab)
 	if tr.read != 3 {
 		t.Fatalf("%d starts read, want 3", tr.read)
 	}
@@ -166,7 +166,7 @@ func TestLatencyExactAtEpochScale(t *testing.T) {
 			src := source{pid: 1}
 			tab := make([]byte, 2*startSize)
 			putStart(tab, 0, 1, 0, tc.cpu+off+tc.late, tc.cpu, 0, kindRuntime)
-			tr.ingest(src, tab, nil)
+			tr.ingest(src, tab, tab)
 			tr.addClock(src, tc.c1)
 			tr.addClock(src, tc.c2)
 			var got []int64
