@@ -26,6 +26,7 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 	body.Grow((sp.end - sp.start) * 96)
 	c.b = &body
 	isTarget := map[int]bool{}
+	c.isTarget = isTarget
 	usesStack := false
 	for i := sp.start; i < sp.end; i++ {
 		ins := &c.insns[i]
@@ -104,8 +105,12 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 			fmt.Fprintf(fw, "\tmov.b64 %%gs%d, 0;\n", k)
 		}
 	}
+	frame := 0
 	if usesStack {
-		fmt.Fprintf(fw, "\t.local .align 16 .b8 stk[%d];\n", StackSize)
+		text, frame = c.trimFrame(text)
+	}
+	if frame > 0 {
+		fmt.Fprintf(fw, "\t.local .align 16 .b8 stk[%d];\n", frame)
 	}
 	// Registers the verifier would call uninitialised start at 0 so ptxas
 	// never sees a read of an undefined register.
@@ -119,8 +124,8 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 			fmt.Fprintf(fw, "\tld.param.u64 %%r%d, [a%d];\n", r, r)
 		}
 	}
-	if usesStack {
-		fmt.Fprintf(fw, "\tmov.u64 %%r10, stk;\n\tcvta.local.u64 %%r10, %%r10;\n\tadd.u64 %%r10, %%r10, %d;\n", StackSize)
+	if frame > 0 {
+		fmt.Fprintf(fw, "\tmov.u64 %%r10, stk;\n\tcvta.local.u64 %%r10, %%r10;\n\tadd.u64 %%r10, %%r10, %d;\n", frame)
 	} else {
 		fw.WriteString("\tmov.u64 %r10, 0;\n")
 	}
@@ -549,6 +554,9 @@ func (c *compiler) jump(i int, ins *asm.Instruction, known *[11]int) error {
 	if is32 {
 		w = 32
 	}
+	if c.firstThreadTest(i, ins) {
+		return nil
+	}
 	if jop == asm.JSet {
 		if is32 {
 			c.e("and.b32 %%w3, %s, %s;", a, b)
@@ -574,6 +582,32 @@ func (c *compiler) jump(i int, ins *asm.Instruction, known *[11]int) error {
 	}
 	c.e("@%%p0 bra $L%d;", c.target[i])
 	return nil
+}
+
+// firstThreadTest compiles "r0 = bpf_gpu_thread_id(); if r0 ==/!= 0" --
+// the first-thread test every thread of an instrumented kernel runs before a
+// probe that acts once per launch (launchlate's entry) -- as a test of the
+// six index registers instead of the linear id's multiply chain: the id is 0
+// exactly when every thread and block index is (every dimension is at least
+// 1). The id stays in r0 for any later use; where there is none, ptxas drops
+// its computation, and every thread pays three ors instead of a dozen
+// multiplies. (A grid of 2^54 or more blocks could wrap the 64-bit id to 0
+// elsewhere; no launch is that large.)
+func (c *compiler) firstThreadTest(i int, ins *asm.Instruction) bool {
+	op := ins.OpCode
+	jop := op.JumpOp()
+	if i == 0 || c.isTarget[i] || op.Class() != asm.JumpClass || op.Source() != asm.ImmSource ||
+		ins.Constant != 0 || ins.Dst != asm.R0 || (jop != asm.JEq && jop != asm.JNE) {
+		return false
+	}
+	if prev := &c.insns[i-1]; !prev.IsBuiltinCall() || prev.Constant != hThreadID {
+		return false
+	}
+	c.e("mov.u32 %%w8, %%tid.x;\n\tmov.u32 %%w9, %%tid.y;\n\tmov.u32 %%w10, %%tid.z;\n\tor.b32 %%w8, %%w8, %%w9;\n\tor.b32 %%w8, %%w8, %%w10;")
+	c.e("mov.u32 %%w9, %%ctaid.x;\n\tmov.u32 %%w10, %%ctaid.y;\n\tor.b32 %%w8, %%w8, %%w9;\n\tor.b32 %%w8, %%w8, %%w10;\n\tmov.u32 %%w9, %%ctaid.z;\n\tor.b32 %%w8, %%w8, %%w9;")
+	c.e("setp.%s.u32 %%p0, %%w8, 0;", map[asm.JumpOp]string{asm.JEq: "eq", asm.JNE: "ne"}[jop])
+	c.e("@%%p0 bra $L%d;", c.target[i])
+	return true
 }
 
 // atomic compiles one of BPF's atomic instructions.

@@ -102,6 +102,35 @@ func directValueBase(m mapRef) (uint64, error) {
 	return 0, unsupported("direct value access to map %q of kind %v (only arrays and global data)", m.name, m.p.Kind)
 }
 
+// probeReadInline is __gpubpf_probe_read for readLen (1, 2, 4 or 8) bytes
+// to [stk+readOff] (inlineRead): one load where the source is aligned to
+// the size, bytes one at a time where it is not; the first page gets
+// Linux's answer, the destination zeroed and -EFAULT, as in the runtime's.
+func (c *compiler) probeReadInline() {
+	n, bits := c.readLen, c.readLen*8
+	fault, store, done := c.label(), c.label(), c.label()
+	c.e("setp.lt.u64 %%p1, %%r3, 4096;\n\t@%%p1 bra %s;", fault)
+	if n > 1 {
+		bytes := c.label()
+		c.e("and.b64 %%t5, %%r3, %d;\n\tsetp.ne.u64 %%p1, %%t5, 0;\n\t@%%p1 bra %s;", n-1, bytes)
+		c.e("ld.u%d %%t5, [%%r3];\n\tbra.uni %s;", bits, store)
+		c.b.WriteString(bytes + ":\n")
+		c.e("ld.u8 %%t5, [%%r3];")
+		for k := 1; k < n; k++ {
+			c.e("ld.u8 %%t6, [%%r3+%d];\n\tshl.b64 %%t6, %%t6, %d;\n\tor.b64 %%t5, %%t5, %%t6;", k, 8*k)
+		}
+	} else {
+		c.e("ld.u8 %%t5, [%%r3];")
+	}
+	c.e("bra.uni %s;", store)
+	c.b.WriteString(fault + ":\n")
+	c.e("mov.u64 %%t5, 0;\n\tmov.u64 %%r0, 0xFFFFFFFFFFFFFFF2;\n\tbra.uni %s;", done)
+	c.b.WriteString(store + ":\n")
+	c.e("mov.u64 %%r0, 0;")
+	c.b.WriteString(done + ":\n")
+	c.e("st.local.u%d [stk+%d], %%t5;", bits, c.readOff)
+}
+
 // tid computes the linear global thread id into the 64-bit register dst,
 // using %t8-%t11 as scratch.
 func (c *compiler) tid(dst string) {
@@ -328,6 +357,10 @@ func (c *compiler) call(i int, ins *asm.Instruction, known *[11]int) error {
 	case hProbeRead, hProbeReadUser, hProbeReadKern, hProbeReadStr, hProbeUserStr, hProbeKernStr:
 		// (dst, size, src): user and kernel addresses are one generic
 		// space on the GPU. size is a u32 in Linux's prototype.
+		if c.readAt == c.cur && c.readLen > 0 {
+			c.probeReadInline()
+			return nil
+		}
 		fn := "__gpubpf_probe_read"
 		if id == hProbeReadStr || id == hProbeUserStr || id == hProbeKernStr {
 			fn = "__gpubpf_probe_read_str"

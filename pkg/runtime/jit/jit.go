@@ -341,6 +341,7 @@ type compiler struct {
 	labels        int
 	runtime       map[string]bool  // helper .funcs to append
 	cur           int              // instruction being compiled (for errors)
+	isTarget      map[int]bool     // instructions of the current function that are jump targets
 	fp            [11]int          // r10-relative offset held by each register...
 	fpOK          [11]bool         // ...when known (per basic block)
 	stackMem      [stackSlots]bool // slots of the function being compiled that stay in memory
@@ -349,6 +350,9 @@ type compiler struct {
 	// outAt, outOff, outLen: the event output call at instruction outAt
 	// copies outLen bytes from [stk+outOff] itself (stackUse decides)
 	outAt, outOff, outLen int
+	// readAt, readOff, readLen: the probe_read call at instruction readAt
+	// loads its readLen bytes itself into [stk+readOff] (stackUse decides)
+	readAt, readOff, readLen int
 }
 
 // errAt wraps err with the program, instruction index and C source line.

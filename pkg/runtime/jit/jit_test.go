@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -528,6 +530,47 @@ func TestThreadID(t *testing.T) {
 	}
 }
 
+// jumpBy sets a jump's offset in instructions.
+func jumpBy(j asm.Instruction, off int16) asm.Instruction {
+	j.Offset = off
+	return j.WithReference("")
+}
+
+// TestFirstThreadTest: "bpf_gpu_thread_id() != 0" (and "== 0") right after
+// the call tests the index registers; a 32-bit compare, another register,
+// a constant other than 0, or a test that is a jump target keeps the
+// linear id's compare. (The GPU case first-thread in difftest runs it.)
+func TestFirstThreadTest(t *testing.T) {
+	const or = "setp.%s.u32 %%p0, %%w8, 0;"
+	for _, c := range []struct {
+		name  string
+		insns asm.Instructions
+		want  string // "" when the plain compare must stay
+	}{
+		{"ne", asm.Instructions{asm.BuiltinFunc(606).Call(), jumpBy(asm.JNE.Imm(asm.R0, 0, ""), 1), asm.Mov.Imm(asm.R0, 7), asm.Return()}, fmt.Sprintf(or, "ne")},
+		{"eq", asm.Instructions{asm.BuiltinFunc(606).Call(), jumpBy(asm.JEq.Imm(asm.R0, 0, ""), 1), asm.Mov.Imm(asm.R0, 7), asm.Return()}, fmt.Sprintf(or, "eq")},
+		{"32-bit", asm.Instructions{asm.BuiltinFunc(606).Call(), jumpBy(asm.JNE.Imm32(asm.R0, 0, ""), 1), asm.Mov.Imm(asm.R0, 7), asm.Return()}, ""},
+		{"not 0", asm.Instructions{asm.BuiltinFunc(606).Call(), jumpBy(asm.JNE.Imm(asm.R0, 1, ""), 1), asm.Mov.Imm(asm.R0, 7), asm.Return()}, ""},
+		{"other register", asm.Instructions{asm.BuiltinFunc(606).Call(), asm.Mov.Reg(asm.R6, asm.R0), jumpBy(asm.JNE.Imm(asm.R6, 0, ""), 1), asm.Mov.Imm(asm.R0, 7), asm.Return()}, ""},
+		// another path reaches the test with r0 = 0, not an id
+		{"jump target", asm.Instructions{asm.Mov.Imm(asm.R0, 0), jumpBy(asm.JEq.Imm(asm.R1, 5, ""), 1), asm.BuiltinFunc(606).Call(), jumpBy(asm.JNE.Imm(asm.R0, 0, ""), 1), asm.Mov.Imm(asm.R0, 7), asm.Return()}, ""},
+	} {
+		f, err := Compile(prog(c.insns...), Options{FuncName: "first"})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		got := strings.Contains(f.PTX, "%w8, 0;")
+		if c.want != "" && !strings.Contains(f.PTX, c.want) || c.want == "" && got {
+			t.Errorf("%s: want %q (or none): got\n%s", c.name, c.want, f.PTX)
+		}
+		// the id itself is still computed for any later use
+		if !strings.Contains(f.PTX, "%ntid.z") {
+			t.Errorf("%s: the linear id is gone:\n%s", c.name, f.PTX)
+		}
+		assemble(t, f)
+	}
+}
+
 // TestAtomicMax: bpf_gpu_atomic_max is one atom.max on global memory, a
 // plain read-modify-write on the stack, and returns the old value; the
 // module assembles.
@@ -598,14 +641,33 @@ func TestRingGridWarpKey(t *testing.T) {
 
 // TestProbeRead: the six probe_read helpers call the copy or the string
 // runtime function with size cut to Linux's u32, and both refuse the first
-// page before they load.
+// page before they load; a read of 1, 2, 4 or 8 bytes to a stack address
+// aligned to its size loads by itself (and refuses the first page too).
 func TestProbeRead(t *testing.T) {
+	for _, id := range []asm.BuiltinFunc{4, 112, 113} {
+		for _, c := range []struct {
+			size, dst int32
+			inline    bool
+		}{{1, -1, true}, {2, -6, true}, {4, -12, true}, {8, -16, true}, {2, -7, false}, {8, -12, false}, {3, -8, false}, {16, -16, false}} {
+			f, err := Compile(prog(asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, c.dst), asm.Mov.Imm(asm.R2, c.size), asm.Mov.Imm(asm.R3, 0), id.Call(), asm.Return()), testOpts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := !strings.Contains(f.PTX, "probe__rt_probe_read")
+			if got != c.inline || got && (!strings.Contains(f.PTX, "setp.lt.u64 %p1, %r3, 4096;") || !strings.Contains(f.PTX, "0xFFFFFFFFFFFFFFF2") ||
+				!strings.Contains(f.PTX, fmt.Sprintf("st.local.u%d [stk+", 8*c.size)) && !strings.Contains(f.PTX, "%gs")) {
+				t.Errorf("%v: %d bytes to r10%d: inline %v, want %v:\n%s", id, c.size, c.dst, got, c.inline, f.PTX)
+			}
+			assemble(t, f)
+		}
+	}
+
 	for _, c := range []struct {
 		id  asm.BuiltinFunc
 		str bool
 	}{{4, false}, {112, false}, {113, false}, {45, true}, {114, true}, {115, true}} {
 		t.Run(c.id.String(), func(t *testing.T) {
-			f, err := Compile(prog(asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -8), asm.Mov.Imm(asm.R2, 8), asm.Mov.Imm(asm.R3, 0), c.id.Call(), asm.Return()), testOpts())
+			f, err := Compile(prog(asm.Mov.Reg(asm.R1, asm.RFP), asm.Add.Imm(asm.R1, -16), asm.Mov.Imm(asm.R2, 16), asm.Mov.Imm(asm.R3, 0), c.id.Call(), asm.Return()), testOpts())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -803,10 +865,16 @@ func TestStackPromotion(t *testing.T) {
 			{OpCode: asm.LoadMemSXOp(asm.Half), Dst: asm.R0, Src: fp, Offset: -6}, asm.Return()},
 			regs: []string{"bfe.s64 %r0, %gs63, 16, 16;"}},
 		{name: "probe-read-destination", insns: []asm.Instruction{
-			st(fp, -16, asm.R1, asm.DWord), st(fp, -8, asm.R1, asm.DWord),
+			st(fp, -24, asm.R1, asm.DWord), st(fp, -16, asm.R1, asm.DWord), st(fp, -8, asm.R1, asm.DWord),
+			asm.Mov.Reg(asm.R1, fp), asm.Add.Imm(asm.R1, -16), asm.Mov.Imm(asm.R2, 16), asm.Mov.Imm(asm.R3, 4096),
+			asm.FnProbeReadKernel.Call(), asm.LoadMem(asm.R0, fp, -8, asm.DWord), asm.Return()},
+			regs: []string{"mov.b64 %gs61, %r1;"}, local: []string{"st.local.u64 [stk+504], %r1;", "ld.local.u64 %r0, [stk+504];"}},
+		{name: "probe-read-by-itself", insns: []asm.Instruction{
+			st(fp, -8, asm.R1, asm.DWord),
 			asm.Mov.Reg(asm.R1, fp), asm.Add.Imm(asm.R1, -8), asm.Mov.Imm(asm.R2, 8), asm.Mov.Imm(asm.R3, 4096),
 			asm.FnProbeReadKernel.Call(), asm.LoadMem(asm.R0, fp, -8, asm.DWord), asm.Return()},
-			regs: []string{"mov.b64 %gs62, %r1;"}, local: []string{"st.local.u64 [stk+504], %r1;", "ld.local.u64 %r0, [stk+504];"}},
+			// loaded by the call site: the slot stays in a register, no frame
+			regs: []string{"mov.b64 %gs63, %t5;", "mov.b64 %r0, %gs63;"}},
 		{name: "ring-record-of-known-size", insns: []asm.Instruction{
 			st(fp, -24, asm.R1, asm.DWord), st(fp, -16, asm.R1, asm.DWord), st(fp, -8, asm.R1, asm.DWord),
 			asm.LoadMapPtr(asm.R1, 0).WithReference("ring"), asm.Mov.Reg(asm.R2, fp), asm.Add.Imm(asm.R2, -16),
@@ -866,13 +934,33 @@ func TestStackPromotion(t *testing.T) {
 				t.Fatal(err)
 			}
 			main := f.PTX[strings.Index(f.PTX, ".visible .func"):]
+			// The frame holds the bytes that stay in memory, from the
+			// lowest to the top (16-byte aligned), and none where all
+			// live in registers; accesses are rebased to it.
+			frame := 0
+			if m := regexp.MustCompile(`\.b8 stk\[(\d+)\]`).FindStringSubmatch(main); m != nil {
+				frame, _ = strconv.Atoi(m[1])
+			}
+			wantFrame := map[bool]int{true: StackSize, false: 0}[c.none]
+			if len(c.local) > 0 {
+				wantFrame = 16
+			}
+			if frame != wantFrame {
+				t.Errorf("stack frame of %d bytes, want %d", frame, wantFrame)
+			}
+			rebase := func(w string) string {
+				return regexp.MustCompile(`\[stk\+(\d+)\]`).ReplaceAllStringFunc(w, func(r string) string {
+					n, _ := strconv.Atoi(r[5 : len(r)-1])
+					return fmt.Sprintf("[stk+%d]", n-(StackSize-frame))
+				})
+			}
 			for _, w := range c.regs {
 				if !strings.Contains(main, w) {
 					t.Errorf("lacks %q", w)
 				}
 			}
 			for _, w := range c.local {
-				if !strings.Contains(main, w) {
+				if w = rebase(w); !strings.Contains(main, w) {
 					t.Errorf("lacks %q (the slot must stay in memory)", w)
 				}
 			}

@@ -226,6 +226,9 @@ func (c *compiler) stackUse(ins *asm.Instruction, st *fpState, known *[11]int) {
 	var inlined asm.Register // the data pointer of an inlined event output
 	if cls.IsJump() && op.JumpOp() == asm.Call && !ins.IsFunctionCall() {
 		inlined = c.inlineOutput(int64(ins.Constant), st, direct)
+		if r := c.inlineRead(int64(ins.Constant), st, direct); r != 0 {
+			inlined = r
+		}
 	}
 	if c.stackAll {
 		return
@@ -338,6 +341,29 @@ func (c *compiler) inlineOutput(id int64, st *fpState, direct func(asm.Register)
 	return data
 }
 
+// inlineRead decides whether the probe_read call id about to be emitted
+// loads its bytes itself: 1, 2, 4 or 8 bytes (a number known here) to a
+// known stack offset aligned to that size. Then the destination is written
+// by one constant-offset store, so its slot may stay in a register, and
+// the function may need no local frame at all (bcc-style programs read a
+// field at a time: bpf_probe_read(&x, sizeof(x), p)). It returns the
+// destination's register where it does (0 where not).
+func (c *compiler) inlineRead(id int64, st *fpState, direct func(asm.Register) bool) asm.Register {
+	if id != hProbeRead && id != hProbeReadUser && id != hProbeReadKern {
+		return 0
+	}
+	n := st[asm.R2]
+	if st[asm.R1].kind != fpExact || !direct(asm.R1) || n.kind != fpConst || (n.off != 1 && n.off != 2 && n.off != 4 && n.off != 8) {
+		return 0
+	}
+	off := StackSize + c.fp[asm.R1]
+	if off < 0 || off%int(n.off) != 0 || off+int(n.off) > StackSize {
+		return 0
+	}
+	c.readAt, c.readOff, c.readLen = c.cur, off, int(n.off)
+	return asm.R1
+}
+
 // stackRange puts the slots of the size bytes at r10 + off in memory.
 func (c *compiler) stackRange(off int, size int64) {
 	lo, hi := int64(StackSize+off), int64(StackSize+off)+size
@@ -345,6 +371,43 @@ func (c *compiler) stackRange(off int, size int64) {
 	for k := lo / 8; k < stackSlots && k*8 < hi; k++ {
 		c.stackMem[k] = true
 	}
+}
+
+var stackRef = regexp.MustCompile(`\[stk\+(\d+)\]`)
+
+// trimFrame sizes the function's local frame to the stack bytes that stay
+// in memory after promoteStack: from the lowest one any access reaches
+// (a constant-offset access left in text, or a slot a pointer escapes to)
+// to the top. It returns text with its accesses rebased and the frame's
+// size, 0 where nothing stays in memory. A declared frame is local memory
+// reserved for every thread the GPU can hold, and ptxas keeps an array
+// whose address is taken even where no instruction touches it: before,
+// every probe site carried all 512 bytes (kernelretsnoop's three exit
+// sites 1.5 KB a thread) for a map key or two that lived in registers.
+func (c *compiler) trimFrame(text string) (string, int) {
+	if c.stackAll {
+		return text, StackSize
+	}
+	low := StackSize
+	for k, m := range c.stackMem {
+		if m {
+			low = min(low, 8*k)
+			break
+		}
+	}
+	for _, m := range stackRef.FindAllStringSubmatch(text, -1) {
+		off, _ := strconv.Atoi(m[1])
+		low = min(low, off)
+	}
+	low &^= 15 // the frame keeps its 16-byte alignment
+	if low == 0 {
+		return text, StackSize
+	}
+	text = stackRef.ReplaceAllStringFunc(text, func(ref string) string {
+		off, _ := strconv.Atoi(stackRef.FindStringSubmatch(ref)[1])
+		return fmt.Sprintf("[stk+%d]", off-low)
+	})
+	return text, StackSize - low
 }
 
 var (

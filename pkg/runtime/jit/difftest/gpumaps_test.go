@@ -120,6 +120,45 @@ func mapsCases() []mapsCase {
 			},
 		},
 		{
+			// The first-thread test (bpf_gpu_thread_id() compared with 0
+			// right after the call compiles to a test of the index
+			// registers): {threads past "!= 0", threads past "== 0",
+			// max id, sum of ids} where the id is used after both tests.
+			name: "first-thread",
+			p:    gpumap.Placement{Kind: gpumap.Array, KeySize: 4, ValueSize: 32, MaxEntries: 1},
+			insns: cat(asm.Instructions{asm.LoadMapPtr(asm.R1, 0).WithReference("m")}, key0, asm.Instructions{
+				asm.FnMapLookupElem.Call(),
+				jOff(asm.JNE.Imm(asm.R0, 0, ""), 2),
+				asm.Mov.Imm(asm.R0, 0), asm.Return(),
+				asm.Mov.Reg(asm.R7, asm.R0),
+				asm.Mov.Imm(asm.R8, 1),
+				asm.BuiltinFunc(606).Call(),
+				jOff(asm.JNE.Imm(asm.R0, 0, ""), 1),
+				asm.AddAtomic.Mem(asm.R7, asm.R8, asm.DWord, 0), // thread 0 only
+				asm.BuiltinFunc(606).Call(),
+				jOff(asm.JEq.Imm(asm.R0, 0, ""), 1),
+				asm.AddAtomic.Mem(asm.R7, asm.R8, asm.DWord, 8), // all but thread 0
+				asm.Mov.Reg(asm.R6, asm.R0),                     // the id, used after the test
+				asm.Mov.Reg(asm.R1, asm.R7), asm.Add.Imm(asm.R1, 16), asm.Mov.Reg(asm.R2, asm.R6), asm.BuiltinFunc(608).Call(),
+				asm.AddAtomic.Mem(asm.R7, asm.R6, asm.DWord, 24),
+				asm.Mov.Imm(asm.R0, 0), asm.Return(),
+			}),
+			check: func(mem []byte, p gpumap.Placement) error {
+				v, err := gpumap.ArrayValue(mem, p.ValueSize, 0, false)
+				if err != nil {
+					return err
+				}
+				got := [4]uint64{}
+				for i := range got {
+					got[i] = binary.LittleEndian.Uint64(v[8*i:])
+				}
+				if want := [4]uint64{1, mapsTotal - 1, mapsTotal - 1, mapsTotal * (mapsTotal - 1) / 2}; got != want {
+					return fmt.Errorf("{first threads, other threads, max id, sum of ids} = %v, want %v", got, want)
+				}
+				return nil
+			},
+		},
+		{
 			// 8192 threads insert 64 keys concurrently; then 16 of them are deleted.
 			name: "hash",
 			p:    gpumap.Placement{Kind: gpumap.Hash, KeySize: 8, ValueSize: 8, MaxEntries: 64},

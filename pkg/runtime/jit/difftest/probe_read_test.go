@@ -110,6 +110,33 @@ func probeReadProgs() []asm.Instructions {
 		}
 		progs = append(progs, cat(p, end))
 	}
+	// Reads of 1, 2, 4 and 8 bytes (the compiler loads these itself where
+	// the destination is aligned to the size): from a map value, from
+	// unaligned stack addresses, to an unaligned destination (the
+	// runtime's copy), and from the first page.
+	lookup := asm.Instructions{
+		asm.Instruction{OpCode: asm.StoreImmOp(asm.DWord), Dst: asm.RFP, Offset: -128, Constant: 0},
+		asm.LoadMapPtr(asm.R1, 0).WithReference("data"), asm.Mov.Reg(asm.R2, asm.RFP), asm.Add.Imm(asm.R2, -128),
+		asm.FnMapLookupElem.Call(), asm.JNE.Imm(asm.R0, 0, "found"), asm.Mov.Imm(asm.R0, 0), asm.Return(),
+		asm.Mov.Reg(asm.R7, asm.R0).WithSymbol("found"),
+	}
+	from := func(r asm.Register, off int32) asm.Instructions {
+		return asm.Instructions{asm.Mov.Reg(asm.R3, r), asm.Add.Imm(asm.R3, off)}
+	}
+	progs = append(progs, cat(head, fill(0, 120), strOnStack(-40, "0123456789abcdefghij"), lookup,
+		from(asm.R7, 0), readCall(fnReadKernel, -56, 8), keep(0, false, -56),
+		from(asm.R7, 4), readCall(fnReadKernel, -68, 4), keep(3, false, -72),
+		from(asm.RFP, -37), readCall(fnReadKernel, -85, 2), keep(6, false, -88),
+		from(asm.RFP, -39), readCall(fnReadKernel, -104, 8), keep(9, false, -104),
+		asm.Instructions{asm.Mov.Imm(asm.R3, 8)}, readCall(fnReadUser, -120, 8), keep(12, false, -120),
+		end))
+	progs = append(progs, cat(head, fill(0, 96), strOnStack(-40, "0123456789abcdefghij"),
+		from(asm.RFP, -33), readCall(fnReadKernel, -51, 1), keep(0, false, -56),
+		from(asm.RFP, -36), readCall(fnReadKernel, -62, 2), keep(3, false, -64),
+		from(asm.RFP, -35), readCall(fnReadKernel, -76, 2), keep(6, false, -80),
+		from(asm.RFP, -38), readCall(fnReadKernel, -92, 4), keep(9, false, -96),
+		asm.Instructions{asm.Mov.Imm(asm.R3, 16)}, readCall(fnReadKernel, -92, 4), keep(12, true, -96),
+		end))
 	return progs
 }
 
