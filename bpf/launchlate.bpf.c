@@ -100,9 +100,13 @@ int launchlate_entry(void *ctx)
 		 * graph's word in stream order before the launch. The word's
 		 * address is a number to the verifier: read it with the
 		 * helper (a failed read leaves 0, no stamp). */
-		cpu = 0;
+		u64 word = 0; /* its own variable: the read takes its address,
+			       * which keeps it in local memory, and the
+			       * common path's cpu stays in a register */
+
 		if (kind == LL_GRAPH_WORD && (info & ((1ULL << 56) - 1)))
-			bpf_probe_read_kernel(&cpu, sizeof(cpu), (void *)(info & ((1ULL << 56) - 1)));
+			bpf_probe_read_kernel(&word, sizeof(word), (void *)(info & ((1ULL << 56) - 1)));
+		cpu = word;
 		if (!cpu) {
 			u32 k = kernel < LL_KERNELS ? kernel : LL_KERNELS - 1;
 			u64 *g = bpf_map_lookup_elem(&graph_starts, &k);
