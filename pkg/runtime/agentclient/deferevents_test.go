@@ -311,7 +311,13 @@ func TestDeferredLaunchEvents(t *testing.T) {
 			if how == "ptsz" {
 				capStream = "0" // the per-thread default stream
 			}
-			e.launch("ks " + s2)
+			asks := func(lines []string) int {
+				return len(slices.DeleteFunc(slices.Clone(lines), func(l string) bool { return !strings.HasPrefix(l, "ISCAPTURING ") }))
+			}
+			// no capture active: the driver is not asked for a status
+			if n := asks(e.run("ks " + s2)); n != 0 {
+				t.Fatalf("a launch with no capture active asked the driver %d times", n)
+			}
 			e.launch("launch") // the legacy stream: recorded at once
 			lines := e.run("capbegin " + how + " " + capStream)
 			if !slices.Contains(lines, "CAPBEGUN 0") {
@@ -319,8 +325,12 @@ func TestDeferredLaunchEvents(t *testing.T) {
 			}
 			wantRecordsBefore(t, lines, "BEGINCAPTURE ", s2)
 			for range 2 {
-				if r := e.launch("ks " + s2); len(r) != 1 || r[0].stream != s2 || r[0].who != "main" {
+				lines := e.run("ks " + s2)
+				if r := records(lines); len(r) != 1 || r[0].stream != s2 || r[0].who != "main" {
 					t.Fatalf("launch during the capture: records %v, want one on %s at once", r, s2)
+				}
+				if n := asks(lines); n != 1 {
+					t.Fatalf("a launch during a capture asked the driver %d times for its stream's status, want 1", n)
 				}
 			}
 			if r := records(e.read()); len(r) != 0 {
@@ -342,8 +352,8 @@ func TestDeferredLaunchEvents(t *testing.T) {
 			if l := e.run("capend " + how + " " + capStream); !slices.Contains(l, "CAPENDED 0") {
 				t.Fatalf("capture did not end: %q", l)
 			}
-			if r := e.launch("ks " + s2); len(r) != 0 {
-				t.Fatalf("after the capture ended a launch recorded %v", r)
+			if lines := e.run("ks " + s2); len(records(lines)) != 0 || asks(lines) != 0 {
+				t.Fatalf("after the capture ended a launch recorded or asked: %q", lines)
 			}
 			wantRecords(t, "read after the capture", e.read(), "other", s2)
 			e.clean()

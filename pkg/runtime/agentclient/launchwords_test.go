@@ -305,6 +305,16 @@ func graphWordsSetup(t *testing.T, f fixture, env ...string) (a *app, c *Conn, k
 	}
 }
 
+// beginCapture starts a stream capture on the app's capture stream.
+func beginCapture(t *testing.T, a *app) {
+	t.Helper()
+	for _, l := range a.output("capbegin v2 0xca970000") {
+		if strings.HasPrefix(l, "CAPBEGUN ") && l != "CAPBEGUN 0" {
+			t.Fatalf("capbegin: %s", l)
+		}
+	}
+}
+
 func TestGraphWords(t *testing.T) {
 	f := build(t)
 	a, c, kernel, stampArgs := graphWordsSetup(t, f)
@@ -325,6 +335,7 @@ func TestGraphWords(t *testing.T) {
 		t.Errorf("two nodes of one graph: words %#x and %#x", wa, w)
 	}
 	wb := word("gn 0x6b000")
+	beginCapture(t, a)
 	wc := word("cap")
 	if w := word("cap"); w != wc {
 		t.Errorf("two launches captured into one graph: words %#x and %#x", wc, w)
@@ -418,6 +429,7 @@ func TestGraphWordsOff(t *testing.T) {
 	f := build(t)
 	a, c, _, stampArgs := graphWordsSetup(t, f, "GPUBPF_AGENT_GRAPH_WORDS=0")
 	defer c.Close()
+	beginCapture(t, a)
 	for _, cmd := range []string{"gn 0x6a000", "cap"} {
 		if r := a.run(cmd); r.name != "probe_lw" || r.args[2] != 0 || r.args[3] != agentproto.LaunchKindGraph<<56 {
 			t.Errorf("%s: ran %s with %v; want kind 0xFF and no word", cmd, r.name, r.args)

@@ -65,7 +65,8 @@ static void use_fatbin_file(void)
 
 /* The stream the kp/xp launches pass: its top byte is not the stream's. */
 #define APP_STREAM ((void *)0xAB007f00dead0010ull)
-/* The fake driver's stream that is capturing a graph. */
+/* The stream the tests capture into a graph ("capbegin v2 0xca970000"
+ * first: the fake driver, like the real one, captures only once begun). */
 #define CAPTURE_STREAM ((void *)0xCA970000ull)
 
 /* "CMD [ADDR SLOTS TID KIND DT]": with ADDR, stamp this thread's launch-word

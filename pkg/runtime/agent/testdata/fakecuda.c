@@ -489,7 +489,8 @@ CUresult cuMemcpyDtoH(void *d, uint64_t s, size_t n) { memcpy(d, (void *)(uintpt
 CUresult cuMemHostGetDevicePointer(uint64_t *d, void *p, unsigned f) { *d = (uint64_t)(uintptr_t)p; return 0; }
 CUresult cuEventCreate(void **e, unsigned f) { *e = malloc(1); return 0; }
 /* Streams the application destroyed, and those being captured (begun with
- * cuStreamBeginCapture*; FAKE_CAPTURE_STREAM below always is). */
+ * cuStreamBeginCapture*, as on the real driver: the agent counts the
+ * captures it sees begin, and asks a stream's status only while one is). */
 static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
 static void *dead[256], *capturing[16];
 static int ndead, ncapturing;
@@ -544,14 +545,17 @@ CUresult cuEventSynchronize(void *e)
 CUresult cuEventDestroy(void *e) { free(e); return 0; }
 CUresult cuEventQuery(void *e) { return mono() < __atomic_load_n(&direct_done, __ATOMIC_ACQUIRE) ? 600 : 0; }
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) { *ms = 0.0125f; return 0; }
-/* Stream FAKE_CAPTURE_STREAM is being captured into graph capgraph. */
-#define FAKE_CAPTURE_STREAM ((void *)0xCA970000ull)
+/* A capture's graph is capgraph. */
 static obj capgraph = {6, "capgraph"};
 CUresult cuStreamIsCapturing(void *s, int *st)
 {
 	pthread_mutex_lock(&streams_mu);
-	*st = s == FAKE_CAPTURE_STREAM || (s && in_set(capturing, ncapturing, s));
+	*st = s && in_set(capturing, ncapturing, s);
 	pthread_mutex_unlock(&streams_mu);
+	if (event_log()) {
+		printf("ISCAPTURING %p\n", s);
+		fflush(stdout);
+	}
 	return 0;
 }
 /* Captures: "BEGINCAPTURE <stream>" and "ENDCAPTURE <stream>" with
@@ -607,7 +611,9 @@ CUresult cuStreamEndCapture(void *s, void **g) { return capture_end(s, g); }
 CUresult cuStreamEndCapture_ptsz(void *s, void **g) { return capture_end(s ? s : (void *)2, g); }
 CUresult cuStreamGetCaptureInfo_v2(void *s, int *st, uint64_t *id, void **g, const void **deps, size_t *n)
 {
-	*st = s == FAKE_CAPTURE_STREAM;
+	pthread_mutex_lock(&streams_mu);
+	*st = s && in_set(capturing, ncapturing, s);
+	pthread_mutex_unlock(&streams_mu);
 	if (id)
 		*id = 1;
 	if (g)
