@@ -202,6 +202,9 @@ fi
 #   hit-only         probes's probes, programs that return at once
 #                    (GPUEVENT_SNOOP_COST=1): the cost of the traps alone
 #   no-ring          everything but the ring buffer (GPUEVENT_SNOOP_COST=2)
+#   gated            untraced, but waiting at the gate as the agent set-ups
+#                    do (their sleep before the timed launches, without the
+#                    agent): the agent set-ups are also given against it
 #   agent-idle       started with the gpubpf agent (LD_PRELOAD), no tool
 #   agent            started with the agent, gpuevent_snoop -p: launches
 #                    from the agent's launch events (goal >= 0.95)
@@ -217,10 +220,12 @@ if [ -x "$S/launch_heavy" ]; then
 	[ -f "$AGENT_SO" ] && CONFIGS+=(agent-idle agent)
 	# agent_run OUT WITH_TOOL: launch_heavy with the agent, gated; with the
 	# tool attached by -p before the timed launches.
+	# agent_run OUT 0 none: the same wait at the gate, without the agent.
 	agent_run() {
-		local out=$1 gate pid tool=""
+		local out=$1 gate pid tool="" pre=$AGENT_SO
+		[ "${3:-}" = none ] && pre=
 		gate=$(mktemp -u)
-		LAUNCH_HEAVY_GATE=$gate LD_PRELOAD=$AGENT_SO bounded 90 "$S/launch_heavy" "$N" 4 0 64 >"$out" 2>&1 &
+		LAUNCH_HEAVY_GATE=$gate LD_PRELOAD=$pre bounded 90 "$S/launch_heavy" "$N" 4 0 64 >"$out" 2>&1 &
 		local app=$!
 		for _ in $(seq 1000); do grep -q GATED "$out" && break; sleep 0.02; done
 		pid=$(grep -o 'GATED pid=[0-9]*' "$out" | cut -d= -f2)
@@ -246,6 +251,8 @@ if [ -x "$S/launch_heavy" ]; then
 			out=$OUTDIR/launch_heavy_$c.txt
 			if [ "$c" = untraced ]; then
 				bounded 90 "$S/launch_heavy" "$N" 4 0 64 >"$out" 2>&1 || echo "untraced run $i exited with $?"
+			elif [ "$c" = gated ]; then
+				agent_run "$out" 0 none
 			elif [ "$c" = agent-idle ]; then
 				agent_run "$out" 0
 			elif [ "$c" = agent ]; then
@@ -272,6 +279,12 @@ if [ -x "$S/launch_heavy" ]; then
 		printf '  %-16s %-44s median %-9s ratio %-6s probe hits/launch %s\n' "$c" "${R[$c]}" "$m" "$r" "$h"
 		case $c in untraced | hit-only | no-ring) ;; *) ratios+="$c=$r($h hits) " ;; esac
 	done
+	if [ -n "${R[gated]:-}" ]; then
+		G_=$(med "${R[gated]}")
+		for c in agent-idle agent; do
+			[ -n "${R[$c]:-}" ] && echo "  $c against gated: $(python3 -c "print(f'{$(med "${R[$c]}")/$G_:.3f}')" 2>/dev/null || echo "?")"
+		done
+	fi
 	tail -2 "$OUTDIR/launch_heavy_default.txt.err"
 	# How each layer was observed, which launch probes the kernel
 	# single-steps (their cost doubles), whether the driver's launch
