@@ -216,7 +216,7 @@ if [ -x "$S/launch_heavy" ]; then
 	rate() { grep -o 'launches_per_s=[0-9.]*' | tail -1 | cut -d= -f2; }
 	hits() { grep -o '[0-9.]* probe hits per launch' | tail -1 | cut -d' ' -f1; }
 	declare -A R H
-	read -ra CONFIGS <<<"${GES_CONFIGS:-untraced default probes no-driver entry driver-launches hit-only no-ring}"
+	read -ra CONFIGS <<<"${GES_CONFIGS:-untraced gated default probes no-driver entry driver-launches hit-only no-ring}"
 	[ -f "$AGENT_SO" ] && CONFIGS+=(agent-idle agent)
 	# agent_run OUT WITH_TOOL: launch_heavy with the agent, gated; with the
 	# tool attached by -p before the timed launches.
