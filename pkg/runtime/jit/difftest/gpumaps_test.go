@@ -39,6 +39,19 @@ func gtid() asm.Instructions {
 	)
 }
 
+// firstWords is the first four u64 of an array map's value 0.
+func firstWords(mem []byte, p gpumap.Placement) ([4]uint64, error) {
+	var got [4]uint64
+	v, err := gpumap.ArrayValue(mem, p.ValueSize, 0, false)
+	if err != nil {
+		return got, err
+	}
+	for i := range got {
+		got[i] = binary.LittleEndian.Uint64(v[8*i:])
+	}
+	return got, nil
+}
+
 type mapsCase struct {
 	name  string
 	p     gpumap.Placement
@@ -105,13 +118,9 @@ func mapsCases() []mapsCase {
 				asm.Mov.Imm(asm.R0, 0), asm.Return(),
 			}),
 			check: func(mem []byte, p gpumap.Placement) error {
-				v, err := gpumap.ArrayValue(mem, p.ValueSize, 0, false)
+				got, err := firstWords(mem, p)
 				if err != nil {
 					return err
-				}
-				got := [4]uint64{}
-				for i := range got {
-					got[i] = binary.LittleEndian.Uint64(v[8*i:])
 				}
 				if want := [4]uint64{mapsTotal - 1, 100, 1, 14 * mapsTotal}; got != want {
 					return fmt.Errorf("{max id, 100, first-seen, stack sum} = %v, want %v", got, want)
@@ -144,13 +153,9 @@ func mapsCases() []mapsCase {
 				asm.Mov.Imm(asm.R0, 0), asm.Return(),
 			}),
 			check: func(mem []byte, p gpumap.Placement) error {
-				v, err := gpumap.ArrayValue(mem, p.ValueSize, 0, false)
+				got, err := firstWords(mem, p)
 				if err != nil {
 					return err
-				}
-				got := [4]uint64{}
-				for i := range got {
-					got[i] = binary.LittleEndian.Uint64(v[8*i:])
 				}
 				if want := [4]uint64{1, mapsTotal - 1, mapsTotal - 1, mapsTotal * (mapsTotal - 1) / 2}; got != want {
 					return fmt.Errorf("{first threads, other threads, max id, sum of ids} = %v, want %v", got, want)
