@@ -308,14 +308,20 @@ void probe_stream_gone(CUstream s)
 	pthread_mutex_unlock(&g_capmu);
 }
 
-/* Stream s's capture status, -1 where the driver cannot tell. While the
- * agent sees every capture begin (g_defer) and none is active, no stream
- * is capturing and the driver is not asked (28-44 ns a launch on an H100).
- * A capture that another thread begins on s while the launch is under way
+/* The agent sees every capture begin (g_defer) and none is active: no
+ * stream is capturing, and launch events may be recorded later. */
+static inline int no_capture(void)
+{
+	return __atomic_load_n(&g_defer, __ATOMIC_RELAXED) && !__atomic_load_n(&g_captures, __ATOMIC_SEQ_CST);
+}
+
+/* Stream s's capture status, -1 where the driver cannot tell. With
+ * no_capture() the driver is not asked (28-44 ns a launch on an H100). A
+ * capture that another thread begins on s while the launch is under way
  * races with the launch in the application itself. */
 static int capture_status(CUstream s)
 {
-	if (__atomic_load_n(&g_defer, __ATOMIC_RELAXED) && !__atomic_load_n(&g_captures, __ATOMIC_SEQ_CST))
+	if (no_capture())
 		return CU_STREAM_CAPTURE_STATUS_NONE;
 	int st = CU_STREAM_CAPTURE_STATUS_NONE;
 	if (!(D.cuStreamIsCapturing && D.cuStreamIsCapturing(s, &st) == CUDA_SUCCESS))
@@ -390,7 +396,7 @@ void probe_after_launch(struct activation *a, CUstream s, CUresult r, int cap)
 	 * non-blocking streams), a legacy record made later orders nothing
 	 * but the legacy stream's own work: it waits like the others (a
 	 * record costs a launch 0.5 us on an H100). */
-	int quiet = __atomic_load_n(&g_defer, __ATOMIC_RELAXED) && !__atomic_load_n(&g_captures, __ATOMIC_SEQ_CST);
+	int quiet = no_capture();
 	int legacy = s == NULL || s == CU_STREAM_LEGACY;
 	int defer = quiet && s != CU_STREAM_PER_THREAD && (!legacy || !__atomic_load_n(&g_blocking, __ATOMIC_RELAXED));
 	int i = ev_entry(c, s, quiet);
