@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/binary"
+	"strings"
 	"testing"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
 func putStart(tab []byte, slot int, grid uint64, kernel uint32, gpu, cpu, stream uint64, kind uint8) {
@@ -195,5 +197,11 @@ func TestTrackerHoldsTornSlot(t *testing.T) {
 	tr.ingest(src, again, again)
 	if tr.read != 1 || tr.pending[src][0].cpu != 4100 {
 		t.Fatalf("after agreeing copies: read %d, pending %+v; want the second version", tr.read, tr.pending[src])
+	}
+	// the account line says so
+	a := &toolkit.Account{Tool: "launchlate"}
+	(&launchlate{tr: tr}).account(a)
+	if got := a.String(); !strings.Contains(got, "1 readings of a start held back") {
+		t.Errorf("account %q does not show the held-back reading", got)
 	}
 }

@@ -402,6 +402,9 @@ func (l *launchlate) account(a *toolkit.Account) {
 	if lost := int64(l.produced) - int64(l.tr.read); lost > 0 {
 		a.Add(uint64(lost), "starts lost", "overwritten on the GPU before the tool read them")
 	}
+	if l.tr.torn > 0 {
+		a.Add(l.tr.torn, "readings of a start held back", "the GPU was writing it as it was read; taken at the next reading")
+	}
 	if l.uprobes {
 		a.Note(fmt.Sprintf("CPU times from uprobes on the runtime API: %d kernel launch calls, %d graph launch calls", l.calls[kindRuntime], l.calls[kindGraphRT]))
 	} else {
