@@ -202,3 +202,67 @@ func TestInlinedMemTraceAssembles(t *testing.T) {
 		})
 	}
 }
+
+// launchlate's entry probe pasted into samples/vec_add.cu's kernel: every
+// warp outside the blocks with ctaid.x = 0 leaves the first-thread test
+// after one read of ctaid.x and a branch, with no S2R of the other index
+// registers and no convergence barrier (that work cost vec_add's largest
+// preset 8% on an H100; docs/gpu-results.md). ptxas merges the two tests
+// into one predicate unless the probe keeps them apart, which this checks
+// in the SASS itself.
+func TestFirstThreadTestSASS(t *testing.T) {
+	spec, err := ebpf.LoadCollectionSpec("../../../tools/launchlate/launchlate_bpfel.o")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps := map[string]gpumap.Placement{}
+	addr := uint64(0x7f0000000000)
+	for name, m := range spec.Maps {
+		p, err := gpumap.PlacementOf(m)
+		if err != nil {
+			continue // the uprobes' own maps
+		}
+		p.Addr, addr = addr, addr+1<<32
+		maps[name] = p
+	}
+	f, err := jit.Compile(spec.Programs["launchlate_entry"], jit.Options{FuncName: "gpubpf_launchlate_entry", Maps: maps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, PTXVersion: f.PTXVersion,
+		Inline: func(s Site) string { return f.InlineBody(s.Ctx, "", s.Uniq) }}
+	r, err := Instrument(read(t, "testdata/vec_add_sample_cuda118.ptx"), Request{Kernels: []string{"_Z9vectorAddPKfS0_Pfi"}, Entry: p,
+		Globals: map[string]uint64{"d_N": 0x7f1200000000, "d_scale": 0x7f1200000004, "d_calls": 0x7f1200000008}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	in, cubin := filepath.Join(dir, "m.ptx"), filepath.Join(dir, "m.cubin")
+	if err := os.WriteFile(in, []byte(r.PTX), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command(testenv.Ptxas(t), "-arch=sm_90", "-O3", in, "-o", cubin).CombinedOutput(); err != nil {
+		t.Fatalf("ptxas: %v\n%s", err, b)
+	}
+	b, err := exec.Command(testenv.Tool(t, "cuobjdump"), "-sass", cubin).CombinedOutput()
+	if err != nil {
+		t.Fatalf("cuobjdump: %v\n%s", err, b)
+	}
+	sass := string(b)
+	bra := strings.Index(sass, " BRA ")
+	if bra < 0 {
+		t.Fatalf("no branch in the instrumented kernel:\n%s", sass)
+	}
+	before := sass[:bra]
+	if !strings.Contains(before, "SR_CTAID.X") {
+		t.Errorf("the first branch does not follow a read of ctaid.x:\n%s", before)
+	}
+	for _, bad := range []string{"SR_TID.Y", "SR_TID.Z", "SR_CTAID.Y", "SR_CTAID.Z", "BSSY", "WARPSYNC"} {
+		if strings.Contains(before, bad) {
+			t.Errorf("every warp runs %s before the first-thread test's first branch:\n%s", bad, before)
+		}
+	}
+	if !strings.Contains(sass[bra:], "SR_CTAID.Y") || !strings.Contains(sass[bra:], "SR_TID.Z") {
+		t.Errorf("the rest of the first-thread test is missing after the first branch:\n%s", sass)
+	}
+}

@@ -603,10 +603,30 @@ func (c *compiler) firstThreadTest(i int, ins *asm.Instruction) bool {
 	if prev := &c.insns[i-1]; !prev.IsBuiltinCall() || prev.Constant != hThreadID {
 		return false
 	}
+	// Every warp pays this test's latency, and a memory-bound kernel of one
+	// element a thread pays it in full: its warps spend their lives
+	// waiting on loads, so each cycle a warp adds is a cycle with fewer
+	// bytes in flight. Reading ctaid.y/ctaid.z (S2UR) and tid.y/tid.z (S2R)
+	// in every warp, as one test of all six does, cost vec_add's largest
+	// preset 8% on an H100; ctaid.x alone, which the kernel reads anyway,
+	// about 2% (docs/gpu-results.md). So only blocks with ctaid.x = 0 read
+	// the rest. The warp sync between the two tests keeps ptxas from
+	// hoisting those reads above the first branch and merging both tests
+	// into one predicate; its mask is the active threads, so a warp that
+	// diverged before the probe (an exit probe) syncs only with itself.
+	notFirst := fmt.Sprintf("$Lnf_%d", i)
+	if jop == asm.JNE {
+		notFirst = fmt.Sprintf("$L%d", c.target[i])
+	}
+	c.e("mov.u32 %%w8, %%ctaid.x;\n\tsetp.ne.u32 %%p0, %%w8, 0;\n\t@%%p0 bra.uni %s;", notFirst)
+	c.e("activemask.b32 %%w9;\n\tbar.warp.sync %%w9;")
 	c.e("mov.u32 %%w8, %%tid.x;\n\tmov.u32 %%w9, %%tid.y;\n\tmov.u32 %%w10, %%tid.z;\n\tor.b32 %%w8, %%w8, %%w9;\n\tor.b32 %%w8, %%w8, %%w10;")
-	c.e("mov.u32 %%w9, %%ctaid.x;\n\tmov.u32 %%w10, %%ctaid.y;\n\tor.b32 %%w8, %%w8, %%w9;\n\tor.b32 %%w8, %%w8, %%w10;\n\tmov.u32 %%w9, %%ctaid.z;\n\tor.b32 %%w8, %%w8, %%w9;")
+	c.e("mov.u32 %%w9, %%ctaid.y;\n\tmov.u32 %%w10, %%ctaid.z;\n\tor.b32 %%w8, %%w8, %%w9;\n\tor.b32 %%w8, %%w8, %%w10;")
 	c.e("setp.%s.u32 %%p0, %%w8, 0;", map[asm.JumpOp]string{asm.JEq: "eq", asm.JNE: "ne"}[jop])
 	c.e("@%%p0 bra $L%d;", c.target[i])
+	if jop == asm.JEq {
+		fmt.Fprintf(c.b, "%s:\n", notFirst)
+	}
 	return true
 }
 

@@ -563,6 +563,14 @@ func TestFirstThreadTest(t *testing.T) {
 		if c.want != "" && !strings.Contains(f.PTX, c.want) || c.want == "" && got {
 			t.Errorf("%s: want %q (or none): got\n%s", c.name, c.want, f.PTX)
 		}
+		// ctaid.x alone first, as a uniform branch; the other five only
+		// after the warp sync that keeps ptxas from hoisting them
+		if c.want != "" {
+			x, sync, y := strings.Index(f.PTX, "%ctaid.x;\n\tsetp.ne.u32 %p0, %w8, 0;\n\t@%p0 bra.uni"), strings.Index(f.PTX, "bar.warp.sync"), strings.Index(f.PTX, "mov.u32 %w9, %tid.y")
+			if x < 0 || sync < x || y < sync {
+				t.Errorf("%s: want the ctaid.x test, the warp sync, then the rest: got\n%s", c.name, f.PTX)
+			}
+		}
 		// the id itself is still computed for any later use
 		if !strings.Contains(f.PTX, "%ntid.z") {
 			t.Errorf("%s: the linear id is gone:\n%s", c.name, f.PTX)
