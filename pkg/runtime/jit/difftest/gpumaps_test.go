@@ -479,4 +479,21 @@ func TestGPUMaps(t *testing.T) {
 			t.Logf("%s: ok", c.name)
 		}
 	}
+	// The first-thread test reads ctaid.x alone first and the other five
+	// index registers only where it is 0: a 3-D launch of as many threads
+	// has blocks and threads that pass the first test and not the second.
+	for i, c := range cases {
+		if c.name != "first-thread" {
+			continue
+		}
+		out, _, err := h.runDims(module(fns[i:i+1], rets[i:i+1]), img, 1, "4x4x4", "8x4x4")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.check(out[i*regionSize:(i+1)*regionSize-8], c.p); err != nil {
+			t.Errorf("%s, grid 4x4x4 of 8x4x4 threads: %v", c.name, err)
+		} else {
+			t.Logf("%s, grid 4x4x4 of 8x4x4 threads: ok", c.name)
+		}
+	}
 }

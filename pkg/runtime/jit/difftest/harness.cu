@@ -7,7 +7,7 @@
 //
 // copies <image> into the buffer, loads the PTX with the driver's JIT,
 // launches entries e_0 .. e_<entries-1> (each <grid> x <block> threads, no
-// parameters) in order, copies the buffer to <out> and answers
+// parameters; grid and block are X or XxYxZ) in order, copies the buffer to <out> and answers
 // "OK <jit ms> <run ms>" or "ERR <message>". The Go test drives it and
 // compares the buffer with what the Linux kernel computed.
 //
@@ -61,8 +61,11 @@ int main(int argc, char **argv) {
 	std::vector<char> ptx, img, out(bytes);
 	while (fgets(line, sizeof line, stdin)) {
 		char ptxPath[1024], imgPath[1024], outPath[1024];
-		int entries, grid, block;
-		if (sscanf(line, "RUN %1023s %1023s %1023s %d %d %d", ptxPath, imgPath, outPath, &entries, &grid, &block) != 6) {
+		char gridArg[64], blockArg[64];
+		int entries, grid[3] = {1, 1, 1}, block[3] = {1, 1, 1};
+		if (sscanf(line, "RUN %1023s %1023s %1023s %d %63s %63s", ptxPath, imgPath, outPath, &entries, gridArg, blockArg) != 6 ||
+		    sscanf(gridArg, "%dx%dx%d", &grid[0], &grid[1], &grid[2]) < 1 ||
+		    sscanf(blockArg, "%dx%dx%d", &block[0], &block[1], &block[2]) < 1) {
 			printf("ERR bad command\n");
 			fflush(stdout);
 			continue;
@@ -95,7 +98,7 @@ int main(int argc, char **argv) {
 			std::string name = "e_" + std::to_string(i);
 			if (!check(cuModuleGetFunction(&fn, mod, name.c_str()), "cuModuleGetFunction"))
 				return 1;
-			if (!check(cuLaunchKernel(fn, grid, 1, 1, block, 1, 1, 0, nullptr, nullptr, nullptr), "cuLaunchKernel"))
+			if (!check(cuLaunchKernel(fn, grid[0], grid[1], grid[2], block[0], block[1], block[2], 0, nullptr, nullptr, nullptr), "cuLaunchKernel"))
 				return 1;
 		}
 		if (!check(cuCtxSynchronize(), "kernel run"))

@@ -57,6 +57,11 @@ func startHarness(t *testing.T, bytes uint64) *harness {
 // run loads module, copies img to the buffer, launches e_0..e_{n-1} and
 // returns the buffer afterwards plus the harness's timing line.
 func (h *harness) run(module string, img []byte, n, grid, block int) ([]byte, string, error) {
+	return h.runDims(module, img, n, fmt.Sprint(grid), fmt.Sprint(block))
+}
+
+// runDims is run with the grid and block as X or XxYxZ.
+func (h *harness) runDims(module string, img []byte, n int, grid, block string) ([]byte, string, error) {
 	h.runs++
 	p := filepath.Join(h.dir, fmt.Sprintf("m%d.ptx", h.runs))
 	ip := filepath.Join(h.dir, fmt.Sprintf("m%d.img", h.runs))
@@ -67,7 +72,7 @@ func (h *harness) run(module string, img []byte, n, grid, block int) ([]byte, st
 	if err := os.WriteFile(ip, img, 0o644); err != nil {
 		return nil, "", err
 	}
-	fmt.Fprintf(h.in, "RUN %s %s %s %d %d %d\n", p, ip, op, n, grid, block)
+	fmt.Fprintf(h.in, "RUN %s %s %s %d %s %s\n", p, ip, op, n, grid, block)
 	if err := h.in.Flush(); err != nil {
 		return nil, "", fmt.Errorf("GPU harness died: %w", err)
 	}
