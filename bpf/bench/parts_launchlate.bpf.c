@@ -15,6 +15,10 @@
 //   ll_hstore  ll_store's stores into pinned host memory (type 1513), as
 //              launchlate's table is kept
 //   ll_hwords  the same plus the agent's launch words
+// (nineteenth session, the block test before the thread test:)
+//   ll_never   ll_const's code, but its stores are behind a test of the
+//              grid id that never holds: the code's presence without its
+//              execution
 #include "types.h"
 #include <bpf/bpf_helpers.h>
 #include "gpu.h"
@@ -76,6 +80,21 @@ SEC("gpu/entry/*")
 int ll_const(void *ctx)
 {
 	if (bpf_gpu_thread_id() != 0)
+		return 0;
+	struct start *s = first_slot();
+
+	if (s) {
+		s->gpu = 1;
+		s->grid = bpf_gpu_grid_id();
+	}
+	return 0;
+}
+SEC("gpu/entry/*")
+int ll_never(void *ctx)
+{
+	if (bpf_gpu_thread_id() != 0)
+		return 0;
+	if (bpf_gpu_grid_id() != 7) /* grid ids are far larger */
 		return 0;
 	struct start *s = first_slot();
 
