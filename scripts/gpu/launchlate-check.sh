@@ -169,22 +169,32 @@ done
 echo "perf: graph_launch 5000 back-to-back graphs: untraced $(med $G) us per graph, launchlate $(med $L) us (x$(r3 $(med $L) $(med $G)))"
 tail -1 "$LOGS/lh-ll.err"
 perf="launch rate x$lr"
-for ps in "medium:10000 1000 256 40" "large:100000 1000 512 196" "xlarge:1000000 1000 512 1954"; do
-	name=${ps%%:*} P=${ps#*:}
+# Kernel time, two ways: the sample's CUDA-event time (launch path and
+# kernel) and, under the CUPTI tracer (built by the cross-check above), the
+# kernel's own GPU duration, each a median ratio to the untraced runs.
+cupti=$PWD/scripts/gpu/cupti/libcupti_trace.so
+for ps in "tiny:32 10000 32 1" "small:1000 10000 256 4" "medium:10000 1000 256 40" "large:100000 1000 512 196" "xlarge:1000000 1000 512 1954"; do
+	name=${ps%%:*} P=${ps#*:} iters=$(echo $P | cut -d' ' -f2)
 	# Breakdown: --uprobe; --uprobe -k nothing keeps the uprobes and
 	# attaches no GPU probe.
-	B="" T="" U="" V=""
+	B="" T="" U="" V="" GB="" GT=""
 	for rep in $(seq "$REPS"); do
 		samples/bin/vec_add $P >"$LOGS/b.out" 2>&1; B+=" $(kus $LOGS/b.out)"
 		timeout 120 launchlate -- samples/bin/vec_add $P >"$LOGS/v.out" 2>"$LOGS/v.err"; T+=" $(kus $LOGS/v.out)"
 		timeout 120 launchlate --uprobe -- samples/bin/vec_add $P >"$LOGS/vu.out" 2>"$LOGS/vu.err"; V+=" $(kus $LOGS/vu.out)"
 		timeout 120 launchlate --uprobe -k noSuchKernel -- samples/bin/vec_add $P >"$LOGS/u.out" 2>"$LOGS/u.err"; U+=" $(kus $LOGS/u.out)"
+		if [ -f "$cupti" ]; then
+			rm -f "$LOGS"/g*.cupti
+			CUDA_INJECTION64_PATH=$cupti CUPTI_TRACE_OUT=$LOGS/gb.cupti samples/bin/vec_add $P >"$LOGS/gb.out" 2>&1; GB+=" $(gus $LOGS/gb.cupti $iters)"
+			CUDA_INJECTION64_PATH=$cupti CUPTI_TRACE_OUT=$LOGS/gt.cupti timeout 120 launchlate -- samples/bin/vec_add $P >"$LOGS/gt.out" 2>"$LOGS/gt.err"; GT+=" $(gus $LOGS/gt.cupti $iters)"
+		fi
 	done
-	r=$(python3 -c "print(f'{$(med $T)/$(med $B):.3f}')" 2>/dev/null)
-	rv=$(python3 -c "print(f'{$(med $V)/$(med $B):.3f}')" 2>/dev/null)
-	ru=$(python3 -c "print(f'{$(med $U)/$(med $B):.3f}')" 2>/dev/null)
-	echo "perf: vec_add $name base $(med $B)us launchlate x$r (goal <= 1.03), --uprobe x$rv; uprobes only, no GPU probe x$ru"
+	r=$(r3 $(med $T) $(med $B)) rv=$(r3 $(med $V) $(med $B)) ru=$(r3 $(med $U) $(med $B))
+	g="no CUPTI here"
+	[ -n "$GB" ] && g="GPU duration (CUPTI) untraced $(med $GB) us, launchlate $(med $GT) us, x$(r3 $(med $GT) $(med $GB))"
+	echo "perf: vec_add $name base $(med $B)us launchlate x$r (goal <= 1.03), --uprobe x$rv; uprobes only, no GPU probe x$ru; $g"
 	perf+="; $name x$r"
+	[ -n "$GB" ] && perf+=" (GPU x$(r3 $(med $GT) $(med $GB)))"
 done
 echo "SUMMARY: $pass ok, $fail failed | $perf"
 [ $fail = 0 ]

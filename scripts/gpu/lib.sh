@@ -32,3 +32,18 @@ kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $N
 
 # med V...: the median of the numbers given, 2 decimals ("nan" for none).
 med() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{statistics.median(v):.2f}' if v else 'nan')" "$@"; }
+
+# gus FILE ITERS: the median GPU duration in us of the last ITERS vectorAdd
+# kernels of a CUPTI trace (the timed loop; the warm-up launch is first).
+gus() { [ -s "$1" ] && python3 - "$1" "$2" <<'PY'
+import statistics, sys
+ks = []
+for line in open(sys.argv[1]):
+    f = dict(kv.split("=", 1) for kv in line.split(" name=")[0].split())
+    if "vectorAdd" in line.split(" name=", 1)[-1]:
+        ks.append((int(f["start"]), int(f["end"]) - int(f["start"])))
+ks.sort()
+d = [x[1] for x in ks[-int(sys.argv[2]):]]
+print(f"{statistics.median(d) / 1e3:.3f}" if d else "")
+PY
+}

@@ -14,7 +14,7 @@
 #   probe adds on the GPU.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-. scripts/gpu/lib.sh # kus
+. scripts/gpu/lib.sh # kus, gus
 export PATH=$PWD/bin:$PATH
 REPS=${REPS:-3}
 LIMIT=${LIMIT:-120}
@@ -32,20 +32,6 @@ if [ "${CUPTI:-0}" = 1 ]; then
 	scripts/gpu/cupti/build.sh >"$LOGS/parts-cupti-build.txt" 2>&1 || { echo "SUMMARY: parts-bench FAIL (CUPTI tracer build: $(tail -1 "$LOGS/parts-cupti-build.txt"))"; exit 1; }
 	inject=(env CUDA_INJECTION64_PATH="$PWD/scripts/gpu/cupti/libcupti_trace.so")
 fi
-# gus FILE ITERS: the median GPU duration in us of the last ITERS vectorAdd
-# kernels of a CUPTI trace (the timed loop; the warm-up launch is first).
-gus() { [ -s "$1" ] && python3 - "$1" "$2" <<'PY'
-import statistics, sys
-ks = []
-for line in open(sys.argv[1]):
-    f = dict(kv.split("=", 1) for kv in line.split(" name=")[0].split())
-    if "vectorAdd" in line.split(" name=", 1)[-1]:
-        ks.append((int(f["start"]), int(f["end"]) - int(f["start"])))
-ks.sort()
-d = [x[1] for x in ks[-int(sys.argv[2]):]]
-print(f"{statistics.median(d) / 1e3:.3f}" if d else "")
-PY
-}
 echo "parts-bench: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(date -u +%FT%TZ), REPS=$REPS"
 for ps in "${PS[@]}"; do
 	name=${ps%%:*} P=${ps#*:}
