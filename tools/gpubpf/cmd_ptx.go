@@ -11,8 +11,10 @@ import (
 
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
 	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
 	"github.com/gpubpf/gpubpf/pkg/runtime/verify"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
 func init() {
@@ -30,10 +32,20 @@ it (gpubpf_test_entry, gpubpf_test_entry_FUNC for the others). Map addresses
 are placeholders (a real run places the maps and bakes their addresses in),
 so the module is for reading and for ptxas, not for running:
 
-    gpubpf ptx prog.bpf.o > p.ptx && ptxas -arch=sm_90 p.ptx`,
+    gpubpf ptx prog.bpf.o > p.ptx && ptxas -arch=sm_90 p.ptx
+
+With --into FILE (an executable, a shared library, a fatbin or a .ptx file)
+and --program NAME (an entry or exit program), it prints instead the module
+of FILE's kernels that the program's section selects, with the program
+pasted in as a run pastes it (same placeholder addresses): the clone the
+driver would compile, to read, to feed ptxas, or to time against the
+original (scripts/gpu/ptxab):
+
+    gpubpf ptx -p launchlate_entry --into ./app launchlate.bpf.o > clone.ptx`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "program", Aliases: []string{"p"}, Usage: "only the GPU program named `NAME`"},
 			&cli.StringFlag{Name: "sm", Value: "sm_90", Usage: "PTX .target `ARCH`"},
+			&cli.StringFlag{Name: "into", Usage: "print `FILE`'s kernels with the --program pasted in (executable, library, fatbin or .ptx)"},
 		},
 		Action: ptxCmd,
 	})
@@ -65,6 +77,9 @@ func ptxCmd(c *cli.Context) error {
 	maps, notes := placeholderMaps(spec)
 	constants := runtime.ReadOnlyData(spec)
 	printk := gpumap.Placement{Kind: gpumap.RingBuf, Addr: placeholderBase - 0x10000000, HostResident: true, MaxEntries: 1 << 20}
+	if into := c.String("into"); into != "" {
+		return ptxInto(c, file, gpu, into, jit.Options{Maps: maps, Printk: printk, Constants: constants})
+	}
 	var fns []*jit.Function
 	w := c.App.Writer
 	for _, g := range gpu {
@@ -142,4 +157,49 @@ func sanitize(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// ptxInto prints the clone of into's kernels that --program's section
+// selects, the program pasted at its site.
+func ptxInto(c *cli.Context, file string, gpu []runtime.GPUProgram, into string, opts jit.Options) error {
+	want := c.String("program")
+	if want == "" {
+		return toolkit.Usagef("gpubpf ptx --into needs --program NAME: the entry or exit program to paste in")
+	}
+	var g *runtime.GPUProgram
+	for i := range gpu {
+		if gpu[i].Spec.Name == want {
+			g = &gpu[i]
+		}
+	}
+	if g == nil || (g.Site != runtime.SiteEntry && g.Site != runtime.SiteExit) {
+		return fmt.Errorf("--into: %s has no entry or exit program %s (gpu/entry/KERNEL, gpu/exit/KERNEL, kprobe/KERNEL or kretprobe/KERNEL)", file, want)
+	}
+	opts.FuncName = "gpubpf_" + sanitize(g.Spec.Name)
+	f, err := jit.Compile(g.Spec, opts)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	src, _, err := instrument.PTXFromFile(into, g.Kernel)
+	if err != nil {
+		return fmt.Errorf("--into: %w", err)
+	}
+	p := &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, CtxBytes: f.CtxBytes, PTXVersion: f.PTXVersion,
+		SiteTime: f.UsesSiteTime, LaunchWords: f.UsesLaunchWords, EntryTime: f.UsesEntryTime,
+		Inline: func(s instrument.Site) string {
+			return f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: s.Uniq, Time: s.Time, Launch: s.Launch, EntryTime: s.EntryTime})
+		}}
+	req := instrument.Request{Kernels: []string{g.Kernel}}
+	if g.Site == runtime.SiteEntry {
+		req.Entry = p
+	} else {
+		req.Exit = p
+	}
+	r, err := instrument.Instrument(src, req)
+	if err != nil {
+		return fmt.Errorf("--into %s: %w", into, err)
+	}
+	fmt.Fprintf(c.App.Writer, "// gpubpf ptx --into %s: kernels %s with %s (%s) pasted in; map addresses are PLACEHOLDERS; launch words: %v\n%s",
+		into, strings.Join(r.Kernels, ", "), g.Spec.Name, g.Site.Where(g.Kernel), f.UsesLaunchWords, r.PTX)
+	return nil
 }

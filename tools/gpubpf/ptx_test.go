@@ -47,3 +47,38 @@ func TestPtxOfExamplesAssembles(t *testing.T) {
 		})
 	}
 }
+
+// gpubpf ptx --into pastes one entry program into the kernels of a real
+// nvcc fatbin, as a run would: the clone assembles and holds the program's
+// first-thread test; a missing --program or a program that is no probe is
+// a usage error that names what to do.
+func TestPtxIntoFatbin(t *testing.T) {
+	tool := gpubpfTool(t)
+	ptxas := testenv.Ptxas(t)
+	out, err := exec.Command(tool, "ptx", "-p", "launchlate_entry", "--into", "../../pkg/runtime/fatbin/testdata/vec_add_cuda118.fatbin", "../launchlate/launchlate_bpfel.o").Output()
+	if err != nil {
+		t.Fatalf("gpubpf ptx --into: %v", err)
+	}
+	ptx := string(out)
+	for _, want := range []string{"kernels _Z9vectorAddPKfS0_Pfi with launchlate_entry", ".entry _Z9vectorAddPKfS0_Pfi", "%globaltimer", "bar.warp.sync"} {
+		if !strings.Contains(ptx, want) {
+			t.Errorf("no %q in:\n%s", want, ptx)
+		}
+	}
+	src := filepath.Join(t.TempDir(), "m.ptx")
+	if err := os.WriteFile(src, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := exec.Command(ptxas, "-arch=sm_90", src, "-o", src+".cubin").CombinedOutput(); err != nil {
+		t.Fatalf("ptxas: %v\n%s", err, b)
+	}
+	for args, want := range map[string]string{
+		"--into x":                        "needs --program NAME",
+		"-p ll_cudaLaunchKernel --into x": "no entry or exit program ll_cudaLaunchKernel",
+	} {
+		b, err := exec.Command(tool, append(append([]string{"ptx"}, strings.Fields(args)...), "../launchlate/launchlate_bpfel.o")...).CombinedOutput()
+		if err == nil || !strings.Contains(string(b), want) {
+			t.Errorf("gpubpf ptx %s: %v, %q; want an error saying %q", args, err, b, want)
+		}
+	}
+}

@@ -6,7 +6,6 @@
 package main
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"os"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
 	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
 	"github.com/gpubpf/gpubpf/pkg/runtime/instrument/gputest"
 	"github.com/gpubpf/gpubpf/pkg/runtime/ptx"
@@ -53,31 +51,10 @@ func run(in, kernel string, counters uint64, argOff int, out, maxPTX string, g g
 	if in == "" || kernel == "" || counters == 0 || out == "" {
 		return fmt.Errorf("need -in, -kernel, -counters and -o")
 	}
-	data, err := os.ReadFile(in)
+	t0 := time.Now()
+	src, _, err := instrument.PTXFromFile(in, kernel)
 	if err != nil {
 		return err
-	}
-	t0 := time.Now()
-	src := string(data)
-	switch {
-	case bytes.HasPrefix(data, []byte("\x7fELF")):
-		fbs, err := fatbin.FromELF(in)
-		if err != nil {
-			return err
-		}
-		src, err = pickPTX(fbs, kernel)
-		if err != nil {
-			return err
-		}
-	case len(data) >= 4 && bytes.Equal(data[:4], []byte{0x50, 0xed, 0x55, 0xba}):
-		fbs, err := fatbin.Parse(data)
-		if err != nil {
-			return fmt.Errorf("%s: %w", in, err)
-		}
-		src, err = pickPTX(fbs, kernel)
-		if err != nil {
-			return err
-		}
 	}
 	tExtract := time.Since(t0)
 	entry, exit, mem := gputest.CounterProbes(counters, argOff)
@@ -99,27 +76,4 @@ func run(in, kernel string, counters uint64, argOff int, out, maxPTX string, g g
 	fmt.Fprintf(os.Stderr, "ptxinst: %s: kernels %v, funcs %v, aliased %v, fresh %v, sites %+v, PTX %d -> %d bytes, extract %v, instrument %v\n",
 		in, r.Kernels, r.Funcs, r.Aliased, r.Fresh, r.Sites, len(src), len(r.PTX), tExtract, tInst)
 	return nil
-}
-
-// pickPTX finds the newest PTX that defines a kernel matching pattern.
-func pickPTX(fbs []*fatbin.Fatbin, pattern string) (string, error) {
-	ks, err := fatbin.Inventory(fbs...)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "ptxinst: warning:", err)
-	}
-	var names []string
-	for _, k := range ks {
-		names = append(names, k.Name)
-		fmt.Fprintf(os.Stderr, "ptxinst: kernel %s (%s) PTX %v SASS %v\n", k.Demangled, k.Name, k.PTXArchs, k.SASSArchs)
-	}
-	m, _ := instrument.Match([]string{pattern}, names)
-	if len(m) == 0 {
-		return "", fmt.Errorf("no kernel matches %q", pattern)
-	}
-	e, p, err := fatbin.PTXFor(fbs, m[0], 0)
-	if err != nil {
-		return "", err
-	}
-	fmt.Fprintf(os.Stderr, "ptxinst: using %s PTX (ISA %d.%d, %s, %d bytes stored, %d bytes)\n", e.Arch(), e.Major, e.Minor, e.Compression(), len(e.Stored()), len(p))
-	return string(p), nil
 }
