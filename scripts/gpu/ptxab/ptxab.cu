@@ -8,9 +8,14 @@
 //
 //   ptxab ELEMENTS ITERATIONS THREADS BLOCKS REPS NAME=FILE.ptx...
 //
+// The variants: `gpubpf ptx -p PROG --into samples/bin/vec_add OBJ` (the
+// clone a run loads), and the original module (cuobjdump -ptx).
+//
 // Probes compiled with placeholder map addresses (gpubpf ptx, the JIT's
 // tests) find memory there: 1 GiB mapped at 0x7f0000000000 and 256 MiB at
-// 0x7e0000000000 (the printk ring's placeholder).
+// 0x7e0000000000 (the printk ring's placeholder). PTXAB_HOST_MB=N makes
+// the first N MiB at 0x7f0000000000 pinned host memory instead of device
+// memory (maps of types 1512/1513 live there).
 // A diagnostic for choosing code shapes (docs/gpu-results.md), not a check.
 #include <cuda.h>
 
@@ -33,8 +38,9 @@ static void check(CUresult r, const char *what)
 	}
 }
 
-// at maps SIZE bytes of device memory at exactly ADDR.
-static void at(CUdeviceptr addr, size_t size, CUdevice dev)
+// at maps SIZE bytes of device memory (of pinned host memory if host) at
+// exactly ADDR.
+static void at(CUdeviceptr addr, size_t size, CUdevice dev, bool host = false)
 {
 	CUdeviceptr got = 0;
 	check(cuMemAddressReserve(&got, size, 0, addr, 0), "cuMemAddressReserve");
@@ -45,13 +51,14 @@ static void at(CUdeviceptr addr, size_t size, CUdevice dev)
 	}
 	CUmemAllocationProp p = {};
 	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	p.location.id = dev;
+	p.location.type = host ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+	p.location.id = host ? 0 : dev;
 	CUmemGenericAllocationHandle h;
-	check(cuMemCreate(&h, size, &p, 0), "cuMemCreate");
+	check(cuMemCreate(&h, size, &p, 0), host ? "cuMemCreate (host)" : "cuMemCreate");
 	check(cuMemMap(addr, size, 0, h, 0), "cuMemMap");
 	CUmemAccessDesc a = {};
-	a.location = p.location;
+	a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	a.location.id = dev;
 	a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
 	check(cuMemSetAccess(addr, size, &a, 1), "cuMemSetAccess");
 	check(cuMemsetD8(addr, 0, size), "cuMemsetD8");
@@ -79,7 +86,10 @@ int main(int argc, char **argv)
 	CUcontext ctx;
 	check(cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
 	check(cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-	at(0x7f0000000000ull, 1ull << 30, dev);
+	size_t hostBytes = (size_t)atoi(getenv("PTXAB_HOST_MB") ? getenv("PTXAB_HOST_MB") : "0") << 20;
+	if (hostBytes)
+		at(0x7f0000000000ull, hostBytes, dev, true);
+	at(0x7f0000000000ull + hostBytes, (1ull << 30) - hostBytes, dev);
 	at(0x7e0000000000ull, 1ull << 28, dev);
 
 	std::vector<variant> vs;
@@ -127,7 +137,11 @@ int main(int argc, char **argv)
 	CUevent e0, e1;
 	check(cuEventCreate(&e0, 0), "cuEventCreate");
 	check(cuEventCreate(&e1, 0), "cuEventCreate");
-	void *args[] = {&a, &b, &c, &n};
+	// Past the kernel's four: zeros for the hidden launch words a clone of
+	// a program that reads them takes (the driver reads as many as the
+	// kernel has).
+	unsigned long long zero = 0;
+	void *args[] = {&a, &b, &c, &n, &zero, &zero, &zero, &zero};
 	for (int r = 0; r < reps; r++) {
 		for (size_t k = 0; k < vs.size(); k++) {
 			variant &v = vs[(k + r) % vs.size()]; // a different order each round
