@@ -161,10 +161,10 @@ lr=$(r3 $rt $rb)
 echo "perf: launch_heavy launches/s untraced $rb, launchlate $rt, ratio $lr (goal >= 0.9), --uprobe $(r3 $rp $rb); breakdown: uprobes alone (--uprobe -k noSuchKernel) $(r3 $ru $rb), agent instrumented launches alone (threadhist) $(r3 $rh $rb)"
 # Graph launches: the stamp words cost two stream writes per graph launch.
 G="" L=""
-gus() { grep -ao '[0-9.]* us per graph launch' "$1" | awk '{print $1}'; }
+gpl() { grep -ao '[0-9.]* us per graph launch' "$1" | awk '{print $1}'; }
 for rep in $(seq "$REPS"); do
-	samples/bin/graph_launch 5000 >"$LOGS/g-base.out" 2>&1; G+=" $(gus $LOGS/g-base.out)"
-	timeout 120 launchlate -- samples/bin/graph_launch 5000 >"$LOGS/g-ll.out" 2>"$LOGS/g-ll.err"; L+=" $(gus $LOGS/g-ll.out)"
+	samples/bin/graph_launch 5000 >"$LOGS/g-base.out" 2>&1; G+=" $(gpl $LOGS/g-base.out)"
+	timeout 120 launchlate -- samples/bin/graph_launch 5000 >"$LOGS/g-ll.out" 2>"$LOGS/g-ll.err"; L+=" $(gpl $LOGS/g-ll.out)"
 done
 echo "perf: graph_launch 5000 back-to-back graphs: untraced $(med $G) us per graph, launchlate $(med $L) us (x$(r3 $(med $L) $(med $G)))"
 tail -1 "$LOGS/lh-ll.err"
