@@ -34,13 +34,13 @@ if [ "${CUPTI:-0}" = 1 ]; then
 fi
 echo "parts-bench: $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -1), $(date -u +%FT%TZ), REPS=$REPS"
 for ps in "${PS[@]}"; do
-	name=${ps%%:*} P=${ps#*:}
+	name=${ps%%:*} P=${ps#*:} iters=$(echo $P | cut -d' ' -f2)
 	declare -A K=() G=()
 	for rep in $(seq "$REPS"); do
 		rm -f "$T"/*.cupti
 		timeout "$LIMIT" "${inject[@]}" ${inject:+CUPTI_TRACE_OUT="$T/base.cupti"} samples/bin/vec_add $P >"$T/base" 2>&1
 		K[base]+="$(kus "$T/base") "
-		[ ${#inject[@]} -gt 0 ] && G[base]+="$(gus "$T/base.cupti" "$(echo $P | cut -d' ' -f2)") "
+		[ ${#inject[@]} -gt 0 ] && G[base]+="$(gus "$T/base.cupti" "$iters") "
 		n=${#VS[@]}
 		for i in $(seq 0 $((n - 1))); do
 			v=${VS[$(((i + rep) % n))]} # rotate the order per repetition
@@ -52,7 +52,7 @@ for ps in "${PS[@]}"; do
 			fi
 			cp "$T/$vn.err" "$LOGS/parts-$name-$vn-$rep.err" 2>/dev/null
 			K[$vn]+="$(kus "$T/$vn") "
-			[ ${#inject[@]} -gt 0 ] && G[$vn]+="$(gus "$T/$vn.cupti" "$(echo $P | cut -d' ' -f2)") "
+			[ ${#inject[@]} -gt 0 ] && G[$vn]+="$(gus "$T/$vn.cupti" "$iters") "
 		done
 	done
 	args=()

@@ -590,8 +590,9 @@ func (c *compiler) jump(i int, ins *asm.Instruction, known *[11]int) error {
 // six index registers instead of the linear id's multiply chain: the id is 0
 // exactly when every thread and block index is (every dimension is at least
 // 1). The id stays in r0 for any later use; where there is none, ptxas drops
-// its computation, and most warps pay one register read and a branch. (A grid of 2^54 or more blocks could wrap the 64-bit id to 0
-// elsewhere; no launch is that large.)
+// its computation, and most warps pay one register read and a branch. (A
+// grid of 2^54 or more blocks could wrap the 64-bit id to 0 elsewhere; no
+// launch is that large.)
 func (c *compiler) firstThreadTest(i int, ins *asm.Instruction) bool {
 	op := ins.OpCode
 	jop := op.JumpOp()

@@ -404,7 +404,7 @@ func (c *compiler) trimFrame(text string) (string, int) {
 		return text, StackSize
 	}
 	text = stackRef.ReplaceAllStringFunc(text, func(ref string) string {
-		off, _ := strconv.Atoi(stackRef.FindStringSubmatch(ref)[1])
+		off, _ := strconv.Atoi(ref[len("[stk+") : len(ref)-1]) // the match is [stk+N]
 		return fmt.Sprintf("[stk+%d]", off-low)
 	})
 	return text, StackSize - low
