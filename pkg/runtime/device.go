@@ -71,6 +71,8 @@ type placedMap struct {
 	// reader; the control block (and data) at devAddr.
 	// host-backed maps (host): the map itself, header and values, which
 	// the GPU writes and the tool reads in place.
+	// maps in device memory: a mirror for live reads (readLive), made on
+	// the first.
 	file   *os.File
 	mem    []byte
 	region uint64
@@ -78,7 +80,9 @@ type placedMap struct {
 	host   bool
 	// mu: a reader of a host-backed map copies mem while the session may
 	// be closing; unmap waits for it instead of pulling the pages away.
-	mu sync.RWMutex
+	// released: unmapped; a live read makes no mirror after it.
+	mu       sync.RWMutex
+	released bool
 	// kernel maps shared with the GPU
 	kmap *ebpf.Map
 	// device-resident maps
@@ -489,6 +493,7 @@ func (d *device) release() {
 func (m *placedMap) unmap() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.released = true
 	if m.mem != nil {
 		unix.Munmap(m.mem)
 		m.mem = nil

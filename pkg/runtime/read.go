@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
@@ -376,11 +377,27 @@ type MapCopy struct {
 }
 
 // ReadMaps copies every map of the session: GPU maps from every process and
-// context they were placed in (device memory read through the agent,
-// host-backed maps straight from the tool's own mapping), and the kernel
-// maps. Ring buffers are not included (their records arrive on Records).
-// With names, only those maps are read.
+// context they were placed in (device memory read through the agent after
+// the instrumented launches the application has issued so far, host-backed
+// maps straight from the tool's own mapping), and the kernel maps. Ring
+// buffers are not included (their records arrive on Records). With names,
+// only those maps are read.
 func (s *Session) ReadMaps(names ...string) ([]MapCopy, error) {
+	return s.readMaps(false, names)
+}
+
+// ReadMapsLive is ReadMaps for tables that kernels fill while the
+// application runs: a map in device memory is copied as it is now, into a
+// host mirror by the GPU's copy engine, without waiting for the launches
+// the application has queued (a read that waits holds the reader up behind
+// them, and records the application's deferred launch events). As with a
+// host-backed map, a value a kernel is writing can come out torn: the tool
+// checks what it reads (reads twice, takes what agrees).
+func (s *Session) ReadMapsLive(names ...string) ([]MapCopy, error) {
+	return s.readMaps(true, names)
+}
+
+func (s *Session) readMaps(live bool, names []string) ([]MapCopy, error) {
 	var out []MapCopy
 	var firstErr error
 	want := func(name string) bool { return len(names) == 0 || slices.Contains(names, name) }
@@ -389,7 +406,7 @@ func (s *Session) ReadMaps(names ...string) ([]MapCopy, error) {
 			if !want(m.name) {
 				return
 			}
-			data, err := p.readMap(d, m)
+			data, err := p.readMap(d, m, live)
 			if errors.Is(err, errDetached) {
 				return // the session let the process go as we read
 			}
@@ -503,16 +520,23 @@ func allZero(b []byte) bool {
 }
 
 // readMap reads a GPU map: a host-backed one from the tool's mapping; one
-// in device memory live through the agent, or, once the application has
-// gone, the copy taken at its last module unload.
-func (p *Process) readMap(d *device, m *placedMap) ([]byte, error) {
+// in device memory through the agent (live: as it is now, see
+// ReadMapsLive), or, once the application has gone, the copy taken at its
+// last module unload.
+func (p *Process) readMap(d *device, m *placedMap, live bool) ([]byte, error) {
 	if m.host {
 		return m.readHost()
 	}
 	select {
 	case <-p.conn.Done():
 	default:
-		data, err := p.readDevice(d.target, m.devAddr, gpumap.SizeOf(m.place))
+		var data []byte
+		var err error
+		if live {
+			data, err = p.readLive(d, m)
+		} else {
+			data, err = p.readDevice(d.target, m.devAddr, gpumap.SizeOf(m.place))
+		}
 		if err == nil {
 			return data, nil
 		}
@@ -546,6 +570,35 @@ func (m *placedMap) readHost() ([]byte, error) {
 		return nil, errDetached
 	}
 	return slices.Clone(m.mem[:gpumap.SizeOf(m.place)]), nil
+}
+
+// readLive snapshots a device-resident map into its live mirror (made on
+// the first live read: a memfd the agent registers) without waiting for
+// the application's launches, and copies it out.
+func (p *Process) readLive(d *device, m *placedMap) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	size := gpumap.SizeOf(m.place)
+	if m.mem == nil {
+		if m.released {
+			return nil, errDetached
+		}
+		f, mem, err := sharedMemory(m.name+"-live", pageRound(size))
+		if err != nil {
+			return nil, err
+		}
+		r, err := p.conn.RegisterMemfd(d.target, f, pageRound(size), 0)
+		if err != nil {
+			unix.Munmap(mem)
+			f.Close()
+			return nil, fmt.Errorf("sharing a %d KiB host mirror with the agent: %w", size>>10, err)
+		}
+		m.file, m.mem, m.region = f, mem, r.RegionID
+	}
+	if err := p.conn.Snapshot(d.target, m.devAddr, m.region, 0, size, agentproto.SnapshotLive); err != nil {
+		return nil, err
+	}
+	return slices.Clone(m.mem[:size]), nil
 }
 
 func (p *Process) finalCopy(t agentproto.Target, name string) []byte {

@@ -61,10 +61,9 @@ func newTracker() *tracker {
 }
 
 // ingest takes a reading of one context's start table. The GPU writes the
-// table in host memory while the tool reads it, with nothing to order the
-// two: again, a second copy taken just after vals, holds back a slot whose
-// two copies differ, which was being written as it was read; the next
-// reading takes it.
+// table while the tool copies it, with nothing to order the two: again, a
+// second copy taken just after vals, holds back a slot whose two copies
+// differ, which was being written as it was read; the next reading takes it.
 func (t *tracker) ingest(src source, vals, again []byte) {
 	n := len(vals) / startSize
 	if len(again) != len(vals) {

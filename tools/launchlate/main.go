@@ -293,13 +293,13 @@ func (l *launchlate) takeClocks() {
 	l.clocks = len(cs)
 }
 
-// read takes the new kernel starts from the GPU's start table, which is in
-// host memory (a copy costs the application nothing); with all, also the
-// counters the GPU keeps in device memory, whose copy the application's
-// agent makes between its launches: only for a report and at the end.
+// read takes the new kernel starts from the GPU's start table, copied as
+// it is now (live: the copy waits for none of the application's launches);
+// with all, also the counters, read after the launches issued so far: only
+// for a report and at the end.
 func (l *launchlate) read(all bool) {
-	copies, err := l.sess.ReadMaps("starts")
-	again, err2 := l.sess.ReadMaps("starts")
+	copies, err := l.sess.ReadMapsLive("starts")
+	again, err2 := l.sess.ReadMapsLive("starts")
 	if err = errors.Join(err, err2); err != nil {
 		fmt.Fprintf(os.Stderr, "launchlate: %v\n", err)
 	}

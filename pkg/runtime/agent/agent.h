@@ -11,8 +11,9 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 7u
+#define PROTO_VERSION 8u
 #define PROTO_MAX_FRAME (64u << 20)
+#define SNAPSHOT_LIVE 1u /* snapshot flag: do not wait for the application's launches */
 #define HIDDEN __attribute__((visibility("hidden")))
 #define EXPORT __attribute__((visibility("default")))
 #define LIKELY(x) __builtin_expect(!!(x), 1)

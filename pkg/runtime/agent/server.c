@@ -1748,14 +1748,20 @@ static int op_mem(struct session *s, uint16_t op, uint32_t req, struct rbuf *r, 
 	}
 	case OP_SNAPSHOT: {
 		uint64_t src = rb_u64(r), rid = rb_u64(r), roff = rb_u64(r), n = rb_u64(r);
+		uint32_t flags = rb_u32(r);
 		struct region *g = s->regions;
 		while (g && g->id != rid)
 			g = g->next;
-		if (r->err || !g || roff > g->size || n > g->size - roff) {
-			ret = send_error(s, op, req, ST_BAD_REQUEST, 0, "no such region or range outside it");
+		if (r->err || !g || roff > g->size || n > g->size - roff || (flags & ~SNAPSHOT_LIVE)) {
+			ret = send_error(s, op, req, ST_BAD_REQUEST, 0,
+					 r->err || (flags & ~SNAPSHOT_LIVE) ? "malformed snapshot request"
+									    : "no such region or range outside it");
 			break;
 		}
-		after_clone_launches(s, c, st);
+		/* live: what kernels wrote so far, with none of the application's
+		 * queued work to wait behind, nor its deferred events to record */
+		if (!(flags & SNAPSHOT_LIVE))
+			after_clone_launches(s, c, st);
 		cr = D.cuMemcpyDtoHAsync((uint8_t *)g->host + roff, src, n, st);
 		if (cr == CUDA_SUCCESS)
 			cr = D.cuStreamSynchronize(st);

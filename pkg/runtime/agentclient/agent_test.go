@@ -340,13 +340,25 @@ func TestAgentEndToEnd(t *testing.T) {
 	if err != nil || reg.DevAddr == 0 {
 		t.Fatalf("register %+v %v", reg, err)
 	}
-	if err := c.Snapshot(OnDevice(0), dev, reg.RegionID, 100, 13); err != nil {
+	if err := c.Snapshot(OnDevice(0), dev, reg.RegionID, 100, 13, 0); err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 13)
 	mf.ReadAt(buf, 100)
 	if string(buf) != "device bytes!" {
 		t.Fatalf("memfd after snapshot: %q", buf)
+	}
+	if err := c.Write(OnDevice(0), dev, []byte("live")); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Snapshot(OnDevice(0), dev, reg.RegionID, 200, 13, agentproto.SnapshotLive); err != nil {
+		t.Fatal(err)
+	}
+	if mf.ReadAt(buf, 200); string(buf) != "livece bytes!" {
+		t.Fatalf("memfd after a live snapshot: %q", buf)
+	}
+	if err := c.Snapshot(OnDevice(0), dev, reg.RegionID, 0, 8, 2); err == nil || !strings.Contains(err.Error(), "malformed snapshot request") {
+		t.Fatalf("a snapshot with an unknown flag: %v", err)
 	}
 	if _, err := c.RegisterMemfd(OnDevice(0), mf, 4096, 1); err == nil {
 		t.Fatal("unaligned offset accepted")

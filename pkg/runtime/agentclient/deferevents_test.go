@@ -2,10 +2,15 @@ package agentclient
 
 import (
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 )
 
 // Deferred launch events: an instrumented launch leaves its (clone,
@@ -359,6 +364,38 @@ func TestDeferredLaunchEvents(t *testing.T) {
 			e.clean()
 		})
 	}
+
+	// (f) A live snapshot copies what is there now: it records none of the
+	// pending launches' events and waits for none; an ordered one does both.
+	t.Run("live snapshot", func(t *testing.T) {
+		e := startEvTest(t, f)
+		mfd, err := unix.MemfdCreate("gpubpf-test", unix.MFD_CLOEXEC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mf := os.NewFile(uintptr(mfd), "memfd")
+		defer mf.Close()
+		mf.Truncate(4096)
+		reg, err := e.c.RegisterMemfd(OnDevice(0), mf, 4096, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s1 := e.stream()
+		e.launch("ks " + s1)
+		if err := e.c.Snapshot(OnDevice(0), e.addr, reg.RegionID, 0, 64, agentproto.SnapshotLive); err != nil {
+			t.Fatal(err)
+		}
+		if lines := e.run("sync"); slices.ContainsFunc(lines, func(l string) bool {
+			return strings.HasPrefix(l, "EVREC ") || strings.HasPrefix(l, "EVWAIT ")
+		}) {
+			t.Fatalf("a live snapshot recorded or waited: %q", lines)
+		}
+		if err := e.c.Snapshot(OnDevice(0), e.addr, reg.RegionID, 0, 64, 0); err != nil {
+			t.Fatal(err)
+		}
+		wantRecords(t, "ordered snapshot", e.run("sync"), "other", s1)
+		e.clean()
+	})
 
 	// (e) The per-thread default stream (a _ptsz launch on stream 0, or
 	// its handle named) is only its thread's: those launches record at once.

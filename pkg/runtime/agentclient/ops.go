@@ -145,9 +145,11 @@ func (c *Conn) UnregisterHost(regionID uint64) error {
 }
 
 // Snapshot copies size bytes of device memory at src into a registered
-// host region at regionOffset (synchronously).
-func (c *Conn) Snapshot(t Target, src, regionID, regionOffset, size uint64) error {
-	return c.call(agentproto.OpSnapshot, &agentproto.SnapshotRequest{Target: t, Src: src, RegionID: regionID, RegionOffset: regionOffset, Size: size}, nil, nil)
+// host region at regionOffset (synchronously), after the session's
+// instrumented launches issued so far; flags agentproto.SnapshotLive:
+// without waiting for them.
+func (c *Conn) Snapshot(t Target, src, regionID, regionOffset, size uint64, flags uint32) error {
+	return c.call(agentproto.OpSnapshot, &agentproto.SnapshotRequest{Target: t, Src: src, RegionID: regionID, RegionOffset: regionOffset, Size: size, Flags: flags}, nil, nil)
 }
 
 // RingDrain drains a GPU event ring into its host mirror in one round

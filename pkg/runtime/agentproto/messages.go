@@ -651,14 +651,27 @@ func (m *RegisterHostReply) Decode(d *Decoder) {
 }
 
 // SnapshotRequest copies Size bytes of device memory at Src into a
-// registered host region at RegionOffset.
+// registered host region at RegionOffset: after the session's instrumented
+// launches issued so far, or with SnapshotLive (version 8) as the memory is
+// now.
 type SnapshotRequest struct {
 	Target
 	Src          uint64
 	RegionID     uint64
 	RegionOffset uint64
 	Size         uint64
+	Flags        uint32
 }
+
+// SnapshotRequest flags.
+const (
+	// SnapshotLive: copy without waiting for the application's launches,
+	// which may still be writing the memory (the tool checks what it
+	// reads). A table that kernels fill while the application runs is read
+	// this way without holding up the reader behind queued work, nor
+	// recording the application's deferred launch events.
+	SnapshotLive uint32 = 1
+)
 
 func (m *SnapshotRequest) Encode(e *Encoder) {
 	m.Target.encode(e)
@@ -666,6 +679,7 @@ func (m *SnapshotRequest) Encode(e *Encoder) {
 	e.U64(m.RegionID)
 	e.U64(m.RegionOffset)
 	e.U64(m.Size)
+	e.U32(m.Flags)
 }
 func (m *SnapshotRequest) Decode(d *Decoder) {
 	m.Target.decode(d)
@@ -673,6 +687,7 @@ func (m *SnapshotRequest) Decode(d *Decoder) {
 	m.RegionID = d.U64()
 	m.RegionOffset = d.U64()
 	m.Size = d.U64()
+	m.Flags = d.U32()
 }
 
 // RingDrainRequest drains a GPU event ring in device memory into the

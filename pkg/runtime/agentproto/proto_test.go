@@ -27,7 +27,7 @@ func TestRoundTrip(t *testing.T) {
 		&LoadRequest{Target: Target{Ctx: 5}, PTX: []byte(".version 9.0"), Functions: []string{"f"}},
 		&LoadReply{CloneID: 3, Ctx: 5, LoadNanos: 123, InfoLog: "ok", Functions: []Function{{"f", 77}}},
 		&RegisterHostRequest{Target: Target{Device: 0}, Kind: HostMemfd, Size: 4096},
-		&SnapshotRequest{Src: 1, RegionID: 2, RegionOffset: 3, Size: 4},
+		&SnapshotRequest{Src: 1, RegionID: 2, RegionOffset: 3, Size: 4, Flags: SnapshotLive},
 		&LaunchEventsRequest{Size: 4096 + 96*1024},
 		&LaunchEventsReply{AttachNs: 1 << 50},
 		&RingDrainRequest{Target: Target{Device: 1, Ctx: 9}, Ring: 0x7000, RegionID: 2, DataBytes: 1 << 20,

@@ -16,8 +16,8 @@ import (
 
 // Version is the protocol version this package speaks (sent in Hello).
 // 3: launch words in ActivateRequest, OpClock. 5: OpLaunch, Hello.Direct
-// and Hello.CUDAError.
-const Version = 7
+// and Hello.CUDAError. 8: SnapshotRequest.Flags.
+const Version = 8
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12

@@ -289,7 +289,7 @@ func verify(c *agentclient.Conn, counter uint64, t agentclient.Target) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Snapshot(t, counter, reg.RegionID, 8, 8); err != nil {
+	if err := c.Snapshot(t, counter, reg.RegionID, 8, 8, 0); err != nil {
 		return err
 	}
 	mb := make([]byte, 8)
@@ -310,7 +310,7 @@ func verify(c *agentclient.Conn, counter uint64, t agentclient.Target) error {
 		if err != nil {
 			return err
 		}
-		if err := c.Snapshot(t, counter, mr.RegionID, 16, 8); err != nil {
+		if err := c.Snapshot(t, counter, mr.RegionID, 16, 8, 0); err != nil {
 			return err
 		}
 		var v uint64

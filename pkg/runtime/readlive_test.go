@@ -1,0 +1,139 @@
+package runtime
+
+import (
+	"bufio"
+	"encoding/binary"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
+	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+)
+
+// standInApp starts the agent's test application with the real agent
+// preloaded over the stand-in driver (pkg/runtime/agent/testdata) and
+// connects to it.
+func standInApp(t *testing.T) *agentclient.Conn {
+	t.Helper()
+	gcc := testenv.Tool(t, "gcc")
+	dir := t.TempDir()
+	src, _ := filepath.Abs("agent")
+	cudaDir, sockDir := filepath.Join(dir, "cuda"), filepath.Join(dir, "sock")
+	os.MkdirAll(cudaDir, 0o755)
+	os.MkdirAll(sockDir, 0o755)
+	run := func(name string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	run("make", "-s", "-C", src, "OUT="+dir, "CC="+gcc)
+	run(gcc, "-O1", "-fPIC", "-shared", "-pthread", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o",
+		filepath.Join(cudaDir, "libcuda.so.1"), filepath.Join(src, "testdata/fakecuda.c"))
+	run(gcc, "-o", filepath.Join(dir, "app"), filepath.Join(src, "testdata/app.c"), "-ldl", "-pthread")
+	t.Setenv("GPUBPF_AGENT_SOCKET_DIR", sockDir)
+	cmd := exec.Command(filepath.Join(dir, "app"))
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+filepath.Join(dir, "libgpubpf-agent.so"), "LD_LIBRARY_PATH="+cudaDir)
+	in, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { in.Close(); cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	if !sc.Scan() || sc.Text() != "READY" {
+		t.Fatalf("the test application did not start: %q", sc.Text())
+	}
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	var c *agentclient.Conn
+	var err error
+	for range 100 {
+		if c, err = agentclient.Dial(cmd.Process.Pid); err == nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// A device-resident map read live comes through its mirror as the device
+// memory is at each read, while ReadMaps still reads through the agent;
+// after the map is released, a live read makes no new mirror.
+func TestReadMapsLive(t *testing.T) {
+	conn := standInApp(t)
+	spec := specWith(map[string]ebpf.MapType{"table": 1503}, prog("p", "kprobe/k", "table"))
+	spec.Maps["table"].MaxEntries = 1000
+	s := &Session{spec: spec, procs: map[int]*Process{}, kern: &kernelSide{}}
+	target := agentproto.Target{Device: 0}
+	d := &device{target: target, maps: map[string]*placedMap{}}
+	p := &Process{PID: 4242, s: s, conn: conn, devs: map[agentproto.Target]*device{target: d}}
+	d.p = p
+	s.procs[p.PID] = p
+	pl, err := gpumap.PlacementOf(spec.Maps["table"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, err := conn.Alloc(target, gpumap.SizeOf(pl))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.Addr = addr
+	if err := conn.Write(target, addr, gpumap.Init(pl)[:gpumap.HeaderSize]); err != nil {
+		t.Fatal(err)
+	}
+	m := &placedMap{name: "table", spec: spec.Maps["table"], place: pl, devAddr: addr}
+	d.maps["table"] = m
+	put := func(i uint32, v uint64) {
+		t.Helper()
+		if err := conn.Write(target, addr+gpumap.HeaderSize+uint64(i)*8, binary.LittleEndian.AppendUint64(nil, v)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	value := func(copies []MapCopy, i uint32) uint64 {
+		t.Helper()
+		if len(copies) != 1 {
+			t.Fatalf("%d copies, want 1", len(copies))
+		}
+		v, err := gpumap.ArrayValue(copies[0].Data, 8, i, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return binary.LittleEndian.Uint64(v)
+	}
+	put(999, 77)
+	copies, err := s.ReadMapsLive("table")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := value(copies, 999); v != 77 || m.mem == nil {
+		t.Fatalf("first live read: table[999] = %d (mirror %v), want 77", v, m.mem != nil)
+	}
+	mirror := m.region
+	put(999, 78)
+	put(3, 5)
+	copies, _ = s.ReadMapsLive("table")
+	if value(copies, 999) != 78 || value(copies, 3) != 5 || m.region != mirror {
+		t.Fatalf("second live read: table[999] = %d, [3] = %d, region %d (first %d)", value(copies, 999), value(copies, 3), m.region, mirror)
+	}
+	if copies, _ := s.ReadMaps("table"); value(copies, 3) != 5 {
+		t.Fatalf("ordered read: table[3] = %d, want 5", value(copies, 3))
+	}
+	m.unmap()
+	if _, err := p.readLive(d, m); err != errDetached || m.mem != nil {
+		t.Fatalf("a live read after release: %v, mirror %v", err, m.mem != nil)
+	}
+}
