@@ -142,18 +142,17 @@ else
 fi
 
 # Cost: launch rate on launch_heavy, kernel time on vec_add presets.
-rate() { grep -ao '[0-9.]* launches/s' "$1" | tail -1 | awk '{print $1}'; }
 med() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{statistics.median(v):.3f}' if v else 'nan')" "$@"; }
 # Breakdown: threadhist instruments the same kernel with no launch words
 # (the agent's instrumented-launch path alone); --uprobe -k noSuchKernel
 # keeps --uprobe's uprobes and instruments nothing.
 B="" T="" H="" U="" P=""
 for rep in $(seq "$REPS"); do
-	samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-base.out" 2>&1; B+=" $(rate $LOGS/lh-base.out)"
-	timeout 120 launchlate -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-ll.out" 2>"$LOGS/lh-ll.err"; T+=" $(rate $LOGS/lh-ll.out)"
-	timeout 120 launchlate --uprobe -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-llu.out" 2>"$LOGS/lh-llu.err"; P+=" $(rate $LOGS/lh-llu.out)"
-	timeout 120 threadhist -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-th.out" 2>"$LOGS/lh-th.err"; H+=" $(rate $LOGS/lh-th.out)"
-	timeout 120 launchlate --uprobe -k noSuchKernel -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-up.out" 2>"$LOGS/lh-up.err"; U+=" $(rate $LOGS/lh-up.out)"
+	samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-base.out" 2>&1; B+=" $(lrate $LOGS/lh-base.out)"
+	timeout 120 launchlate -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-ll.out" 2>"$LOGS/lh-ll.err"; T+=" $(lrate $LOGS/lh-ll.out)"
+	timeout 120 launchlate --uprobe -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-llu.out" 2>"$LOGS/lh-llu.err"; P+=" $(lrate $LOGS/lh-llu.out)"
+	timeout 120 threadhist -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-th.out" 2>"$LOGS/lh-th.err"; H+=" $(lrate $LOGS/lh-th.out)"
+	timeout 120 launchlate --uprobe -k noSuchKernel -- samples/bin/launch_heavy 200000 4 2000 64 >"$LOGS/lh-up.out" 2>"$LOGS/lh-up.err"; U+=" $(lrate $LOGS/lh-up.out)"
 done
 rb=$(med $B) rt=$(med $T) rh=$(med $H) ru=$(med $U) rp=$(med $P)
 r3() { python3 -c "print(f'{$1/$2:.3f}')" 2>/dev/null; }

@@ -30,6 +30,9 @@ PY
 # kus FILE: the CUDA-event kernel time per launch a sample printed, in us.
 kus() { grep -ao 'Average CUDA-event kernel time: [0-9.]*' "$1" | awk '{print $NF}'; }
 
+# lrate FILE: the launches/s launch_heavy printed.
+lrate() { grep -ao '[0-9.]* launches/s' "$1" | tail -1 | awk '{print $1}'; }
+
 # med V...: the median of the numbers given, 2 decimals ("nan" for none).
 med() { python3 -c "import statistics,sys; v=[float(x) for x in sys.argv[1:] if x]; print(f'{statistics.median(v):.2f}' if v else 'nan')" "$@"; }
 
