@@ -35,7 +35,13 @@ func (s *Session) Calibrate(rounds int) ([]ClockSample, error) {
 		for _, d := range p.placed() {
 			c, err := p.calibrate(d, rounds)
 			if err != nil {
-				errs = append(errs, err)
+				select {
+				case <-p.conn.Done():
+					// the process exited as it was asked: nothing
+					// left to calibrate, not a failure
+				default:
+					errs = append(errs, err)
+				}
 				continue
 			}
 			out = append(out, c)

@@ -21,6 +21,12 @@ import (
 // preloaded over the stand-in driver (pkg/runtime/agent/testdata) and
 // connects to it.
 func standInApp(t *testing.T) *agentclient.Conn {
+	c, _ := standInAppCmd(t)
+	return c
+}
+
+// standInAppCmd is standInApp, also returning the application's command.
+func standInAppCmd(t *testing.T) (*agentclient.Conn, *exec.Cmd) {
 	t.Helper()
 	gcc := testenv.Tool(t, "gcc")
 	dir := t.TempDir()
@@ -67,7 +73,7 @@ func standInApp(t *testing.T) *agentclient.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return c
+	return c, cmd
 }
 
 // A device-resident map read live comes through its mirror as the device
@@ -135,5 +141,27 @@ func TestReadMapsLive(t *testing.T) {
 	m.unmap()
 	if _, err := p.readLive(d, m); err != errDetached || m.mem != nil {
 		t.Fatalf("a live read after release: %v, mirror %v", err, m.mem != nil)
+	}
+}
+
+// A process that exits while the session calibrates its clocks is not a
+// failed calibration: Calibrate says nothing about it.
+func TestCalibrateProcessGone(t *testing.T) {
+	conn, cmd := standInAppCmd(t)
+	s := &Session{procs: map[int]*Process{}, kern: &kernelSide{}}
+	target := agentproto.Target{Device: 0}
+	d := &device{target: target, maps: map[string]*placedMap{}}
+	p := &Process{PID: cmd.Process.Pid, s: s, conn: conn, devs: map[agentproto.Target]*device{target: d}}
+	d.p = p
+	s.procs[p.PID] = p
+	cmd.Process.Kill()
+	cmd.Wait()
+	select {
+	case <-conn.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the connection did not end with the process")
+	}
+	if cs, err := s.Calibrate(2); err != nil || len(cs) != 0 {
+		t.Fatalf("calibrating an exited process: %v samples, %v", cs, err)
 	}
 }
