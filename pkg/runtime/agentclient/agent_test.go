@@ -100,6 +100,22 @@ func loadVecAddProbe(t *testing.T, c *Conn, ptx, fn string) (*agentproto.Kernel,
 	return k, lr
 }
 
+// pageMemfd is a memfd of one page to register with an agent, closed when
+// the test ends.
+func pageMemfd(t *testing.T) *os.File {
+	t.Helper()
+	mfd, err := unix.MemfdCreate("gpubpf-test", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mf := os.NewFile(uintptr(mfd), "memfd")
+	t.Cleanup(func() { mf.Close() })
+	if err := mf.Truncate(4096); err != nil {
+		t.Fatal(err)
+	}
+	return mf
+}
+
 type fixture struct {
 	dir, agent, app, cudaDir, sockDir string
 }
@@ -329,13 +345,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	if b, err := c.Read(OnDevice(0), dev, 13); err != nil || string(b) != "device bytes!" {
 		t.Fatalf("read %q %v", b, err)
 	}
-	mfd, err := unix.MemfdCreate("gpubpf-test", unix.MFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mf := os.NewFile(uintptr(mfd), "memfd")
-	defer mf.Close()
-	mf.Truncate(4096)
+	mf := pageMemfd(t)
 	reg, err := c.RegisterMemfd(OnDevice(0), mf, 4096, 0)
 	if err != nil || reg.DevAddr == 0 {
 		t.Fatalf("register %+v %v", reg, err)

@@ -2,13 +2,10 @@ package agentclient
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 )
@@ -369,14 +366,7 @@ func TestDeferredLaunchEvents(t *testing.T) {
 	// pending launches' events and waits for none; an ordered one does both.
 	t.Run("live snapshot", func(t *testing.T) {
 		e := startEvTest(t, f)
-		mfd, err := unix.MemfdCreate("gpubpf-test", unix.MFD_CLOEXEC)
-		if err != nil {
-			t.Fatal(err)
-		}
-		mf := os.NewFile(uintptr(mfd), "memfd")
-		defer mf.Close()
-		mf.Truncate(4096)
-		reg, err := e.c.RegisterMemfd(OnDevice(0), mf, 4096, 0)
+		reg, err := e.c.RegisterMemfd(OnDevice(0), pageMemfd(t), 4096, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -59,13 +59,7 @@ func TestLaunchWords(t *testing.T) {
 	defer c.Close()
 	k, lr := loadVecAddProbe(t, c, ".visible .entry probe_lw (.param .u64 a, .param .u32 n, .param .u64 h0, .param .u64 h1)\n{\n}\n", "probe_lw")
 	fn := lr.Functions[0].Handle
-	mfd, err := unix.MemfdCreate("gpubpf-lw", unix.MFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mf := os.NewFile(uintptr(mfd), "memfd")
-	defer mf.Close()
-	mf.Truncate(4096)
+	mf := pageMemfd(t)
 	reg, err := c.RegisterMemfd(OnDevice(0), mf, 4096, 0)
 	if err != nil {
 		t.Fatal(err)
