@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -73,4 +75,42 @@ func missing(t testing.TB, why string) {
 		t.Fatal(why)
 	}
 	t.Skip(why)
+}
+
+// StandIn is the agent's test rig built into one directory: the agent
+// library, the stand-in driver (pkg/runtime/agent/testdata/fakecuda.c) as
+// CUDADir/libcuda.so.1, and the test application (testdata/app.c), which
+// reaches the driver the way cudart does.
+type StandIn struct {
+	Agent, CUDADir, App string
+}
+
+// BuildStandIn builds the rig into dir with gcc (a missing gcc skips the
+// test, or fails it under CI); a compiler warning fails the test.
+func BuildStandIn(t testing.TB, dir string) StandIn {
+	t.Helper()
+	gcc := Tool(t, "gcc")
+	_, self, _, _ := runtime.Caller(0)
+	src := filepath.Join(filepath.Dir(self), "..", "..", "pkg", "runtime", "agent")
+	s := StandIn{Agent: filepath.Join(dir, "libgpubpf-agent.so"), CUDADir: filepath.Join(dir, "cuda"), App: filepath.Join(dir, "app")}
+	if err := os.MkdirAll(s.CUDADir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range [][]string{
+		{"make", "-s", "-C", src, "OUT=" + dir, "CC=" + gcc},
+		// -Bsymbolic-functions: like the real driver, cuGetProcAddress hands
+		// out the library's own functions, not the agent's interposed exports.
+		{gcc, "-O1", "-fPIC", "-shared", "-pthread", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o",
+			filepath.Join(s.CUDADir, "libcuda.so.1"), filepath.Join(src, "testdata", "fakecuda.c")},
+		{gcc, "-o", s.App, filepath.Join(src, "testdata", "app.c"), "-ldl", "-pthread"},
+	} {
+		out, err := exec.Command(step[0], step[1:]...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%v: %v\n%s", step, err, out)
+		}
+		if strings.Contains(string(out), "warning") {
+			t.Errorf("%v: compiler warnings:\n%s", step, out)
+		}
+	}
+	return s
 }

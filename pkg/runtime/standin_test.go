@@ -20,33 +20,15 @@ import (
 // standInApp starts the agent's test application with the real agent
 // preloaded over the stand-in driver (pkg/runtime/agent/testdata) and
 // connects to it.
-func standInApp(t *testing.T) *agentclient.Conn {
-	c, _ := standInAppCmd(t)
-	return c
-}
-
-// standInAppCmd is standInApp, also returning the application's command.
-func standInAppCmd(t *testing.T) (*agentclient.Conn, *exec.Cmd) {
+func standInApp(t *testing.T) (*agentclient.Conn, *exec.Cmd) {
 	t.Helper()
-	gcc := testenv.Tool(t, "gcc")
 	dir := t.TempDir()
-	src, _ := filepath.Abs("agent")
-	cudaDir, sockDir := filepath.Join(dir, "cuda"), filepath.Join(dir, "sock")
-	os.MkdirAll(cudaDir, 0o755)
+	rig := testenv.BuildStandIn(t, dir)
+	sockDir := filepath.Join(dir, "sock")
 	os.MkdirAll(sockDir, 0o755)
-	run := func(name string, args ...string) {
-		t.Helper()
-		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-		}
-	}
-	run("make", "-s", "-C", src, "OUT="+dir, "CC="+gcc)
-	run(gcc, "-O1", "-fPIC", "-shared", "-pthread", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o",
-		filepath.Join(cudaDir, "libcuda.so.1"), filepath.Join(src, "testdata/fakecuda.c"))
-	run(gcc, "-o", filepath.Join(dir, "app"), filepath.Join(src, "testdata/app.c"), "-ldl", "-pthread")
 	t.Setenv("GPUBPF_AGENT_SOCKET_DIR", sockDir)
-	cmd := exec.Command(filepath.Join(dir, "app"))
-	cmd.Env = append(os.Environ(), "LD_PRELOAD="+filepath.Join(dir, "libgpubpf-agent.so"), "LD_LIBRARY_PATH="+cudaDir)
+	cmd := exec.Command(rig.App)
+	cmd.Env = append(os.Environ(), "LD_PRELOAD="+rig.Agent, "LD_LIBRARY_PATH="+rig.CUDADir)
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -80,7 +62,7 @@ func standInAppCmd(t *testing.T) (*agentclient.Conn, *exec.Cmd) {
 // memory is at each read, while ReadMaps still reads through the agent;
 // after the map is released, a live read makes no new mirror.
 func TestReadMapsLive(t *testing.T) {
-	conn := standInApp(t)
+	conn, _ := standInApp(t)
 	spec := specWith(map[string]ebpf.MapType{"table": 1503}, prog("p", "kprobe/k", "table"))
 	spec.Maps["table"].MaxEntries = 1000
 	s := &Session{spec: spec, procs: map[int]*Process{}, kern: &kernelSide{}}
@@ -147,7 +129,7 @@ func TestReadMapsLive(t *testing.T) {
 // A process that exits while the session calibrates its clocks is not a
 // failed calibration: Calibrate says nothing about it.
 func TestCalibrateProcessGone(t *testing.T) {
-	conn, cmd := standInAppCmd(t)
+	conn, cmd := standInApp(t)
 	s := &Session{procs: map[int]*Process{}, kern: &kernelSide{}}
 	target := agentproto.Target{Device: 0}
 	d := &device{target: target, maps: map[string]*placedMap{}}

@@ -59,24 +59,16 @@ const testPTX = `.version 7.8
 // (The stand-in does not execute PTX, so the counts stay 0; the GPU check
 // proves those.)
 func TestRunCommandEndToEnd(t *testing.T) {
-	gcc := testenv.Tool(t, "gcc")
 	fatbinary := testenv.Tool(t, "fatbinary")
 	dir := t.TempDir()
-	agentSrc, _ := filepath.Abs("../../pkg/runtime/agent")
-	cudaDir := filepath.Join(dir, "cuda")
+	cudaDir := testenv.BuildStandIn(t, dir).CUDADir // the agent lands next to the tool built below
 	sockDir := filepath.Join(dir, "sock")
-	os.MkdirAll(cudaDir, 0o755)
 	run := func(name string, args ...string) {
 		t.Helper()
 		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 		}
 	}
-	run("make", "-s", "-C", agentSrc, "OUT="+dir, "CC="+gcc)
-	// -Bsymbolic-functions: like the real driver, cuGetProcAddress hands out
-	// the library's own functions, not the agent's interposed exports.
-	run(gcc, "-O1", "-fPIC", "-shared", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(cudaDir, "libcuda.so.1"), filepath.Join(agentSrc, "testdata/fakecuda.c"))
-	run(gcc, "-o", filepath.Join(dir, "app"), filepath.Join(agentSrc, "testdata/app.c"), "-ldl", "-pthread")
 	ptxFile := filepath.Join(dir, "k.ptx")
 	os.WriteFile(ptxFile, []byte(testPTX), 0o644)
 	fb := filepath.Join(dir, "k.fatbin")

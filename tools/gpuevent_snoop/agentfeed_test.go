@@ -21,26 +21,14 @@ import (
 // the driver as cudart does (cuGetProcAddress).
 func TestLaunchesFromAgent(t *testing.T) {
 	build(t)
-	gcc := testenv.Tool(t, "gcc")
 	dir := t.TempDir()
 	os.Chmod(dir, 0o755)
-	src, _ := filepath.Abs("../../pkg/runtime/agent")
-	cuda, sock := filepath.Join(dir, "cuda"), filepath.Join(dir, "sock")
-	os.MkdirAll(cuda, 0o755)
+	rig := testenv.BuildStandIn(t, dir)
+	sock := filepath.Join(dir, "sock")
 	os.MkdirAll(sock, 0o755)
-	for _, s := range [][]string{
-		{"make", "-s", "-C", src, "OUT=" + dir, "CC=" + gcc},
-		{gcc, "-O1", "-fPIC", "-shared", "-pthread", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o",
-			filepath.Join(cuda, "libcuda.so.1"), filepath.Join(src, "testdata/fakecuda.c")},
-		{gcc, "-o", filepath.Join(dir, "app"), filepath.Join(src, "testdata/app.c"), "-ldl", "-pthread"},
-	} {
-		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", s, err, out)
-		}
-	}
 	env := append(os.Environ(), "GPUBPF_AGENT_SOCKET_DIR="+sock)
-	app := exec.Command(filepath.Join(dir, "app"))
-	app.Env = append(env, "LD_PRELOAD="+filepath.Join(dir, "libgpubpf-agent.so"), "LD_LIBRARY_PATH="+cuda)
+	app := exec.Command(rig.App)
+	app.Env = append(env, "LD_PRELOAD="+rig.Agent, "LD_LIBRARY_PATH="+rig.CUDADir)
 	stdin, _ := app.StdinPipe()
 	stdout, _ := app.StdoutPipe()
 	if err := app.Start(); err != nil {

@@ -20,8 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/gpubpf/gpubpf/internal/testenv"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 )
 
@@ -100,31 +99,12 @@ func loadVecAddProbe(t *testing.T, c *Conn, ptx, fn string) (*agentproto.Kernel,
 	return k, lr
 }
 
-// pageMemfd is a memfd of one page to register with an agent, closed when
-// the test ends.
-func pageMemfd(t *testing.T) *os.File {
-	t.Helper()
-	mfd, err := unix.MemfdCreate("gpubpf-test", unix.MFD_CLOEXEC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mf := os.NewFile(uintptr(mfd), "memfd")
-	t.Cleanup(func() { mf.Close() })
-	if err := mf.Truncate(4096); err != nil {
-		t.Fatal(err)
-	}
-	return mf
-}
-
 type fixture struct {
 	dir, agent, app, cudaDir, sockDir string
 }
 
 func build(t *testing.T) fixture {
 	t.Helper()
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("gcc not found: the agent tests need it")
-	}
 	// A directory others can traverse, so the peer-credential test can try
 	// to connect as another user.
 	dir, err := os.MkdirTemp("", "gpubpf-agent-test")
@@ -133,25 +113,10 @@ func build(t *testing.T) fixture {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	os.Chmod(dir, 0o755)
-	src, _ := filepath.Abs("../agent")
-	f := fixture{dir: dir, agent: filepath.Join(dir, "libgpubpf-agent.so"), app: filepath.Join(dir, "app"),
-		cudaDir: filepath.Join(dir, "cuda"), sockDir: filepath.Join(dir, "sock")}
-	os.MkdirAll(f.cudaDir, 0o755)
+	rig := testenv.BuildStandIn(t, dir)
+	f := fixture{dir: dir, agent: rig.Agent, app: rig.App, cudaDir: rig.CUDADir, sockDir: filepath.Join(dir, "sock")}
 	os.MkdirAll(f.sockDir, 0o755)
 	os.Chmod(f.sockDir, 0o755)
-	run := func(name string, args ...string) {
-		out, err := exec.Command(name, args...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-		}
-		if strings.Contains(string(out), "warning") {
-			t.Errorf("%s %v: compiler warnings:\n%s", name, args, out)
-		}
-	}
-	run("make", "-s", "-C", src, "OUT="+dir, "CC=gcc")
-	run("gcc", "-O1", "-fPIC", "-shared", "-pthread", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o",
-		filepath.Join(f.cudaDir, "libcuda.so.1"), filepath.Join(src, "testdata/fakecuda.c"))
-	run("gcc", "-o", f.app, filepath.Join(src, "testdata/app.c"), "-ldl", "-pthread")
 	t.Setenv("GPUBPF_AGENT_SOCKET_DIR", f.sockDir)
 	return f
 }
@@ -345,7 +310,7 @@ func TestAgentEndToEnd(t *testing.T) {
 	if b, err := c.Read(OnDevice(0), dev, 13); err != nil || string(b) != "device bytes!" {
 		t.Fatalf("read %q %v", b, err)
 	}
-	mf := pageMemfd(t)
+	mf := newMemfd(t, 4096)
 	reg, err := c.RegisterMemfd(OnDevice(0), mf, 4096, 0)
 	if err != nil || reg.DevAddr == 0 {
 		t.Fatalf("register %+v %v", reg, err)

@@ -366,7 +366,7 @@ func TestDeferredLaunchEvents(t *testing.T) {
 	// pending launches' events and waits for none; an ordered one does both.
 	t.Run("live snapshot", func(t *testing.T) {
 		e := startEvTest(t, f)
-		reg, err := e.c.RegisterMemfd(OnDevice(0), pageMemfd(t), 4096, 0)
+		reg, err := e.c.RegisterMemfd(OnDevice(0), newMemfd(t, 4096), 4096, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

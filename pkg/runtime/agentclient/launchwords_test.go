@@ -59,7 +59,7 @@ func TestLaunchWords(t *testing.T) {
 	defer c.Close()
 	k, lr := loadVecAddProbe(t, c, ".visible .entry probe_lw (.param .u64 a, .param .u32 n, .param .u64 h0, .param .u64 h1)\n{\n}\n", "probe_lw")
 	fn := lr.Functions[0].Handle
-	mf := pageMemfd(t)
+	mf := newMemfd(t, 4096)
 	reg, err := c.RegisterMemfd(OnDevice(0), mf, 4096, 0)
 	if err != nil {
 		t.Fatal(err)
