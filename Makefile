@@ -83,10 +83,11 @@ vet:
 	$(GO) vet ./...
 
 # Unit tests and root-only kernel eBPF tests (CI runs as root); then the
-# performance table's renderer and table-bench.sh's plumbing (no GPU).
+# performance table's renderer, table-bench.sh's plumbing and the launch-rate
+# statistics (no GPU).
 test: fmt vet agent
 	$(GO) test -count=1 ./...
-	PYTHONDONTWRITEBYTECODE=1 python3 -m unittest scripts/gpu/test_bench_table.py
+	PYTHONDONTWRITEBYTECODE=1 python3 -m unittest scripts/gpu/test_bench_table.py scripts/gpu/test_launchrate_stats.py
 
 # On the GPU machine: build samples and agent, run every GPU test and
 # benchmark, print a table last. Go binaries come prebuilt (make gpu-bundle).
