@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 
 	"github.com/olekukonko/tablewriter"
@@ -82,7 +81,7 @@ func kernelSources(c *cli.Context) ([]kernelSource, error) {
 		}
 	}
 	for _, file := range c.Args().Slice() {
-		fbs, err := readFatbins(file)
+		fbs, err := fatbin.FromFile(file)
 		if err != nil {
 			return nil, err
 		}
@@ -203,32 +202,6 @@ func kernelsCmd(c *cli.Context) error {
 	return nil
 }
 
-// readFatbins reads an ELF file's fatbins, or a raw fatbin file.
-func readFatbins(file string) ([]*fatbin.Fatbin, error) {
-	fbs, err := fatbin.FromELF(file)
-	if err == nil {
-		return fbs, nil
-	}
-	if fatbin.IsNoFatbin(err) {
-		return nil, err
-	}
-	b, rerr := readFile(file)
-	if rerr != nil {
-		return nil, rerr
-	}
-	if len(b) >= 4 && b[0] == 0x50 && b[1] == 0xed && b[2] == 0x55 && b[3] == 0xba {
-		fbs, perr := fatbin.Parse(b)
-		if perr != nil {
-			return nil, fmt.Errorf("%s: %w", file, perr)
-		}
-		for _, fb := range fbs {
-			fb.Source = file
-		}
-		return fbs, nil
-	}
-	return nil, err
-}
-
 func nonNil(s []string) []string {
 	if s == nil {
 		return []string{}
@@ -241,12 +214,4 @@ func clip(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
-}
-
-func readFile(name string) ([]byte, error) {
-	b, err := os.ReadFile(name)
-	if err != nil {
-		return nil, fmt.Errorf("gpubpf kernels: %w", err)
-	}
-	return b, nil
 }

@@ -2,14 +2,52 @@ package fatbin
 
 import (
 	"debug/elf"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 )
 
 // fatbinSections are the ELF sections that hold containers: .nv_fatbin for
 // executable device code, __nv_relfatbin for relocatable (-rdc) code.
 var fatbinSections = []string{".nv_fatbin", "__nv_relfatbin"}
+
+// ErrNotFatbinFile: a file is neither an ELF file nor a fatbin (FromFile).
+var ErrNotFatbinFile = errors.New("neither starts as an ELF file nor as a fatbin")
+
+// FromFile returns the fatbin containers of an ELF file (an executable or
+// shared library: FromELF) or of a fatbin file (nvcc -fatbin), told apart
+// by their first four bytes. A file that is neither (a .ptx text file, say)
+// gives an error wrapping ErrNotFatbinFile.
+func FromFile(path string) ([]*Fatbin, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var head [4]byte
+	if n, _ := io.ReadFull(f, head[:]); n == len(head) {
+		switch {
+		case string(head[:]) == elf.ELFMAG:
+			return FromELFReader(f, path)
+		case binary.LittleEndian.Uint32(head[:]) == ContainerMagic:
+			data, err := os.ReadFile(path)
+			if err != nil {
+				return nil, err
+			}
+			fbs, err := Parse(data)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", path, err)
+			}
+			for _, fb := range fbs {
+				fb.Source = path
+			}
+			return fbs, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: not a readable ELF file or fatbin: %w", path, ErrNotFatbinFile)
+}
 
 // FromELF returns every fatbin container of an executable or shared library.
 func FromELF(path string) ([]*Fatbin, error) {

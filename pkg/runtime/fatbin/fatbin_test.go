@@ -3,6 +3,8 @@ package fatbin
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -152,6 +154,48 @@ func TestRawFatbinCUDA13(t *testing.T) {
 	// maxSM below every PTX: nothing the device could JIT.
 	if _, _, err := PTXFor(fbs, "_Z9vectorAddPKfS0_Pfi", 80); err == nil || !strings.Contains(err.Error(), "only sm_90 SASS") {
 		t.Errorf("PTXFor(maxSM 80) = %v", err)
+	}
+}
+
+// FromFile tells an ELF file, a fatbin file and anything else apart by
+// their first bytes.
+func TestFromFile(t *testing.T) {
+	dir := t.TempDir()
+	short := filepath.Join(dir, "short")
+	if err := os.WriteFile(short, []byte{0x50, 0xed}, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		file, source string // source: the first fatbin's
+		err          error
+		errText      string
+	}{
+		{file: "testdata/vec_add_sm80_cuda118", source: "testdata/vec_add_sm80_cuda118:.nv_fatbin"},
+		{file: "testdata/libmulti_cuda13.so", source: "testdata/libmulti_cuda13.so:.nv_fatbin"},
+		{file: "testdata/vec_add_cuda118.fatbin", source: "testdata/vec_add_cuda118.fatbin"},
+		{file: "testdata/vec_add.cu", err: ErrNotFatbinFile, errText: "vec_add.cu: not a readable ELF file or fatbin"},
+		{file: short, err: ErrNotFatbinFile},
+		{file: exe, err: ErrNoFatbin},
+		{file: filepath.Join(dir, "none"), err: os.ErrNotExist},
+	} {
+		fbs, err := FromFile(c.file)
+		if c.err != nil {
+			if !errors.Is(err, c.err) || !strings.Contains(fmt.Sprint(err), c.errText) {
+				t.Errorf("%s: error %v, want %v (saying %q)", c.file, err, c.err, c.errText)
+			}
+			continue
+		}
+		if err != nil || len(fbs) == 0 || fbs[0].Source != c.source {
+			t.Errorf("%s: %d fatbins, error %v; want fatbins, the first from %q", c.file, len(fbs), err, c.source)
+			continue
+		}
+		if ks, err := Inventory(fbs...); err != nil || len(ks) == 0 {
+			t.Errorf("%s: kernels %v, error %v", c.file, ks, err)
+		}
 	}
 }
 

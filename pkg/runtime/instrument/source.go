@@ -1,15 +1,12 @@
 package instrument
 
 import (
-	"bytes"
+	"errors"
 	"fmt"
 	"os"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
 )
-
-// fatbinMagic starts a fatbin container (a .fatbin file, nvcc -fatbin).
-var fatbinMagic = []byte{0x50, 0xed, 0x55, 0xba}
 
 // PTXFromFile returns the PTX module that defines the first kernel pattern
 // selects, read from an executable or shared library (its embedded
@@ -17,22 +14,13 @@ var fatbinMagic = []byte{0x50, 0xed, 0x55, 0xba}
 // text file (returned whole), and the kernel's mangled name ("" for a .ptx
 // file, which is not searched).
 func PTXFromFile(path, pattern string) (src, kernel string, err error) {
-	data, err := os.ReadFile(path)
+	fbs, err := fatbin.FromFile(path)
+	if errors.Is(err, fatbin.ErrNotFatbinFile) {
+		data, err := os.ReadFile(path)
+		return string(data), "", err
+	}
 	if err != nil {
 		return "", "", err
-	}
-	var fbs []*fatbin.Fatbin
-	switch {
-	case bytes.HasPrefix(data, []byte("\x7fELF")):
-		if fbs, err = fatbin.FromELF(path); err != nil {
-			return "", "", err
-		}
-	case bytes.HasPrefix(data, fatbinMagic):
-		if fbs, err = fatbin.Parse(data); err != nil {
-			return "", "", fmt.Errorf("%s: %w", path, err)
-		}
-	default:
-		return string(data), "", nil
 	}
 	ks, err := fatbin.Inventory(fbs...)
 	if err != nil && len(ks) == 0 {
