@@ -539,17 +539,23 @@ func (d *device) usesKernelIndex(progs []GPUProgram) bool {
 	return false
 }
 
+// ProbeOf is the probe the instrumenter pastes compiled program f in as;
+// kernelIndex gives bpf_gpu_kernel_index's value in the kernel a site is in.
+func ProbeOf(f *jit.Function, kernelIndex func(kernel string) uint32) *instrument.Probe {
+	return &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, CtxBytes: f.CtxBytes, PTXVersion: f.PTXVersion,
+		SiteTime: f.UsesSiteTime, LaunchWords: f.UsesLaunchWords, EntryTime: f.UsesEntryTime,
+		Inline: func(s instrument.Site) string {
+			return f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: s.Uniq, Kernel: kernelIndex(s.Kernel), Time: s.Time, Launch: s.Launch, EntryTime: s.EntryTime})
+		}}
+}
+
 func (d *device) probeFor(progs []GPUProgram, site string) (*instrument.Probe, error) {
 	switch len(progs) {
 	case 0:
 		return nil, nil
 	case 1:
-		f := d.funcs[progs[0].Spec.Name]
-		return &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, CtxBytes: f.CtxBytes, PTXVersion: f.PTXVersion,
-			SiteTime: f.UsesSiteTime, LaunchWords: f.UsesLaunchWords, EntryTime: f.UsesEntryTime,
-			Inline: func(s instrument.Site) string {
-				return f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: s.Uniq, Kernel: d.p.s.KernelIndex(s.Kernel), Time: s.Time, Launch: s.Launch, EntryTime: s.EntryTime})
-			}}, nil
+		// d.p.s is read at each site, as the probe is pasted in, not now
+		return ProbeOf(d.funcs[progs[0].Spec.Name], func(k string) uint32 { return d.p.s.KernelIndex(k) }), nil
 	}
 	name := "gpubpf_" + site + "_all"
 	var body, defs strings.Builder

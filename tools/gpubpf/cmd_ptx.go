@@ -184,11 +184,8 @@ func ptxInto(c *cli.Context, file string, gpu []runtime.GPUProgram, into string,
 	if err != nil {
 		return fmt.Errorf("--into: %w", err)
 	}
-	p := &instrument.Probe{Func: f.Name, PTX: f.PTX, UsesCtx: f.UsesCtx, CtxBytes: f.CtxBytes, PTXVersion: f.PTXVersion,
-		SiteTime: f.UsesSiteTime, LaunchWords: f.UsesLaunchWords, EntryTime: f.UsesEntryTime,
-		Inline: func(s instrument.Site) string {
-			return f.InlineAt(jit.Site{Ctx: s.Ctx, Uniq: s.Uniq, Time: s.Time, Launch: s.Launch, EntryTime: s.EntryTime})
-		}}
+	// a placeholder kernel index, 0 at every site (a run numbers the kernels it instruments)
+	p := runtime.ProbeOf(f, func(string) uint32 { return 0 })
 	req := instrument.Request{Kernels: []string{g.Kernel}}
 	if g.Site == runtime.SiteEntry {
 		req.Entry = p
