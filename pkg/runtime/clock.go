@@ -13,6 +13,7 @@ import (
 // that compares them calibrates again every few seconds.
 type ClockSample struct {
 	PID, Device int
+	Ctx         uint64 // as MapCopy.Ctx
 	Offset      int64
 	Bound, At   uint64
 }
@@ -51,7 +52,10 @@ func (s *Session) Calibrate(rounds int) ([]ClockSample, error) {
 		if out[i].PID != out[j].PID {
 			return out[i].PID < out[j].PID
 		}
-		return out[i].Device < out[j].Device
+		if out[i].Device != out[j].Device {
+			return out[i].Device < out[j].Device
+		}
+		return out[i].Ctx < out[j].Ctx
 	})
 	return out, errors.Join(errs...)
 }
@@ -65,7 +69,7 @@ func (p *Process) calibrate(d *device, rounds int) (ClockSample, error) {
 	if err != nil {
 		return ClockSample{}, fmt.Errorf("process %d, device %d: clock calibration: %w", p.PID, d.target.Device, err)
 	}
-	c := ClockSample{PID: p.PID, Device: int(d.target.Device), Offset: r.Offset, Bound: r.Bound, At: r.At}
+	c := ClockSample{PID: p.PID, Device: int(d.target.Device), Ctx: d.target.Ctx, Offset: r.Offset, Bound: r.Bound, At: r.At}
 	p.s.mu.Lock()
 	p.s.clocks = append(p.s.clocks, c)
 	p.s.mu.Unlock()

@@ -106,7 +106,13 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 	// program at its first module load, after exec, so uprobes go on the
 	// real program); a running process needs one only for GPU programs.
 	if len(s.gpu) > 0 || opts.Hold {
-		conn, err := s.dialOrInject(p, opts, agentclient.Options{Client: s.opts.Client, Hold: opts.Hold, ManualDeviceReady: true})
+		// Module loads wait for the tool in a running process too: a
+		// module loaded after the attach (NVRTC, Triton, a library
+		// dlopened late) is instrumented before its first launch, as one
+		// loaded before it is (a round trip per load; loads are rare
+		// once a program runs).
+		p.hold = true
+		conn, err := s.dialOrInject(p, opts, agentclient.Options{Client: s.opts.Client, Hold: true, ManualDeviceReady: true})
 		if err != nil {
 			return nil, err
 		}
@@ -446,7 +452,7 @@ func (mc *moduleCode) ptxFor(kernel string, maxSM int) (text string, e *fatbin.E
 // application uses (more come as it starts using them: deviceUsed).
 func (p *Process) targets(m agentproto.Module) []agentproto.Target {
 	if m.Ctx != 0 {
-		return []agentproto.Target{agentclient.InContext(m.Ctx)}
+		return []agentproto.Target{contextTarget(m)}
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -455,6 +461,21 @@ func (p *Process) targets(m agentproto.Module) []agentproto.Target {
 		out = append(out, agentclient.OnDevice(int(ord)))
 	}
 	return out
+}
+
+// contextTarget is where the clones of a module loaded in a context go,
+// named so that every module of one context shares one placement of the
+// maps: a device's primary context, where cudart loads the libraries and
+// where PTX and cubins loaded at run time land too, by its device (as the
+// libraries' clones name it); a context the application created itself
+// by its handle (and its device, for the readers).
+func contextTarget(m agentproto.Module) agentproto.Target {
+	if m.Primary && m.Device >= 0 {
+		return agentclient.OnDevice(int(m.Device))
+	}
+	t := agentclient.InContext(m.Ctx)
+	t.Device = max(m.Device, 0)
+	return t
 }
 
 // maxSM is the SM version of a target's device (0: unknown, the newest
@@ -559,6 +580,13 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 		} else {
 			p.s.logf("process %d: module %d (%s): %v", p.PID, m.ID, m.Format, err)
 		}
+		// the kernels of it the user asked for are left out: the
+		// account says which and why
+		for _, k := range p.targetedKernels(m.ID, inv) {
+			p.s.mu.Lock()
+			p.s.stats.KernelsSkipped[k] = err.Error()
+			p.s.mu.Unlock()
+		}
 		return
 	}
 	names := make([]string, 0, len(mc.kernels))
@@ -662,16 +690,43 @@ func (p *Process) placeModule(pm *preparedModule, t agentproto.Target) {
 	}
 }
 
+// kernelNames are the names the agent's inventory gives module id's kernels.
+func kernelNames(id uint64, inv *agentproto.Inventory) []string {
+	if inv == nil {
+		return nil
+	}
+	var names []string
+	seen := map[string]bool{}
+	for _, k := range inv.Kernels {
+		if k.ModuleID == id && k.Name != "" && !seen[k.Name] {
+			seen[k.Name] = true
+			names = append(names, k.Name)
+		}
+	}
+	return names
+}
+
+// targetedKernels are module id's kernels, as the agent's inventory names
+// them, that a GPU program of the session targets.
+func (p *Process) targetedKernels(id uint64, inv *agentproto.Inventory) []string {
+	names := kernelNames(id, inv)
+	var out []string
+	for _, g := range p.s.gpu {
+		matched, _ := instrument.Match(p.s.kernelPatterns(g), names)
+		for _, k := range matched {
+			if !slices.Contains(out, k) {
+				out = append(out, k)
+			}
+		}
+	}
+	return out
+}
+
 // anyTargeted reports whether a GPU program of the session may target a
 // kernel of module id, going by the agent's inventory. A module whose
 // kernels the agent could not list counts as targeted.
 func (p *Process) anyTargeted(id uint64, inv *agentproto.Inventory) bool {
-	var names []string
-	for _, k := range inv.Kernels {
-		if k.ModuleID == id && k.Name != "" {
-			names = append(names, k.Name)
-		}
-	}
+	names := kernelNames(id, inv)
 	if len(names) == 0 {
 		return true
 	}

@@ -365,7 +365,15 @@ type MapCopy struct {
 	Spec   *ebpf.MapSpec
 	PID    int // 0 for maps that live only in the kernel
 	Device int
-	Kind   gpumap.Kind // Invalid for kernel maps
+	// Ctx is non-zero for a copy in a context the application created
+	// itself (cuCtxCreate) beside its device's primary one: the driver
+	// gives that context's kernels no access to the other's memory, so each
+	// has its copy, and a reader adds them up (as it does devices). Every
+	// module loaded in a device's primary context (cudart's: the
+	// executable's and its libraries' kernels, PTX and cubins loaded at run
+	// time) shares one copy, Ctx 0.
+	Ctx  uint64
+	Kind gpumap.Kind // Invalid for kernel maps
 	Place  gpumap.Placement
 	// Data is the map's memory (header included) for GPU maps; nil for
 	// kernel maps, which are read through Kernel.
@@ -416,7 +424,7 @@ func (s *Session) readMaps(live bool, names []string) ([]MapCopy, error) {
 				}
 				return
 			}
-			mc := MapCopy{Name: m.name, Spec: m.spec, PID: p.PID, Device: int(d.target.Device), Kind: m.place.Kind, Place: m.place, Data: data}
+			mc := MapCopy{Name: m.name, Spec: m.spec, PID: p.PID, Device: int(d.target.Device), Ctx: d.target.Ctx, Kind: m.place.Kind, Place: m.place, Data: data}
 			if h, err := gpumap.ReadHeader(data); err == nil {
 				mc.Errors = h.Errors
 			}

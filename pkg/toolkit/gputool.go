@@ -219,6 +219,7 @@ type reporter struct {
 type copyKey struct {
 	name        string
 	pid, device int
+	ctx         uint64
 }
 
 // read takes the current totals of the tool's maps.
@@ -235,7 +236,7 @@ func (o *reporter) read() {
 	for _, mc := range copies {
 		// The latest reading of each copy stands for it; a process that
 		// has gone keeps its last one, so totals never go backwards.
-		o.byCopy[copyKey{mc.Name, mc.PID, mc.Device}] = mc.Values()
+		o.byCopy[copyKey{mc.Name, mc.PID, mc.Device, mc.Ctx}] = mc.Values()
 	}
 	sums := map[string][]uint64{}
 	for k, vals := range o.byCopy {

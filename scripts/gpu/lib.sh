@@ -1,7 +1,8 @@
 # Shared helpers of the scripts/gpu checks (sourced).
 
 # map_value FILE MAP KEY: value of KEY in map MAP from `gpubpf run -j`
-# output, summed over the devices the map was placed on.
+# output, summed over the devices (and contexts of their own) the map was
+# placed on; the last record of each stands for it.
 map_value() { python3 - "$@" <<'PY'
 import json, sys
 f, m, k = sys.argv[1:4]
@@ -10,7 +11,7 @@ for line in open(f):
     try: o = json.loads(line)
     except ValueError: continue
     if o.get("type") == "map" and o.get("map") == m and o.get("key") == k:
-        last[(o.get("pid"), o.get("device"))] = int(o.get("value"))
+        last[(o.get("pid"), o.get("device"), o.get("context"))] = int(o.get("value"))
 print(sum(last.values()) if last else "missing")
 PY
 }

@@ -392,6 +392,11 @@ func (o *runOutput) maps(s *runtime.Session) {
 		if mc.PID != 0 {
 			where = fmt.Sprintf("PID %d, GPU %d", mc.PID, mc.Device)
 		}
+		if mc.Ctx != 0 {
+			// a context the application created beside the device's
+			// primary one has its own copy (README, limits)
+			where += fmt.Sprintf(", its own context %#x", mc.Ctx)
+		}
 		kind := "kernel map"
 		if mc.Kernel == nil {
 			kind = "GPU " + mc.Kind.String()
@@ -413,7 +418,11 @@ func (o *runOutput) maps(s *runtime.Session) {
 				key = fmt.Sprintf("thread %d key %s", binary.LittleEndian.Uint32(k[4:]), btffmt.Format(kt, k[:4]))
 			}
 			if o.json {
-				o.emit(map[string]any{"type": "map", "map": mc.Name, "pid": mc.PID, "device": mc.Device, "key": key, "value": btffmt.Format(vt, v)})
+				rec := map[string]any{"type": "map", "map": mc.Name, "pid": mc.PID, "device": mc.Device, "key": key, "value": btffmt.Format(vt, v)}
+				if mc.Ctx != 0 {
+					rec["context"] = fmt.Sprintf("%#x", mc.Ctx)
+				}
+				o.emit(rec)
 			} else {
 				o.printf("  %s: %s\n", key, btffmt.Format(vt, v))
 			}

@@ -218,6 +218,58 @@ func TestRunCommandEndToEnd(t *testing.T) {
 		t.Errorf("the program's retain of device 1 failed:\n%s", stdout.String())
 	}
 
+	// Kernels in several modules of one process share every map, as in the
+	// Linux kernel: the executable's fatbin (a context-independent library)
+	// and PTX loaded at run time into the device's primary context get one
+	// copy of counter's map, reported once. A context the application
+	// creates itself (cuCtxCreate) gets a copy of its own, labelled with it.
+	mapRecords := func(out string) map[string]int {
+		recs := map[string]int{}
+		for _, line := range strings.Split(out, "\n") {
+			var o map[string]any
+			if json.Unmarshal([]byte(line), &o) == nil && o["type"] == "map" {
+				recs[fmt.Sprintf("%v/%v %v[%v]", o["device"], o["context"], o["map"], o["key"])]++
+			}
+		}
+		return recs
+	}
+	for _, tc := range []struct {
+		name, stdin string
+		want        map[string]int
+	}{
+		{"primary context", "launch\nmodload\nmodlaunch\nquit\n",
+			map[string]int{"0/<nil> calls[0]": 1, "0/<nil> calls[1]": 1}},
+		{"a context of its own", "launch\nownctx\nmodload\nmodlaunch\nprimary\nquit\n",
+			map[string]int{"0/<nil> calls[0]": 1, "0/<nil> calls[1]": 1, "0/0x calls[0]": 1, "0/0x calls[1]": 1}},
+		// unloaded and loaded again: the new module's clone uses the
+		// same map (its launch is the second instrumented one)
+		{"a module loaded again", "modload\nmodlaunch\nmodunload\nmodload\nmodlaunch\nquit\n",
+			map[string]int{"0/<nil> calls[0]": 1, "0/<nil> calls[1]": 1}},
+	} {
+		cmd, stdout, stderr = gpubpfRunIn("*", tc.stdin)
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("gpubpf run, %s: %v\n%s", tc.name, err, stderr.String())
+		}
+		out := stdout.String()
+		if !strings.Contains(out, "MODLOADED 0") || !strings.Contains(out, "MODLAUNCHED 0") {
+			t.Fatalf("%s: the program's module load or launch failed:\n%s", tc.name, out)
+		}
+		got := map[string]int{}
+		for k, n := range mapRecords(out) {
+			// the own context's handle differs from run to run
+			if i := strings.Index(k, "/0x"); i >= 0 {
+				k = k[:i+3] + k[strings.Index(k, " "):]
+			}
+			got[k] += n
+		}
+		if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+			t.Errorf("%s: map records %v, want %v (one per device, context, map and key)\n%s\n%s", tc.name, got, tc.want, out, stderr.String())
+		}
+		if !strings.Contains(out, `"instrumented_launches":2`) || !strings.Contains(out, "_Z6modKerv") {
+			t.Errorf("%s: both modules' launches should be instrumented:\n%s\n%s", tc.name, out, stderr.String())
+		}
+	}
+
 	// A memory-access program in bpftime's section goes into every kernel
 	// (the fake driver runs none, so its counts stay empty); the start
 	// line, -v and the kernel-index legend say so.

@@ -40,8 +40,12 @@ type start struct {
 }
 
 // source is one context the starts come from: the clocks and grid ids
-// are per device and process.
-type source struct{ pid, dev int }
+// are per context (a device's primary context, ctx 0, or one the
+// application created itself) and process.
+type source struct {
+	pid, dev int
+	ctx      uint64
+}
 
 // tracker finds the starts that are new since the last reading of the
 // GPU's table (slot = grid id % LL_STARTS; graph kernels, which keep their

@@ -288,7 +288,7 @@ func (l *launchlate) calibrate(final bool) {
 func (l *launchlate) takeClocks() {
 	cs := l.sess.ClockSamples()
 	for _, c := range cs[min(l.clocks, len(cs)):] {
-		l.tr.addClock(source{c.PID, c.Device}, c)
+		l.tr.addClock(source{c.PID, c.Device, c.Ctx}, c)
 	}
 	l.clocks = len(cs)
 }
@@ -305,10 +305,10 @@ func (l *launchlate) read(all bool) {
 	}
 	second := map[source][]byte{}
 	for _, mc := range again {
-		second[source{mc.PID, mc.Device}] = mc.Values()
+		second[source{mc.PID, mc.Device, mc.Ctx}] = mc.Values()
 	}
 	for _, mc := range copies {
-		src := source{mc.PID, mc.Device}
+		src := source{mc.PID, mc.Device, mc.Ctx}
 		if b, ok := second[src]; ok {
 			l.tr.ingest(src, mc.Values(), b)
 		}
@@ -328,7 +328,7 @@ func (l *launchlate) read(all bool) {
 	for _, mc := range copies {
 		switch {
 		case mc.Name == "graph_starts":
-			l.graphStarts(source{mc.PID, mc.Device}, mc.Values())
+			l.graphStarts(source{mc.PID, mc.Device, mc.Ctx}, mc.Values())
 		case mc.Name == "nstarts":
 			if v := mc.Values(); len(v) >= 8 {
 				produced += binary.LittleEndian.Uint64(v)

@@ -11,7 +11,7 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 8u
+#define PROTO_VERSION 9u
 #define PROTO_MAX_FRAME (64u << 20)
 #define SNAPSHOT_LIVE 1u /* snapshot flag: do not wait for the application's launches */
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -130,6 +130,11 @@ struct module {
 	int kind;
 	void *handle; /* CUlibrary or CUmodule */
 	CUcontext ctx;
+	/* ctx's device ordinal (-1: a library, or unknown) and whether ctx is
+	 * that device's primary context: a tool places one copy of its maps per
+	 * device's primary context, whatever module the kernel came from */
+	int dev;
+	int primary;
 	int fmt;
 	const uint8_t *image; /* borrowed or owned (owned_image) */
 	uint64_t size;
@@ -322,6 +327,8 @@ HIDDEN int server_direct_serve(long wait_ms);
 /* ---- interposition (interpose.c) ---- */
 extern void *(*real_dlsym)(void *, const char *);
 HIDDEN void *libcuda_handle(void);
+/* dev's primary context if it is active (NULL if not), its use count left as it was */
+HIDDEN CUcontext primary_of(CUdevice dev);
 /* Whether every capture and stream-destroy entry point the application can
  * reach goes through the agent's wrappers (deferred records rely on it). */
 HIDDEN int capture_wrapped(void);

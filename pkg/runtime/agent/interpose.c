@@ -546,8 +546,7 @@ static CUresult ctx_destroy(int slot, CUcontext c)
 EXPORT CUresult cuCtxDestroy(CUcontext c) { return ctx_destroy(R_cuCtxDestroy, c); }
 EXPORT CUresult cuCtxDestroy_v2(CUcontext c) { return ctx_destroy(R_cuCtxDestroy_v2, c); }
 
-/* dev's primary context if it is active, its use count left as it was. */
-static CUcontext primary_of(CUdevice dev)
+CUcontext primary_of(CUdevice dev)
 {
 	unsigned fl = 0;
 	int active = 0;

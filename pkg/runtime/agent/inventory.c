@@ -156,8 +156,18 @@ uint64_t inv_add_module(int kind, void *handle, const void *image, const char *p
 		}
 	}
 	CUcontext ctx = NULL;
-	if (kind >= MK_MODULE_DATA && drv_init() == 0)
-		D.cuCtxGetCurrent(&ctx);
+	int dev = -1, primary = 0;
+	if (kind >= MK_MODULE_DATA && drv_init() == 0 && D.cuCtxGetCurrent(&ctx) == CUDA_SUCCESS && ctx) {
+		/* a module loaded in a device's primary context (cudart's, the
+		 * one PyTorch, Triton and NVRTC users load into) shares that
+		 * context with the device's libraries: say so, so a tool places
+		 * its maps there once */
+		CUdevice d;
+		if (D.cuCtxGetDevice && D.cuCtxGetDevice(&d) == CUDA_SUCCESS) {
+			dev = (int)d;
+			primary = primary_of(d) == ctx;
+		}
+	}
 	pthread_mutex_lock(&g_mu);
 	if (g_nmods == g_capmods) {
 		size_t nc = g_capmods ? g_capmods * 2 : 64;
@@ -177,6 +187,8 @@ uint64_t inv_add_module(int kind, void *handle, const void *image, const char *p
 	m->kind = kind;
 	m->handle = handle;
 	m->ctx = ctx;
+	m->dev = dev;
+	m->primary = primary;
 	m->fmt = fmt;
 	m->image = start;
 	m->size = size;

@@ -1010,6 +1010,8 @@ static void put_module(struct wbuf *w, const struct module *m)
 	wb_u64(w, m->size);
 	wb_u32(w, (uint32_t)m->unloaded);
 	wb_str(w, m->path);
+	wb_i32(w, m->dev);              /* protocol 9 */
+	wb_u32(w, (uint32_t)m->primary); /* protocol 9 */
 }
 
 static void op_list(struct session *s, struct rbuf *r, struct wbuf *w)

@@ -266,6 +266,11 @@ type Module struct {
 	Size     uint64 // image size; 0 when not fetchable (file loads: see Path)
 	Unloaded bool
 	Path     string
+	// Device is the ordinal of Ctx's device (-1 for libraries or when
+	// unknown); Primary says Ctx is that device's primary context, the one
+	// its libraries' kernels run in too (protocol 9).
+	Device  int32
+	Primary bool
 }
 
 func (m *Module) Encode(e *Encoder) {
@@ -277,6 +282,8 @@ func (m *Module) Encode(e *Encoder) {
 	e.U64(m.Size)
 	e.Bool(m.Unloaded)
 	e.Str(m.Path)
+	e.I32(m.Device)
+	e.Bool(m.Primary)
 }
 
 func (m *Module) Decode(d *Decoder) {
@@ -288,6 +295,8 @@ func (m *Module) Decode(d *Decoder) {
 	m.Size = d.U64()
 	m.Unloaded = d.Bool()
 	m.Path = d.Str()
+	m.Device = d.I32()
+	m.Primary = d.Bool()
 }
 
 const moduleMinSize = 8 + 4 + 8 + 8 + 4 + 8 + 4 + 4

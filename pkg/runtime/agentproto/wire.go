@@ -16,8 +16,9 @@ import (
 
 // Version is the protocol version this package speaks (sent in Hello).
 // 3: launch words in ActivateRequest, OpClock. 5: OpLaunch, Hello.Direct
-// and Hello.CUDAError. 8: SnapshotRequest.Flags.
-const Version = 8
+// and Hello.CUDAError. 8: SnapshotRequest.Flags. 9: Module.Device and
+// Module.Primary.
+const Version = 9
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12

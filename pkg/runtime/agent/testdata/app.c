@@ -157,6 +157,11 @@ static CUresult (*libunload)(void *);
 static CUresult (*graphadd)(void **, void *, const void *, size_t, const struct node_params *);
 static CUresult (*instantiate)(void **, void *, unsigned long long);
 static CUresult (*glaunch)(void *, void *);
+static void *modmod, *modfn; /* modload's module and kernel */
+/* a module loaded from PTX text at run time, as NVRTC, Numba and CuPy
+ * users load theirs */
+static const char modptx[] = ".version 7.8\n.target sm_90\n.address_size 64\n\n"
+			     ".visible .entry _Z6modKerv()\n{\n\tret;\n}\n";
 static CUresult (*glaunchp)(void *, void *);
 
 int main(void)
@@ -333,6 +338,28 @@ int main(void)
 				pthread_detach(th);
 				printf("STORMING\n");
 			}
+		} else if (!strcmp(line, "ownctx\n")) {
+			/* a context of its own on device 0 (cuCtxCreate), made current */
+			CUresult (*create4)(void **, void *, unsigned, int) = get("cuCtxCreate", 0);
+			void *c;
+			printf("OWNCTX %d\n", create4(&c, NULL, 0, 0));
+		} else if (!strcmp(line, "primary\n")) {
+			printf("PRIMARY %d\n", setcur(ctx));
+		} else if (!strcmp(line, "modload\n")) {
+			/* modload's PTX, in the current context */
+			CUresult (*load)(void **, const void *) = get("cuModuleLoadData", 0);
+			CUresult (*getfn)(void **, void *, const char *) = get("cuModuleGetFunction", 0);
+			CUresult r = load(&modmod, modptx);
+			if (r == 0)
+				r = getfn(&modfn, modmod, "_Z6modKerv");
+			printf("MODLOADED %d\n", r);
+		} else if (!strcmp(line, "modunload\n")) {
+			CUresult (*unload)(void *) = get("cuModuleUnload", 0);
+			CUresult r = modmod ? unload(modmod) : -1;
+			modmod = modfn = NULL;
+			printf("MODUNLOADED %d\n", r);
+		} else if (!strcmp(line, "modlaunch\n")) {
+			printf("MODLAUNCHED %d\n", modfn ? launch(modfn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) : -1);
 		} else if (!strcmp(line, "ctx\n")) {
 			printf("CTX %p\n", ctx);
 		} else if (!strcmp(line, "retain0\n")) {

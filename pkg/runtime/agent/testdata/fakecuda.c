@@ -68,20 +68,19 @@ CUresult cuDevicePrimaryCtxRetain(void **c, int d)
 	return 0;
 }
 /* cuCtxCreate's ABIs (v2: CUDA 3.2, v4: CUDA 12.5; cuGetProcAddress
- * hands out the one the caller's version asks for). */
+ * hands out the one the caller's version asks for): a context of the
+ * application's own on device d, not the primary one, made current. */
+static obj own_ctx[2] = {{1, "own0"}, {1, "own1"}};
 CUresult cuCtxCreate_v2(void **c, unsigned flags, int d)
 {
 	if (d < 0 || d >= ndev())
 		return 101;
-	*c = &ctx0;
+	*c = cur = &own_ctx[d];
 	return 0;
 }
 CUresult cuCtxCreate_v4(void **c, void *params, unsigned flags, int d)
 {
-	if (d < 0 || d >= ndev())
-		return 101;
-	*c = &ctx0;
-	return 0;
+	return cuCtxCreate_v2(c, flags, d);
 }
 CUresult cuDevicePrimaryCtxGetState(int d, unsigned *flags, int *active)
 {
@@ -125,6 +124,8 @@ CUresult cuDevicePrimaryCtxReset(int d)
 }
 CUresult cuCtxDestroy_v2(void *c)
 {
+	if (c == &own_ctx[0] || c == &own_ctx[1])
+		return 0;
 	if (c != &ctx0)
 		return 201;
 	ctx_kill();
@@ -137,7 +138,8 @@ CUresult cuCtxSetCurrent(void *c)
 	cur = c;
 	return 0;
 }
-CUresult cuCtxGetDevice(int *d) { *d = 0; return 0; }
+/* the current context's device (the primary contexts are all ctx0: 0) */
+CUresult cuCtxGetDevice(int *d) { *d = cur == &own_ctx[1]; return 0; }
 CUresult cuCtxSynchronize(void) { return 0; }
 CUresult cuLibraryLoadData(void **lib, const void *code, void *a, void *b, unsigned c, void *d, void *e, unsigned f)
 {
@@ -249,6 +251,19 @@ CUresult cuModuleGetFunction(void **f, void *m, const char *name)
 			return 0;
 		}
 	return 500;
+}
+/* CUDA 12.4's enumeration of a module's functions (the agent lists a
+ * module's kernels before the application looks any up) */
+CUresult cuModuleGetFunctionCount(unsigned *n, void *m)
+{
+	*n = m == (void *)&mod0 ? 0 : (unsigned)((struct mod *)m)->n;
+	return 0;
+}
+CUresult cuModuleEnumerateFunctions(void **fs, unsigned n, void *m)
+{
+	for (unsigned i = 0; m != (void *)&mod0 && i < n && i < (unsigned)((struct mod *)m)->n; i++)
+		fs[i] = &((struct mod *)m)->fn[i];
+	return 0;
 }
 CUresult cuModuleUnload(void *m)
 {
@@ -766,7 +781,7 @@ static const struct {
 	E(cuLibraryGetKernel), E(cuLibraryGetKernelCount), E(cuLibraryEnumerateKernels), E(cuKernelGetName), E(cuKernelGetLibrary), E(cuFuncGetModule),
 	E(cuKernelGetFunction), E(cuKernelGetAttribute), E(cuFuncGetAttribute), E(cuFuncSetAttribute),
 	E(cuFuncGetName), E(cuLibraryGetGlobal), E(cuModuleGetGlobal), E(cuModuleLoadDataEx), E(cuModuleLoadData),
-	E(cuModuleGetFunction), E(cuModuleUnload), E(cuLaunchKernel), E(cuMemAlloc), E(cuMemFree), E(cuMemsetD8),
+	E(cuModuleGetFunction), E(cuModuleGetFunctionCount), E(cuModuleEnumerateFunctions), E(cuModuleUnload), E(cuLaunchKernel), E(cuMemAlloc), E(cuMemFree), E(cuMemsetD8),
 	E(cuMemcpyHtoD), E(cuMemcpyDtoH), E(cuMemHostRegister), E(cuMemHostUnregister), E(cuMemHostGetDevicePointer),
 	E(cuEventCreate), E(cuEventRecord), E(cuEventSynchronize), E(cuEventDestroy), E(cuEventQuery),
 	E(cuEventElapsedTime), E(cuStreamIsCapturing),
