@@ -51,6 +51,7 @@ jit_limits     | 2                  | regheavy_sum
 sass_only      | 4096 3             | checksum
 modload        | 3                  | ptx_sum
 many_kernels   | 0.2                | rounds
+multimod       | 3                  | thread_runs
 '
 
 want() { # is sample $1 selected?
