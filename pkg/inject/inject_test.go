@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -236,6 +237,9 @@ func testLate(t *testing.T, global bool) {
 	if got := launch(); got != "_Z6vecAddPfi" {
 		t.Fatalf("before injection the app launched %q", got)
 	}
+	tg.say("modload")
+	tg.expect("MODLOADED 0")
+	tg.expect("DONE")
 	if _, err := Inject(pid, filepath.Join(dir, "libgpubpf-agent.so"), Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -269,11 +273,58 @@ func testLate(t *testing.T, global bool) {
 	if got := launch(); got != "probe_vecAdd" {
 		t.Fatalf("with the probe active the app launched %q, want probe_vecAdd: its cached cuLaunchKernel was not swapped", got)
 	}
+	// A CUDA runtime that starts after the attach (a shared library's
+	// static cudart) keeps driver pointers of its own: the agent's rescan
+	// finds them, tells the tool where, and reaches its launches from then.
+	tg.say("rtinit")
+	tg.expect("RTINIT 1")
+	tg.expect("DONE")
+	n := awaitNote(t, c, "late tables", func(n agentclient.Notification) bool { return n.LateTables != nil })
+	if n.LateTables.Count != 1 || filepath.Base(n.LateTables.Object) != "app" {
+		t.Fatalf("after the late runtime started: %+v, want 1 driver pointer in app", *n.LateTables)
+	}
+	tg.say("rtlaunch")
+	if l := tg.expect("LAUNCH "); l != "LAUNCH probe_vecAdd" {
+		t.Fatalf("the late runtime's launch ran %q after the rescan, want probe_vecAdd", l)
+	}
+	tg.expect("DONE")
+	// A module loaded before the agent (modload, below), whose kernel the
+	// program looks up after it came: the tools hear of the module with
+	// the kernel's name in the inventory, so they can say what they cannot
+	// instrument.
+	tg.say("modget")
+	tg.expect("MODGOT 0")
+	tg.expect("DONE")
+	n = awaitNote(t, c, "module-loaded of the module loaded before the agent", func(n agentclient.Notification) bool {
+		return n.ModuleLoaded != nil && n.ModuleLoaded.Kind == agentproto.ModuleData
+	})
+	if inv, err := c.Inventory(false); err != nil || !slices.ContainsFunc(inv.Kernels, func(k agentproto.Kernel) bool {
+		return k.ModuleID == n.ModuleLoaded.ID && k.Name == "_Z6modKerv"
+	}) {
+		t.Fatalf("module %d, loaded before the agent: its kernel _Z6modKerv is not in the inventory (%v)", n.ModuleLoaded.ID, err)
+	}
 	// The tool leaves: the program's pointers are its own again.
 	c.Close()
 	time.Sleep(300 * time.Millisecond)
 	if got := launch(); got != "_Z6vecAddPfi" {
 		t.Fatalf("after the tool left the app launched %q", got)
+	}
+}
+
+// awaitNote waits (3 s at most) for the agent's notification that ok
+// accepts, passing over others.
+func awaitNote(t *testing.T, c *agentclient.Conn, what string, ok func(agentclient.Notification) bool) agentclient.Notification {
+	t.Helper()
+	deadline := time.After(3 * time.Second)
+	for {
+		select {
+		case n := <-c.Notifications():
+			if ok(n) {
+				return n
+			}
+		case <-deadline:
+			t.Fatalf("no %s notification", what)
+		}
 	}
 }
 

@@ -316,6 +316,15 @@ func (p *Process) watch() {
 				}
 			case n.DeviceUsed != nil:
 				p.deviceUsed(*n.DeviceUsed)
+			case n.LateTables != nil:
+				obj := n.LateTables.Object
+				if obj == "" {
+					obj = "an object of the process"
+				}
+				p.s.warnf("process %d: a CUDA runtime in %s started after the attach; the agent reaches its launches from now on, and those it made before (within about 2 s) were not traced", p.PID, obj)
+				p.s.mu.Lock()
+				p.s.stats.LateRuntimes = append(p.s.stats.LateRuntimes, obj)
+				p.s.mu.Unlock()
 			case n.Unloading != 0:
 				p.lastLook()
 				p.conn.ReleaseUnload(n.Unloading)

@@ -291,6 +291,9 @@ type Stats struct {
 	JIT             time.Duration     // time spent in the driver JIT, all clones
 	Clones          int
 	ProbeFailures   []string
+	// LateRuntimes: objects whose CUDA runtime started after an injected
+	// agent came: their launches until its rescan found them went untraced.
+	LateRuntimes    []string
 	firstAttachDone bool
 }
 
@@ -569,6 +572,7 @@ func (s *Session) Stats() Stats {
 	st.KernelsSeen = copyMap(s.stats.KernelsSeen)
 	st.MapErrors = copyMap(s.stats.MapErrors)
 	st.ProbeFailures = append([]string(nil), s.stats.ProbeFailures...)
+	st.LateRuntimes = append([]string(nil), s.stats.LateRuntimes...)
 	s.mu.Unlock()
 	for _, p := range procs {
 		p.addStats(&st)

@@ -493,7 +493,8 @@ func (o *runOutput) summary(st runtime.Stats) {
 			"ring_drain_agent_ms": float64(st.DrainAgent.Microseconds()) / 1000, "ring_drain_wait_ms": float64(st.DrainWait.Microseconds()) / 1000,
 			"ring_drain_agent_busy_ms": float64(st.DrainAgentBusy.Microseconds()) / 1000, "ring_drain_agent_post_ms": float64(st.DrainAgentPost.Microseconds()) / 1000, "ring_drain_to_agent_ms": float64(st.DrainToAgent.Microseconds()) / 1000, "ring_drain_from_agent_ms": float64(st.DrainFromAgent.Microseconds()) / 1000,
 			"ring_drain_scan_ms": float64(st.DrainScan.Microseconds()) / 1000, "ring_drain_deliver_ms": float64(st.DrainDeliver.Microseconds()) / 1000,
-			"jit_ms": float64(st.JIT.Microseconds()) / 1000, "first_attach_ms": float64(st.FirstAttach.Microseconds()) / 1000})
+			"jit_ms": float64(st.JIT.Microseconds()) / 1000, "first_attach_ms": float64(st.FirstAttach.Microseconds()) / 1000,
+			"late_runtimes": st.LateRuntimes})
 		return
 	}
 	line := fmt.Sprintf("gpubpf: %d process(es); kernels instrumented: %s; skipped: %s; %d instrumented launches",

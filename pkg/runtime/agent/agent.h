@@ -160,6 +160,9 @@ extern struct kernel *g_kerns;
 extern size_t g_nkerns;
 
 HIDDEN uint64_t inv_add_module(int kind, void *handle, const void *image, const char *path);
+/* A module loaded before the agent came, learnt with one of its kernels: both
+ * are in the inventory before the tools hear of the module. */
+HIDDEN uint64_t inv_add_late_module(int kind, void *handle, int kkind, void *kernel, const char *name);
 HIDDEN void inv_module_unloaded(void *handle);
 HIDDEN uint64_t inv_module_id(void *handle);
 HIDDEN size_t inv_module_count(void);
@@ -341,7 +344,9 @@ struct late_target {
 };
 HIDDEN size_t late_targets(struct late_target **out); /* interpose.c; malloc'ed */
 HIDDEN int late_mode(void);     /* loaded into a running process (not preloaded) */
-HIDDEN int late_scan(void);     /* swap the program's cached driver pointers; returns how many */
+/* Swaps the program's cached driver pointers not swapped yet; returns how
+ * many, and names in obj (if given) the first object they were found in. */
+HIDDEN int late_scan(char *obj, size_t objsz);
 HIDDEN void late_restore(void); /* put them back (the last tool left) */
 /* A launch of handle h (CUfunction or CUkernel) while ACTIVE_DISCOVER is
  * set: an unknown handle gets its module and kernels inventoried and the

@@ -133,7 +133,10 @@ static void image_shape(const void *img, int *fmt, const uint8_t **start, uint64
 	}
 }
 
-uint64_t inv_add_module(int kind, void *handle, const void *image, const char *path)
+static void add_kernel_locked(void *handle, int kind, uint64_t mod_id, CUcontext ctx, void *parent, const char *name);
+
+/* Records a module; the tools hear of it from the caller (notify). */
+static uint64_t add_module(int kind, void *handle, const void *image, const char *path)
 {
 	int fmt = IF_UNKNOWN;
 	const uint8_t *start = NULL;
@@ -198,6 +201,31 @@ uint64_t inv_add_module(int kind, void *handle, const void *image, const char *p
 	pthread_mutex_unlock(&g_mu);
 	DBG("module %llu loaded (kind %d, format %d, %llu bytes%s%s)", (unsigned long long)id, kind, fmt,
 	    (unsigned long long)size, path ? ", " : "", path ? path : "");
+	return id;
+}
+
+uint64_t inv_add_module(int kind, void *handle, const void *image, const char *path)
+{
+	uint64_t id = add_module(kind, handle, image, path);
+	if (id)
+		server_notify_module(id);
+	return id;
+}
+
+uint64_t inv_add_late_module(int kind, void *handle, int kkind, void *kernel, const char *name)
+{
+	uint64_t id = add_module(kind, handle, NULL, NULL);
+	if (!id)
+		return 0;
+	pthread_mutex_lock(&g_mu);
+	CUcontext ctx = NULL;
+	struct module *m = module_by_handle(handle);
+	if (m)
+		ctx = m->ctx;
+	add_kernel_locked(kernel, kkind, id, kkind == KK_FUNCTION ? ctx : NULL, NULL, name);
+	pthread_mutex_unlock(&g_mu);
+	/* the tool lists the module's kernels as it hears of it: the name
+	 * is in the inventory by then */
 	server_notify_module(id);
 	return id;
 }
@@ -268,6 +296,13 @@ static void add_kernel_locked(void *handle, int kind, uint64_t mod_id, CUcontext
 
 void inv_add_kernel(void *handle, int kind, void *module_handle, void *parent, const char *name)
 {
+	if (module_handle && !inv_module_id(module_handle)) {
+		/* looked up in a module loaded before the agent came (-p
+		 * injected it): the tools hear of the module now, with this
+		 * kernel, and can say whether they can instrument it */
+		inv_add_late_module(kind == KK_KERNEL ? MK_LIBRARY_DATA : MK_MODULE_DATA, module_handle, kind, handle, name);
+		return;
+	}
 	CUcontext ctx = NULL;
 	if (kind == KK_FUNCTION && drv_init() == 0)
 		D.cuCtxGetCurrent(&ctx);

@@ -149,7 +149,7 @@ static int search(uintptr_t lo, uintptr_t hi, int ro, const struct target *t, si
 	return n;
 }
 
-int late_scan(void)
+int late_scan(char *obj, size_t objsz)
 {
 	if (!late_mode() || !cuda_loaded()) {
 		DBG("late_scan: late %d, libcuda loaded %d", late_mode(), cuda_loaded());
@@ -207,7 +207,10 @@ int late_scan(void)
 		int ro = perms[1] != 'w';
 		if (ro && !file)
 			continue;
-		n += search(lo, hi, ro, t, nt);
+		int k = search(lo, hi, ro, t, nt);
+		if (k && obj && objsz && !obj[0])
+			snprintf(obj, objsz, "%s", prev);
+		n += k;
 	}
 	fclose(f);
 	pthread_mutex_unlock(&late_mu);
@@ -307,9 +310,12 @@ void late_discover(void *h)
 		if (!id) {
 			/* loaded before the agent: its image is unknown here
 			 * (the tool finds it in the files the process maps) */
-			id = inv_add_module(mkind, mod, NULL, NULL);
+			id = inv_add_late_module(mkind, mod, kind, h, name);
 			DBG("late: module %p of %s (loaded before the agent) is module %llu", mod, name,
 			    (unsigned long long)id);
+			if (id)
+				server_hold(id); /* tools instrument it, maybe before this launch */
+			return;
 		}
 	}
 	inv_add_kernel(h, kind, mod, NULL, name);

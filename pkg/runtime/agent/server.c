@@ -53,6 +53,7 @@ enum {
 	NOTE_PROBE_FAILED = 0x41,
 	NOTE_UNLOADING = 0x42,
 	NOTE_DEVICE = 0x43,
+	NOTE_LATE_TABLES = 0x44,
 };
 
 enum { ST_OK = 0, ST_BAD_REQUEST = 1, ST_NOT_FOUND = 2, ST_CUDA = 3, ST_UNSUPPORTED = 4, ST_INTERNAL = 5 };
@@ -222,6 +223,10 @@ struct session {
 		CUcontext ctx;
 		CUstream s;
 	} streams[16]; /* our own non-blocking stream per context */
+	/* driver pointers a rescan found after this tool came (a CUDA
+	 * runtime that started after an injection): NOTE_LATE_TABLES */
+	uint32_t late_new;
+	char late_obj[256];
 	int nfail;
 	struct failure fails[32];
 	struct clk clocks[16];
@@ -929,6 +934,71 @@ static int ptx_isa_max(int v)
 	return 90 + (maj - 13) * 10 + (min > 9 ? 9 : min);
 }
 
+/* ---------------- rescans (late mode) ---------------- */
+
+/* An agent injected into a running program swaps the driver pointers the
+ * program's CUDA runtimes hold (late.c) when a tool comes. A runtime that
+ * starts after that (a shared library with its own static cudart, making
+ * its first CUDA call after the attach; a plugin dlopened later) fills a
+ * table of its own with the driver's pointers, and its launches would pass
+ * the agent by. Rescans find those: often at first, then every
+ * RESCAN_MAX_NS; the tools that were attached already hear which object,
+ * since its launches before the rescan went untraced. */
+#define RESCAN_FIRST_NS 100000000ull
+#define RESCAN_MAX_NS 2000000000ull
+static uint64_t g_rescan_at, g_rescan_every; /* g_mu */
+
+static void late_rescan(void)
+{
+	char obj[256] = "";
+	int n = late_scan(obj, sizeof(obj));
+	if (n <= 0)
+		return;
+	DBG("rescan: %d driver entry points of %s swapped", n, obj[0] ? obj : "?");
+	pthread_mutex_lock(&g_mu);
+	for (struct session *o = g_sessions; o; o = o->next) {
+		if (!o->hello)
+			continue;
+		if (!o->late_new)
+			snprintf(o->late_obj, sizeof(o->late_obj), "%s", obj);
+		o->late_new += (uint32_t)n;
+		wake(o);
+	}
+	pthread_mutex_unlock(&g_mu);
+}
+
+/* How long the session thread may sleep before the next rescan is due (-1:
+ * none is: not injected, or no tool has come). */
+static int rescan_wait_ms(void)
+{
+	if (late_mode() != 1)
+		return -1;
+	pthread_mutex_lock(&g_mu);
+	uint64_t at = g_rescan_at;
+	pthread_mutex_unlock(&g_mu);
+	if (!at)
+		return -1;
+	uint64_t now = mono_ns();
+	return now >= at ? 0 : (int)((at - now) / 1000000) + 1;
+}
+
+/* Runs the rescan if it is due (one session thread does). */
+static void rescan_if_due(void)
+{
+	pthread_mutex_lock(&g_mu);
+	uint64_t now = mono_ns();
+	int due = g_rescan_at && now >= g_rescan_at;
+	if (due) {
+		g_rescan_every = g_rescan_every ? g_rescan_every * 2 : RESCAN_FIRST_NS;
+		if (g_rescan_every > RESCAN_MAX_NS)
+			g_rescan_every = RESCAN_MAX_NS;
+		g_rescan_at = now + g_rescan_every;
+	}
+	pthread_mutex_unlock(&g_mu);
+	if (due)
+		late_rescan();
+}
+
 static void op_hello(struct session *s, struct rbuf *r, struct wbuf *w)
 {
 	uint32_t ver = rb_u32(r);
@@ -938,9 +1008,14 @@ static void op_hello(struct session *s, struct rbuf *r, struct wbuf *w)
 	if (inv_module_count() > 0)
 		register_exit_hold();
 	/* Loaded into a running process: reach its driver calls now, before
-	 * the tool goes on to instrument them. */
-	late_scan();
+	 * the tool goes on to instrument them (tools already here hear of
+	 * what is new), and look again from time to time. */
+	late_rescan();
 	pthread_mutex_lock(&g_mu);
+	if (late_mode() == 1 && !g_rescan_at) {
+		g_rescan_every = RESCAN_FIRST_NS;
+		g_rescan_at = mono_ns() + RESCAN_FIRST_NS;
+	}
 	s->hello = 1;
 	s->hold = (flags & 1) != 0;
 	pthread_cond_broadcast(&g_cond);
@@ -2610,6 +2685,12 @@ static int flush_notes(struct session *s)
 			wb_u64(&w, s->unload_id);
 			have = NOTE_UNLOADING;
 		}
+		if (!have && s->late_new) {
+			wb_u32(&w, s->late_new);
+			wb_str(&w, s->late_obj);
+			s->late_new = 0;
+			have = NOTE_LATE_TABLES;
+		}
 		if (!have && s->nfail) {
 			s->nfail--;
 			wb_u64(&w, s->fails[s->nfail].handle);
@@ -2699,11 +2780,15 @@ static void *session_main(void *arg)
 	for (;;) {
 		struct pollfd p[2] = {{s->fd, POLLIN, 0}, {s->efd, POLLIN, 0}};
 		t_ready = mono_ns();
-		int n = poll(p, 2, -1);
+		int n = poll(p, 2, rescan_wait_ms());
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
+		}
+		if (n == 0) {
+			rescan_if_due();
+			continue;
 		}
 		if (p[1].revents & POLLIN) {
 			uint64_t v;
@@ -2756,6 +2841,8 @@ static void *session_main(void *arg)
 			break;
 		}
 	int last = g_sessions == NULL;
+	if (last)
+		g_rescan_at = g_rescan_every = 0; /* no rescans without a tool */
 	pthread_cond_broadcast(&g_cond);
 	pthread_mutex_unlock(&g_mu);
 	if (last)

@@ -137,6 +137,9 @@ type Notification struct {
 	// holds it (bounded) until DeviceReady, so that the tool can place
 	// its maps and clones there first.
 	DeviceUsed *agentproto.Device
+	// LateTables: a CUDA runtime that started after the tool came was
+	// found (an injected agent's rescan); launches before then untraced.
+	LateTables *agentproto.LateTables
 }
 
 // Conn is a session with one agent. Methods may be called from several
@@ -371,6 +374,12 @@ func (c *Conn) readLoop() {
 				if c.autoDeviceReady {
 					go c.DeviceReady(d.Ordinal) // not from this goroutine: it reads the reply
 				}
+			case agentproto.NoteLateTables:
+				l := &agentproto.LateTables{}
+				if agentproto.Unmarshal(p, l) != nil {
+					continue
+				}
+				n.LateTables = l
 			default:
 				continue // a newer agent's notification
 			}

@@ -1019,6 +1019,18 @@ type ProbeFailed struct {
 func (m *ProbeFailed) Encode(e *Encoder) { e.U64(m.Kernel); e.I32(m.CUResult) }
 func (m *ProbeFailed) Decode(d *Decoder) { m.Kernel = d.U64(); m.CUResult = d.I32() }
 
+// LateTables (NoteLateTables): an agent injected into a running process
+// found, after this tool came, Count driver entry points a CUDA runtime in
+// Object keeps (it started after the attach): its launches before then
+// passed the agent by.
+type LateTables struct {
+	Count  uint32
+	Object string
+}
+
+func (m *LateTables) Encode(e *Encoder) { e.U32(m.Count); e.Str(m.Object) }
+func (m *LateTables) Decode(d *Decoder) { m.Count = d.U32(); m.Object = d.Str() }
+
 // ReplyFor returns a fresh reply value for op (nil: no fields).
 func ReplyFor(op Op) Message {
 	switch op {

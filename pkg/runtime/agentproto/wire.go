@@ -17,7 +17,7 @@ import (
 // Version is the protocol version this package speaks (sent in Hello).
 // 3: launch words in ActivateRequest, OpClock. 5: OpLaunch, Hello.Direct
 // and Hello.CUDAError. 8: SnapshotRequest.Flags. 9: Module.Device and
-// Module.Primary.
+// Module.Primary, NoteLateTables.
 const Version = 9
 
 // HeaderSize is the size of a frame header.
@@ -62,6 +62,7 @@ const (
 	NoteProbeFailed  Op = 0x41
 	NoteUnloading    Op = 0x42
 	NoteDeviceUsed   Op = 0x43
+	NoteLateTables   Op = 0x44 // version 9
 )
 
 var opNames = map[Op]string{
@@ -72,7 +73,7 @@ var opNames = map[Op]string{
 	OpStats: "stats", OpContinue: "continue", NoteModuleLoaded: "module-loaded",
 	NoteProbeFailed: "probe-failed", OpReleaseUnload: "release-unload", NoteUnloading: "unloading",
 	OpDeviceReady: "device-ready", NoteDeviceUsed: "device-used", OpRingDrain: "ring-drain",
-	OpClock: "clock", OpLaunch: "launch", OpLaunchEvents: "launch-events",
+	OpClock: "clock", OpLaunch: "launch", OpLaunchEvents: "launch-events", NoteLateTables: "late-tables",
 }
 
 func (o Op) String() string {

@@ -158,6 +158,9 @@ static CUresult (*graphadd)(void **, void *, const void *, size_t, const struct 
 static CUresult (*instantiate)(void **, void *, unsigned long long);
 static CUresult (*glaunch)(void *, void *);
 static void *modmod, *modfn; /* modload's module and kernel */
+/* the driver pointers of a CUDA runtime that starts late (rtinit): after an
+ * agent was injected, as a shared library's static cudart does */
+static void *late_tbl[1];
 /* a module loaded from PTX text at run time, as NVRTC, Numba and CuPy
  * users load theirs */
 static const char modptx[] = ".version 7.8\n.target sm_90\n.address_size 64\n\n"
@@ -353,11 +356,21 @@ int main(void)
 			if (r == 0)
 				r = getfn(&modfn, modmod, "_Z6modKerv");
 			printf("MODLOADED %d\n", r);
+		} else if (!strcmp(line, "modget\n")) {
+			/* modload's kernel looked up again */
+			CUresult (*getfn)(void **, void *, const char *) = get("cuModuleGetFunction", 0);
+			printf("MODGOT %d\n", modmod ? getfn(&modfn, modmod, "_Z6modKerv") : -1);
 		} else if (!strcmp(line, "modunload\n")) {
 			CUresult (*unload)(void *) = get("cuModuleUnload", 0);
 			CUresult r = modmod ? unload(modmod) : -1;
 			modmod = modfn = NULL;
 			printf("MODUNLOADED %d\n", r);
+		} else if (!strcmp(line, "rtinit\n")) {
+			__atomic_store_n(&late_tbl[0], dlsym(h, "cuLaunchKernel"), __ATOMIC_RELEASE);
+			printf("RTINIT %d\n", late_tbl[0] != NULL);
+		} else if (!strcmp(line, "rtlaunch\n")) {
+			launch_t l = (launch_t)__atomic_load_n(&late_tbl[0], __ATOMIC_ACQUIRE);
+			printf("RTLAUNCHED %d\n", l ? l(k, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) : -1);
 		} else if (!strcmp(line, "modlaunch\n")) {
 			printf("MODLAUNCHED %d\n", modfn ? launch(modfn, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL) : -1);
 		} else if (!strcmp(line, "ctx\n")) {

@@ -25,6 +25,7 @@ typedef struct obj {
 	char name[64];
 	int np;      /* parameters the PTX declares (loaded modules only) */
 	int psz[8];  /* their sizes in bytes */
+	void *owner; /* a loaded module's function: its module */
 } obj;
 
 static obj ctx0 = {1, "ctx0"};
@@ -182,7 +183,7 @@ CUresult cuFuncGetModule(void **m, void *f)
 {
 	if (((obj *)f)->magic != 4)
 		return 400;
-	*m = &mod0;
+	*m = ((obj *)f)->owner ? ((obj *)f)->owner : &mod0;
 	return 0;
 }
 CUresult cuKernelGetFunction(void **f, void *k) { *f = &funcs[(obj *)k - kerns]; return 0; }
@@ -225,6 +226,7 @@ CUresult cuModuleLoadDataEx(void **m, const void *img, unsigned n, int *o, void 
 		p += 7;
 		obj *f = &md->fn[md->n++];
 		f->magic = 4;
+		f->owner = md;
 		int k = 0;
 		while (*p && *p != '(' && *p != ' ' && *p != '\n' && k < 63)
 			f->name[k++] = *p++;
