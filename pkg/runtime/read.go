@@ -372,9 +372,9 @@ type MapCopy struct {
 	// module loaded in a device's primary context (cudart's: the
 	// executable's and its libraries' kernels, PTX and cubins loaded at run
 	// time) shares one copy, Ctx 0.
-	Ctx  uint64
-	Kind gpumap.Kind // Invalid for kernel maps
-	Place  gpumap.Placement
+	Ctx   uint64
+	Kind  gpumap.Kind // Invalid for kernel maps
+	Place gpumap.Placement
 	// Data is the map's memory (header included) for GPU maps; nil for
 	// kernel maps, which are read through Kernel.
 	Data   []byte
