@@ -321,9 +321,10 @@ func (p *Process) watch() {
 				if obj == "" {
 					obj = "an object of the process"
 				}
-				p.s.warnf("process %d: a CUDA runtime in %s started after the attach; the agent reaches its launches from now on, and those it made before (within about 2 s) were not traced", p.PID, obj)
+				what := fmt.Sprintf("process %d: %s bound %d CUDA driver entry point(s) after the attach (a CUDA runtime that started late, or calls bound lazily): launches through them until the agent found them (at most 2 s) were not traced", p.PID, obj, n.LateTables.Count)
+				p.s.warnf("%s", what)
 				p.s.mu.Lock()
-				p.s.stats.LateRuntimes = append(p.s.stats.LateRuntimes, obj)
+				p.s.stats.NotTraced = append(p.s.stats.NotTraced, what)
 				p.s.mu.Unlock()
 			case n.Unloading != 0:
 				p.lastLook()
@@ -590,10 +591,14 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 			p.s.logf("process %d: module %d (%s): %v", p.PID, m.ID, m.Format, err)
 		}
 		// the kernels of it the user asked for are left out: the
-		// account says which and why
-		for _, k := range p.targetedKernels(m.ID, inv) {
+		// account says which and why (also once another module's
+		// kernel of the same name is instrumented)
+		if ks := p.targetedKernels(m.ID, inv); len(ks) > 0 {
 			p.s.mu.Lock()
-			p.s.stats.KernelsSkipped[k] = err.Error()
+			for _, k := range ks {
+				p.s.stats.KernelsSkipped[k] = err.Error()
+			}
+			p.s.stats.NotTraced = append(p.s.stats.NotTraced, fmt.Sprintf("process %d, module %d (%s): %v", p.PID, m.ID, strings.Join(ks, ", "), err))
 			p.s.mu.Unlock()
 		}
 		return

@@ -291,9 +291,12 @@ type Stats struct {
 	JIT             time.Duration     // time spent in the driver JIT, all clones
 	Clones          int
 	ProbeFailures   []string
-	// LateRuntimes: objects whose CUDA runtime started after an injected
-	// agent came: their launches until its rescan found them went untraced.
-	LateRuntimes    []string
+	// NotTraced says what the trace could not see, in words: a module
+	// loaded before an injected agent came whose code nothing holds; driver
+	// entry points an object bound after the attach (a CUDA runtime that
+	// started late), whose launches went untraced until the agent found
+	// them.
+	NotTraced       []string
 	firstAttachDone bool
 }
 
@@ -572,7 +575,7 @@ func (s *Session) Stats() Stats {
 	st.KernelsSeen = copyMap(s.stats.KernelsSeen)
 	st.MapErrors = copyMap(s.stats.MapErrors)
 	st.ProbeFailures = append([]string(nil), s.stats.ProbeFailures...)
-	st.LateRuntimes = append([]string(nil), s.stats.LateRuntimes...)
+	st.NotTraced = append([]string(nil), s.stats.NotTraced...)
 	s.mu.Unlock()
 	for _, p := range procs {
 		p.addStats(&st)

@@ -293,8 +293,8 @@ func KernelAccount(a *Account, st runtime.Stats) {
 	if len(st.KernelsSkipped) > 0 {
 		a.Note(SkippedAccount(st.KernelsSkipped))
 	}
-	if n := len(st.LateRuntimes); n > 0 {
-		a.Note(fmt.Sprintf("%d CUDA runtime(s) started after the attach (%s): their launches before the agent found them were not traced", n, strings.Join(st.LateRuntimes, ", ")))
+	for _, what := range st.NotTraced {
+		a.Note("not traced: " + what)
 	}
 	if st.RecordsProduced > 0 || st.RingPending > 0 {
 		a.Note(RecordAccount(st))

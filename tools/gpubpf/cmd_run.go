@@ -494,7 +494,7 @@ func (o *runOutput) summary(st runtime.Stats) {
 			"ring_drain_agent_busy_ms": float64(st.DrainAgentBusy.Microseconds()) / 1000, "ring_drain_agent_post_ms": float64(st.DrainAgentPost.Microseconds()) / 1000, "ring_drain_to_agent_ms": float64(st.DrainToAgent.Microseconds()) / 1000, "ring_drain_from_agent_ms": float64(st.DrainFromAgent.Microseconds()) / 1000,
 			"ring_drain_scan_ms": float64(st.DrainScan.Microseconds()) / 1000, "ring_drain_deliver_ms": float64(st.DrainDeliver.Microseconds()) / 1000,
 			"jit_ms": float64(st.JIT.Microseconds()) / 1000, "first_attach_ms": float64(st.FirstAttach.Microseconds()) / 1000,
-			"late_runtimes": st.LateRuntimes})
+			"not_traced": st.NotTraced})
 		return
 	}
 	line := fmt.Sprintf("gpubpf: %d process(es); kernels instrumented: %s; skipped: %s; %d instrumented launches",
@@ -509,6 +509,9 @@ func (o *runOutput) summary(st runtime.Stats) {
 	fmt.Fprintln(os.Stderr, line)
 	for _, f := range st.ProbeFailures {
 		fmt.Fprintln(os.Stderr, "gpubpf: "+f)
+	}
+	for _, f := range st.NotTraced {
+		fmt.Fprintln(os.Stderr, "gpubpf: not traced: "+f)
 	}
 }
 

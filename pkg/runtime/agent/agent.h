@@ -345,7 +345,7 @@ struct late_target {
 HIDDEN size_t late_targets(struct late_target **out); /* interpose.c; malloc'ed */
 HIDDEN int late_mode(void);     /* loaded into a running process (not preloaded) */
 /* Swaps the program's cached driver pointers not swapped yet; returns how
- * many, and names in obj (if given) the first object they were found in. */
+ * many, and names in obj (if given) the objects they were found in. */
 HIDDEN int late_scan(char *obj, size_t objsz);
 HIDDEN void late_restore(void); /* put them back (the last tool left) */
 /* A launch of handle h (CUfunction or CUkernel) while ACTIVE_DISCOVER is

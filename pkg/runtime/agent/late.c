@@ -84,6 +84,11 @@ static int skip_object(const char *path, const char *self)
 	base = base ? base + 1 : path;
 	if (self[0] && strcmp(path, self) == 0)
 		return 1;
+	/* shared memory (a tool's memfds) and device files (the driver's own
+	 * mappings) are no program's data; the anonymous memory after them is
+	 * no object's .bss either */
+	if (strncmp(path, "/memfd:", 7) == 0 || strncmp(path, "/dev/", 5) == 0 || strncmp(path, "/SYSV", 5) == 0)
+		return 1;
 	return strncmp(base, "libcuda.so", 10) == 0 || strncmp(base, "libc.so", 7) == 0 ||
 	       strncmp(base, "libc-", 5) == 0 || strncmp(base, "ld-linux", 8) == 0 ||
 	       strncmp(base, "libpthread", 10) == 0 || strncmp(base, "libdl.", 6) == 0 ||
@@ -208,8 +213,10 @@ int late_scan(char *obj, size_t objsz)
 		if (ro && !file)
 			continue;
 		int k = search(lo, hi, ro, t, nt);
-		if (k && obj && objsz && !obj[0])
-			snprintf(obj, objsz, "%s", prev);
+		if (k && obj && objsz && !strstr(obj, prev)) {
+			size_t used = strlen(obj);
+			snprintf(obj + used, objsz - used, "%s%s", used ? ", " : "", prev);
+		}
 		n += k;
 	}
 	fclose(f);

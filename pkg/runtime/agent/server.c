@@ -226,7 +226,7 @@ struct session {
 	/* driver pointers a rescan found after this tool came (a CUDA
 	 * runtime that started after an injection): NOTE_LATE_TABLES */
 	uint32_t late_new;
-	char late_obj[256];
+	char late_obj[1024];
 	int nfail;
 	struct failure fails[32];
 	struct clk clocks[16];
@@ -950,7 +950,7 @@ static uint64_t g_rescan_at, g_rescan_every; /* g_mu */
 
 static void late_rescan(void)
 {
-	char obj[256] = "";
+	char obj[sizeof(((struct session *)0)->late_obj)] = "";
 	int n = late_scan(obj, sizeof(obj));
 	if (n <= 0)
 		return;
@@ -961,6 +961,10 @@ static void late_rescan(void)
 			continue;
 		if (!o->late_new)
 			snprintf(o->late_obj, sizeof(o->late_obj), "%s", obj);
+		else if (!strstr(o->late_obj, obj)) {
+			size_t used = strlen(o->late_obj);
+			snprintf(o->late_obj + used, sizeof(o->late_obj) - used, ", %s", obj);
+		}
 		o->late_new += (uint32_t)n;
 		wake(o);
 	}
