@@ -42,14 +42,10 @@ func TestAttachBareUprobes(t *testing.T) {
 		cmd := exec.Command(tool, "run", "-d", "5", obj, "--", "sh", "-c", "touch "+marker)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
-		t0 := time.Now()
 		err := cmd.Run()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
 			t.Fatalf("exit %v, want status 1\n%s", err, stderr.String())
-		}
-		if d := time.Since(t0); d > 3*time.Second {
-			t.Errorf("refusing took %v", d)
 		}
 		for _, want := range []string{filepath.Base(obj), `enter (section "uprobe")`, `leave (section "uretprobe")`,
 			`SEC("uprobe/libcudart.so:cudaLaunchKernel")`, "--attach NAME=SYMBOL[@PATH]"} {

@@ -141,8 +141,11 @@ func TestDeactivateKeepsCounts(t *testing.T) {
 // machine the agent's first driver call (an allocation) starved on a driver
 // lock the launching threads took in turn (fault case 2d: 8 threads, no
 // answer within 30 s). The stand-in driver models that lock
-// (FAKECUDA_DRIVER_LOCK); the agent's own requests must still finish
-// promptly, and the program's launches go on.
+// (FAKECUDA_DRIVER_LOCK) and counts the launches that took it while one of
+// the agent's operations waited: the agent's requests must get through
+// long before the storm ends (starved, they wait through all of it), and the
+// program's launches go on. Counted, not timed: a busy machine slows the
+// storm and the requests alike.
 func TestAttachWhileManyThreadsLaunch(t *testing.T) {
 	f := build(t)
 	a, c := f.startDialed(t, "FAKECUDA_DRIVER_LOCK=1")
@@ -160,12 +163,14 @@ func TestAttachWhileManyThreadsLaunch(t *testing.T) {
 		}
 	}
 	took := time.Since(start)
-	n, _ := strconv.Atoi(strings.TrimPrefix(a.expect("STORMED "), "STORMED "))
-	t.Logf("5 allocations and writes while 8 threads launched: %v; %d launches", took, n)
-	if took > 2*time.Second {
-		t.Fatalf("5 allocations and writes took %v while 8 threads launched: starved on the driver lock", took)
-	}
+	f2 := strings.Fields(a.expect("STORMED "))
+	n, _ := strconv.Atoi(f2[1])
+	overtook, _ := strconv.Atoi(f2[2])
+	t.Logf("5 allocations and writes while 8 threads launched: %v; %d launches, %d of them while an allocation or write waited", took, n, overtook)
 	if n == 0 {
 		t.Fatal("the program's threads launched nothing")
+	}
+	if overtook < 0 || overtook*4 > n {
+		t.Fatalf("5 allocations and writes waited through %d of the storm's %d launches: starved on the driver lock", overtook, n)
 	}
 }

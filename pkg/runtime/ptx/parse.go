@@ -1,6 +1,7 @@
 package ptx
 
 import (
+	"bytes"
 	"fmt"
 	"strconv"
 	"strings"
@@ -51,16 +52,19 @@ func lexMode(src string, lazy bool, firstLine int) ([]token, error) {
 	depth := 0 // braces opened inside the current statement
 	n := len(src)
 	start := 0 // first byte of the current statement (leading blanks skipped)
-	pre := ""  // text of the statement before a comment inside it, if any
+	// pre: the text of the statement before the comments inside it, if
+	// any (trimmed, one blank where each comment was); appended to, so a
+	// statement of many comments costs its length once
+	var pre []byte
 	hasText := false
 	cur := func(i int) string {
-		if pre != "" {
-			return pre + src[start:i]
+		if len(pre) > 0 {
+			return string(pre) + src[start:i]
 		}
 		return src[start:i]
 	}
 	trimmed := func(i int) string {
-		if !hasText && pre == "" {
+		if !hasText && len(pre) == 0 {
 			return ""
 		}
 		return strings.TrimSpace(cur(i))
@@ -68,18 +72,23 @@ func lexMode(src string, lazy bool, firstLine int) ([]token, error) {
 	// lead is the start of the statement, for prefix tests that must not
 	// cost O(statement) per character.
 	lead := func(i int) string {
-		if pre != "" {
-			return strings.TrimLeft(pre, " \t\r\n")
+		if len(pre) > 0 {
+			return string(pre[:min(len(pre), 32)])
 		}
 		return src[start:min(i, start+32)]
 	}
 	emit := func(k tokKind, text string, next int) {
 		toks = append(toks, token{k, text, curLine})
-		start, pre, hasText = next, "", false
+		start, pre, hasText = next, pre[:0], false
+	}
+	// dropComment drops a comment inside a statement, from i to next.
+	dropComment := func(i, next int) {
+		pre = append(bytes.TrimRight(append(pre, src[start:i]...), " \t\r\n"), ' ')
+		start = next
 	}
 	for i := 0; i < n; i++ {
 		c := src[i]
-		if !hasText && pre == "" {
+		if !hasText && len(pre) == 0 {
 			curLine = line
 			if c == ' ' || c == '\t' || c == '\r' || c == '\n' {
 				start = i + 1
@@ -100,11 +109,11 @@ func lexMode(src string, lazy bool, firstLine int) ([]token, error) {
 			if j < 0 {
 				j = n - i
 			}
-			if t := trimmed(i); t == "" {
+			if len(pre) == 0 && start == i { // nothing of a statement before it
 				curLine = line
 				emit(tComment, src[i:i+j], i+j)
 			} else {
-				pre, start = t+" ", i+j // a comment inside a statement is dropped
+				dropComment(i, i+j) // a comment inside a statement is dropped
 			}
 			i += j - 1
 		case c == '/' && i+1 < n && src[i+1] == '*':
@@ -113,11 +122,11 @@ func lexMode(src string, lazy bool, firstLine int) ([]token, error) {
 				return nil, &SyntaxError{line, "unterminated /* comment"}
 			}
 			text := src[i : i+2+j+2]
-			if t := trimmed(i); t == "" {
+			if len(pre) == 0 && start == i { // nothing of a statement before it
 				curLine = line
 				emit(tComment, text, i+len(text))
 			} else {
-				pre, start = t+" ", i+len(text)
+				dropComment(i, i+len(text))
 			}
 			line += strings.Count(text, "\n")
 			i += len(text) - 1
@@ -132,7 +141,7 @@ func lexMode(src string, lazy bool, firstLine int) ([]token, error) {
 			i += j + 1
 		case c == ';' && depth == 0:
 			emit(tStmt, trimmed(i), i+1)
-		case c == ':' && depth == 0 && i-start < 1024 && isIdent(trimmed(i)):
+		case c == ':' && depth == 0 && i-start < 1024 && len(pre) < 1024 && isIdent(trimmed(i)):
 			emit(tLabel, trimmed(i), i+1)
 		case c == '{' && depth > 0:
 			depth++

@@ -102,6 +102,7 @@ static gpa_t gpa;
  * driver's fakecuda_quiet), as a launch-bound program with many threads. */
 static void *storm_k;
 static long storm_ms, storm_launches;
+static long *storm_overtakes; /* the stand-in's fakecuda_overtakes */
 static int storm_n;
 static CUresult (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
 			     void **, void **);
@@ -128,7 +129,7 @@ static void *storm_main(void *quiet)
 	for (int i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
 	__atomic_store_n((int *)quiet, 0, __ATOMIC_RELAXED);
-	printf("STORMED %ld\n", storm_launches);
+	printf("STORMED %ld %ld\n", storm_launches, storm_overtakes ? __atomic_load_n(storm_overtakes, __ATOMIC_RELAXED) : -1L);
 	fflush(stdout);
 	return NULL;
 }
@@ -332,6 +333,9 @@ int main(void)
 			int *quiet = dlsym(h, "fakecuda_quiet");
 			pthread_t th;
 			storm_k = k;
+			storm_overtakes = dlsym(h, "fakecuda_overtakes");
+			if (storm_overtakes)
+				__atomic_store_n(storm_overtakes, 0, __ATOMIC_RELAXED);
 			launch_fn = launch;
 			storm_launches = 0;
 			if (!quiet || sscanf(line + 6, "%d %ld", &storm_n, &storm_ms) != 2 ||

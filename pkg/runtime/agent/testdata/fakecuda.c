@@ -416,6 +416,10 @@ static CUresult direct_launch(obj *f, unsigned gx, unsigned gy, unsigned gz, uns
  * many threads starve them. fakecuda_quiet (set by the app) makes launches
  * print nothing. */
 int fakecuda_quiet;
+/* launches that took the lock while an exclusive operation waited for it:
+ * how long the agent's requests were starved, in launches, not in time */
+long fakecuda_overtakes;
+static int drv_writers; /* exclusive operations waiting for the lock */
 static pthread_rwlock_t drv_lock = PTHREAD_RWLOCK_INITIALIZER;
 static int drv_lock_on = -1;
 static int drv_locking(void)
@@ -427,9 +431,11 @@ static int drv_locking(void)
 static void drv_exclusive(int on)
 {
 	if (drv_locking()) {
-		if (on)
+		if (on) {
+			__atomic_add_fetch(&drv_writers, 1, __ATOMIC_RELAXED);
 			pthread_rwlock_wrlock(&drv_lock);
-		else
+			__atomic_sub_fetch(&drv_writers, 1, __ATOMIC_RELAXED);
+		} else
 			pthread_rwlock_unlock(&drv_lock);
 	}
 }
@@ -439,6 +445,8 @@ static void drv_launch_hold(void)
 		return;
 	struct timespec t0, t;
 	pthread_rwlock_rdlock(&drv_lock);
+	if (__atomic_load_n(&drv_writers, __ATOMIC_RELAXED))
+		__atomic_add_fetch(&fakecuda_overtakes, 1, __ATOMIC_RELAXED);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	do
 		clock_gettime(CLOCK_MONOTONIC, &t);
