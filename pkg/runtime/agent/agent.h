@@ -243,7 +243,7 @@ extern int g_active; /* fast-path flags: */
 #define ACTIVE_GATE 4     /* a tool request is in the driver: see drv_gate */
 #define ACTIVE_EVENTS 8   /* a tool takes every launch as an event (events.c) */
 /* Called by the launch paths: pauses the calling thread (bounded) while a
- * tool request has waited long in the driver (server.c). */
+ * tool request has waited long in the driver (gate.c). */
 HIDDEN void drv_gate(void);
 extern pthread_rwlock_t g_rw;
 HIDDEN CUfunction probe_lookup(void *f, struct activation **out); /* g_rw read held */
@@ -300,7 +300,7 @@ HIDDEN void gw_instantiated(CUgraphExec x, CUgraph g);    /* x runs g's nodes (i
 HIDDEN int gw_any(void);                                  /* some graph has a word */
 HIDDEN void gw_reset(void);                               /* fork child */
 
-/* ---- server (server.c) ---- */
+/* ---- control socket (server.h: session.c, context.c, ops.c, ...) ---- */
 struct session;
 HIDDEN void server_start(void);
 HIDDEN void server_ensure(void);
@@ -314,7 +314,7 @@ extern HIDDEN __thread int g_agent_thread;
 HIDDEN void server_notify_failure(struct activation *a, CUresult r);
 HIDDEN void server_hold(uint64_t id);
 HIDDEN void server_device_used(CUdevice dev);
-/* The application destroys a context (server.c): server_ctx_lock holds
+/* The application destroys a context (context.c): server_ctx_lock holds
  * every tool request off meanwhile; server_ctx_gone (lock held) makes the
  * sessions forget what they had in c without touching it; server_ctx_born
  * clears a handle the driver hands out again. */

@@ -170,7 +170,10 @@ func TestAttachWhileManyThreadsLaunch(t *testing.T) {
 	if n == 0 {
 		t.Fatal("the program's threads launched nothing")
 	}
-	if overtook < 0 || overtook*4 > n {
+	// Starved, they wait through nearly all of it (92-95% measured); with
+	// the agent's gate 2-20% (the more other work keeps the CPUs busy,
+	// the more launches run before the request's thread gets one).
+	if overtook < 0 || overtook*2 > n {
 		t.Fatalf("5 allocations and writes waited through %d of the storm's %d launches: starved on the driver lock", overtook, n)
 	}
 }

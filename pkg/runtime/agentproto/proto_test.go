@@ -122,7 +122,7 @@ func FuzzDecode(f *testing.F) {
 	})
 }
 
-// The agent (server.c op_activate, op_clock) decodes these layouts field by
+// The agent (ops.c op_activate, clock.c op_clock) decodes these layouts field by
 // field: keep them byte for byte.
 func TestWireLayout(t *testing.T) {
 	a := Marshal(&ActivateRequest{Kernel: 1, CloneID: 2, Function: 3, LaunchWords: LaunchWords{Hidden: 2, Params: 5,

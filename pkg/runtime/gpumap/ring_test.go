@@ -10,7 +10,7 @@ import (
 // devRing is a CPU model of a device ring of N shards: reserve does, for
 // one warp in one shard, the arithmetic of the PTX __gpubpf_rb_reserve
 // (pkg/runtime/jit/runtime_ptx.go) on the same layout, and drain does what
-// the agent's ring-drain op does (pkg/runtime/agent/server.c), so that the
+// the agent's ring-drain op does (pkg/runtime/agent/ring.c), so that the
 // host reader is tested against records written exactly as the GPU writes
 // them.
 type devRing struct {
