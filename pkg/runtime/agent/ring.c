@@ -137,12 +137,13 @@ int ring_drain(struct session *s, uint32_t req, int dev, CUstream st, struct rbu
 		uint64_t old = ld64(c + RING_OFF_RELEASED), seen = ld64(c + RING_OFF_RESERVED);
 		rel[i] = rb_u64(r);
 		if (!r->err && (rel[i] < old || rel[i] > seen)) {
+			uint64_t bad = rel[i];
 			free(rel);
 			free(ptrs);
 			free(lens);
 			return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
 					  "ring-drain: shard %u: release %llu must be in [released %llu, reserved %llu]", i,
-					  (unsigned long long)rel[i], (unsigned long long)old, (unsigned long long)seen);
+					  (unsigned long long)bad, (unsigned long long)old, (unsigned long long)seen);
 		}
 	}
 	if (r->err) {
