@@ -12,25 +12,12 @@
 //   cubinScale  from the cubin module: SASS only, gpubpf must list it as
 //               skipped
 // Both compute a[i] = a[i] * 3 + i per launch; every output is checked.
-#include <cuda.h>
-
-#include "common.h"
+#include "drv.h"
 
 #include <cstring>
 #include <string>
 #include <unistd.h>
 #include <vector>
-
-#define DRV(call)                                                                                   \
-	do {                                                                                        \
-		CUresult r_ = (call);                                                               \
-		if (r_ != CUDA_SUCCESS) {                                                           \
-			const char *n_ = "?";                                                       \
-			cuGetErrorName(r_, &n_);                                                    \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, n_);          \
-			result(false, "reason=cuda_error call=%s error=%s", #call, n_);             \
-		}                                                                                   \
-	} while (0)
 
 static std::vector<char> slurp(const std::string &path, bool text)
 {

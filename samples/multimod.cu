@@ -20,9 +20,7 @@
 // anything: a tool attached with -p in between sees every launch, and the
 // last module load after its attach. Reads multimod_rt.ptx and
 // multimod_late.ptx from the directory of its executable.
-#include <cuda.h>
-
-#include "common.h"
+#include "drv.h"
 
 #include <cstring>
 #include <string>
@@ -31,17 +29,6 @@
 #include <vector>
 
 extern "C" int multimod_lib_run(unsigned *a, int n, int blocks, int threads, int launches);
-
-#define DRV(call)                                                                                   \
-	do {                                                                                        \
-		CUresult r_ = (call);                                                               \
-		if (r_ != CUDA_SUCCESS) {                                                           \
-			const char *n_ = "?";                                                       \
-			cuGetErrorName(r_, &n_);                                                    \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, n_);          \
-			result(false, "reason=cuda_error call=%s error=%s", #call, n_);             \
-		}                                                                                   \
-	} while (0)
 
 __global__ void exeScale(unsigned *a, int n, unsigned f)
 {
