@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -360,11 +361,16 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 	}
 	// The kernel's verifier judges every GPU program before anything is
 	// started: a program it refuses never reaches the GPU.
-	specs := make([]*ebpf.ProgramSpec, len(gpu))
-	for i, g := range gpu {
-		specs[i] = g.Spec
+	var refused []error
+	for _, g := range gpu {
+		if err := verify.ProgramWith(spec, g.Spec, verify.Options{Direct: g.Direct()}); err != nil {
+			if errors.Is(err, verify.ErrPrivileges) {
+				return nil, err
+			}
+			refused = append(refused, err)
+		}
 	}
-	if err := verify.Programs(spec, specs); err != nil {
+	if err := errors.Join(refused...); err != nil {
 		return nil, err
 	}
 	for _, g := range gpu {

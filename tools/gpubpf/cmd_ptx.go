@@ -67,7 +67,7 @@ func ptxCmd(c *cli.Context) error {
 		if want != "" && g.Spec.Name != want {
 			continue
 		}
-		if err := verify.Program(spec, g.Spec); errors.Is(err, verify.ErrPrivileges) {
+		if err := verify.ProgramWith(spec, g.Spec, verify.Options{Direct: g.Direct()}); errors.Is(err, verify.ErrPrivileges) {
 			// The text reaches no GPU: print it, unchecked, and say so.
 			fmt.Fprintf(c.App.ErrWriter, "gpubpf ptx: %s not checked: %v\n", g.Spec.Name, err)
 		} else if err != nil {

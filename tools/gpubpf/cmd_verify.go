@@ -43,7 +43,7 @@ func verifyCmd(c *cli.Context) error {
 			continue
 		}
 		n++
-		err := verify.Program(spec, g.Spec)
+		err := verify.ProgramWith(spec, g.Spec, verify.Options{Direct: g.Direct()})
 		var e *verify.Error
 		switch {
 		case err == nil:

@@ -138,6 +138,16 @@ func TestDirectRunEndToEnd(t *testing.T) {
 		t.Errorf("start line or account missing:\n%s", errOut)
 	}
 
+	// A loop whose bound comes from a map (bpftime's direct-run GEMM):
+	// refused as a probe, run as a direct program (the stand-in driver
+	// runs no PTX: the launch is what it shows).
+	loops := "../../pkg/runtime/verify/testdata/loops.bpf.o"
+	out, errOut, code, _ = gpubpf(nil, "run", "--direct", "--program", "data_bounded", "--map", "dims=[4]", loops)
+	if code != 0 || !strings.Contains(out, "DIRECT gpubpf_direct_data_bounded grid 1,1,1") {
+		t.Errorf("a direct program with a data-bounded loop: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	hostsLeft()
+
 	// A GPU the machine does not have.
 	_, errOut, code, _ = gpubpf(nil, "run", "--direct", "--device", "1", obj)
 	if code != 1 || errOut != "gpubpf: --device 1: this machine has 1 GPU(s) (0 Fake GPU); pick one of them\n" {

@@ -76,6 +76,8 @@ type Error struct {
 	// ByKernel is set when the kernel's verifier refused it (not one of
 	// this package's own checks).
 	ByKernel bool
+	// tooManyPaths: the kernel gave up on its pending branches (EFAULT).
+	tooManyPaths bool
 }
 
 func (e *Error) Error() string {
@@ -114,15 +116,61 @@ func Programs(spec *ebpf.CollectionSpec, progs []*ebpf.ProgramSpec) error {
 	return errors.Join(errs...)
 }
 
-// Program verifies one GPU program of spec.
+// Options say how a GPU program will run.
+type Options struct {
+	// Direct: the program runs as a kernel of its own in gpubpf's
+	// direct-run host (gpubpf run --direct), a process of its own that -d
+	// ends. A loop whose bound comes from data (a map value: bpftime's GEMM
+	// runs K times) is accepted there once the kernel's verifier has
+	// proven its memory accesses safe for any number of iterations. A
+	// probe runs inside the application's kernels and must end: its loops
+	// need bounds the verifier can prove.
+	Direct bool
+}
+
+// Program verifies one GPU program of spec as a probe.
 func Program(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) error {
+	return ProgramWith(spec, p, Options{})
+}
+
+// ProgramWith verifies one GPU program of spec, run as opts say.
+func ProgramWith(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec, opts Options) error {
 	if e := leak(spec, p); e != nil {
 		return e
 	}
-	tw, err := build(spec, p)
+	tw, err := build(spec, p, false)
 	if err != nil {
 		return err
 	}
+	err = tw.load()
+	var e *Error
+	if err == nil || !errors.As(err, &e) || !e.gaveUp() {
+		return err
+	}
+	// The verifier gave up on a loop. Checked again with every register
+	// the loop's body sets made an unknown number at its head, so that one
+	// pass over the body stands for every iteration: what it accepts is
+	// safe however many times the loop runs.
+	wide, werr := build(spec, p, true)
+	if werr != nil || wide.load() != nil {
+		return err
+	}
+	if opts.Direct {
+		return nil
+	}
+	e.Explain = "its loops are memory-safe for any number of iterations, but the verifier cannot prove they end (their bounds come from data: a map value, the kernel's arguments, the thread's index), and a probe runs inside the application's kernel, which a thread that never finishes hangs. Give each loop a constant upper bound as well (for (i = 0; i < 1024 && i < n; i++)); a direct run (gpubpf run --direct) accepts it as it is"
+	return e
+}
+
+// gaveUp reports a refusal because the verifier gave up on the number of
+// paths or instructions (a loop it cannot bound), not on an unsafe access.
+func (e *Error) gaveUp() bool {
+	return e.ByKernel && (e.tooManyPaths || tooLong.MatchString(e.Reason))
+}
+
+// load loads the twin into the kernel's verifier: nil, or why it refused.
+func (tw *twin) load() error {
+	p := tw.prog
 	coll, err := ebpf.NewCollectionWithOptions(tw.spec, ebpf.CollectionOptions{})
 	if err == nil {
 		coll.Close()
@@ -136,7 +184,7 @@ func Program(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) error {
 		// The kernel ends a search with too many pending branches ("the
 		// sequence of N jumps is too complex") with EFAULT, and cilium
 		// keeps no log for it.
-		return &Error{Program: p.Name, Section: p.SectionName, Insn: -1, Reason: err.Error(), ByKernel: true,
+		return &Error{Program: p.Name, Section: p.SectionName, Insn: -1, Reason: err.Error(), ByKernel: true, tooManyPaths: true,
 			Explain: "the verifier gave up: the program has too many paths to check (usually a loop with branches inside, run many times); move the loop body into a global (non-static) __noinline function, which the verifier checks once, or give the loop a smaller constant bound"}
 	}
 	if errors.Is(err, os.ErrPermission) || errors.Is(err, ebpf.ErrNotSupported) && os.Geteuid() != 0 {
@@ -258,9 +306,14 @@ var gpuHelpers = map[asm.BuiltinFunc]rewrite{
 // GPUHelper reports whether the GPU compiler implements helper id.
 func GPUHelper(id asm.BuiltinFunc) bool { return gpuHelpers[id] != nil }
 
-// build makes p's twin.
-func build(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) (*twin, error) {
+// build makes p's twin; widen: at the head of each loop, every register
+// the loop's body sets becomes an unknown number (widened).
+func build(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec, widen bool) (*twin, error) {
 	tw := &twin{prog: p}
+	var heads map[int][]asm.Register
+	if widen {
+		heads = loopHeads(p.Instructions)
+	}
 	insns := make(asm.Instructions, 0, len(p.Instructions)+8)
 	// newAt[i] is the twin's raw offset of program instruction i, last[i]
 	// its last twin; oldRaw and oldAt the program's own offsets, to
@@ -289,6 +342,24 @@ func build(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) (*twin, error) {
 			emit(pro, -1)
 			newAt[0] = newRaw
 			ins = stripEntry(ins)
+		}
+		// Jumps to the head land here (newAt[i] is before it), the loop's
+		// back edge too. A may_goto (kernel 6.9) leaves the loop once the
+		// kernel's iteration budget is spent, as the GPU's budget would:
+		// the verifier then checks the body until its state stops
+		// changing instead of once per iteration, and the widening makes
+		// it stop: every register the body sets is an unknown number (the
+		// ctx twin's content, which the verifier does not know) at the
+		// head.
+		if rs, ok := heads[i]; ok {
+			emit(asm.Instruction{OpCode: mayGoto, Offset: 1}, i)                  // spent: to the exit below
+			emit(asm.Instruction{OpCode: asm.Ja.Op(asm.ImmSource), Offset: 2}, i) // else: the widening
+			emit(asm.Mov.Imm(asm.R0, 0), i)
+			emit(asm.Return(), i)
+			for _, r := range rs {
+				emit(asm.LoadMapValue(r, 0, 0).WithReference(ctxMap), i)
+				emit(asm.LoadMem(r, r, 0, asm.DWord), i)
+			}
 		}
 		if ins.IsBuiltinCall() {
 			id := asm.BuiltinFunc(ins.Constant)
@@ -360,6 +431,58 @@ func build(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) (*twin, error) {
 		tw.spec.Maps[name] = m
 	}
 	return tw, nil
+}
+
+// mayGoto is BPF_JMP | BPF_JCOND | BPF_K with src BPF_MAY_GOTO (0): a
+// conditional jump the kernel takes once a loop's iteration budget is
+// spent.
+const mayGoto = asm.OpCode(0xe5)
+
+// loopHeads finds the loops of insns (a jump back to an instruction at or
+// before it: the loop's head) and, for each head, the registers that an
+// instruction of the loop's body sets (not through a call, whose scratch
+// registers the verifier makes unreadable anyway). A head that begins a
+// function is left as it is. Widening a register to an unknown number can
+// only lose what the verifier knows: a pointer becomes a number it refuses
+// to dereference, a number any value, so what it accepts stays safe.
+func loopHeads(insns asm.Instructions) map[int][]asm.Register {
+	at, raw := offsets(insns)
+	set := map[int]map[asm.Register]bool{}
+	for i, ins := range insns {
+		if !isJump(ins) {
+			continue
+		}
+		t, ok := at[raw[i]+1+jumpOffset(ins)]
+		if !ok || t > i || insns[t].Symbol() != "" {
+			continue
+		}
+		if set[t] == nil {
+			set[t] = map[asm.Register]bool{}
+		}
+		for k := t; k <= i; k++ {
+			if r, ok := setsRegister(insns[k]); ok {
+				set[t][r] = true
+			}
+		}
+	}
+	heads := map[int][]asm.Register{}
+	for t, rs := range set {
+		for r := asm.R0; r < asm.R10; r++ {
+			if rs[r] {
+				heads[t] = append(heads[t], r)
+			}
+		}
+	}
+	return heads
+}
+
+// setsRegister is the register an ALU operation or a load sets.
+func setsRegister(ins asm.Instruction) (asm.Register, bool) {
+	switch c := ins.OpCode.Class(); {
+	case c.IsALU(), c == asm.LdXClass, c == asm.LdClass:
+		return ins.Dst, ins.Dst != asm.R10
+	}
+	return 0, false
 }
 
 // stripEntry returns ins without the symbol and function info the

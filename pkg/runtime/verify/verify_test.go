@@ -45,7 +45,7 @@ func TestRefusesUnsafe(t *testing.T) {
 	want := map[string]string{
 		"null_deref":     "without checking it for NULL",
 		"stack_by_tid":   "stack outside its frame",
-		"endless":        "run forever",
+		"endless":        "cannot prove they end",
 		"leak_store":     "copies a pointer",
 		"leak_update":    "copies a pointer",
 		"ctx_far":        "outside its size",
@@ -78,6 +78,42 @@ func TestRefusesUnsafe(t *testing.T) {
 				t.Errorf("message does not name the program and its section")
 			}
 		})
+	}
+}
+
+// A loop whose bound comes from a map value (bpftime's direct-run GEMM):
+// the verifier cannot bound it, so it is checked once for every iteration
+// (the registers its body sets made unknown at its head). A direct run
+// accepts it; a probe, which must end, is told why not; an unsafe access
+// inside such a loop is refused either way.
+func TestDataBoundedLoops(t *testing.T) {
+	needRoot(t)
+	spec, _ := gpuPrograms(t, "testdata/loops.bpf.o")
+	prog := func(name string) *ebpf.ProgramSpec {
+		p := spec.Programs[name]
+		if p == nil {
+			t.Fatalf("loops.bpf.o has no program %s", name)
+		}
+		return p
+	}
+	if err := verify.ProgramWith(spec, prog("data_bounded"), verify.Options{Direct: true}); err != nil {
+		t.Fatalf("direct run of a data-bounded loop: %v", err)
+	}
+	var e *verify.Error
+	err := verify.ProgramWith(spec, prog("data_bounded_probe"), verify.Options{})
+	if !errors.As(err, &e) || !strings.Contains(e.Explain, "cannot prove they end") || !strings.Contains(e.Explain, "gpubpf run --direct") {
+		t.Fatalf("probe with a data-bounded loop: %v, want refused as one that may not end, naming direct runs", err)
+	}
+	// the same object's probe, as a direct program, is the same loop: the
+	// widening, not the section, makes the difference
+	if err := verify.ProgramWith(spec, prog("data_bounded_probe"), verify.Options{Direct: true}); err != nil {
+		t.Fatalf("the probe's loop, checked as a direct run: %v", err)
+	}
+	for _, direct := range []bool{false, true} {
+		err := verify.ProgramWith(spec, prog("data_bounded_unsafe"), verify.Options{Direct: direct})
+		if !errors.As(err, &e) || !strings.Contains(e.Source, "/* BAD */") || !strings.Contains(e.Error(), "stack") {
+			t.Fatalf("stack indexed by a data-bounded loop (direct %v): %v, want refused on the BAD line", direct, err)
+		}
 	}
 }
 
@@ -144,7 +180,7 @@ func TestAcceptsRepositoryPrograms(t *testing.T) {
 }
 
 // refusedOnPurpose are test objects of programs the GPU must refuse.
-var refusedOnPurpose = map[string]bool{"unsafe.bpf.o": true, "tailcall.bpf.o": true}
+var refusedOnPurpose = map[string]bool{"unsafe.bpf.o": true, "tailcall.bpf.o": true, "loops.bpf.o": true}
 
 func TestRefusesTailCall(t *testing.T) {
 	needRoot(t)

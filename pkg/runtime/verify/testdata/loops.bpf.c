@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// Loops whose bound comes from data (a map value), as bpftime's direct-run
+// GEMM has. The test (verify_test.go) checks that a direct run accepts them,
+// that a probe refuses them saying why, and that an unsafe access in such a
+// loop is refused either way on the line marked BAD.
+#include "types.h"
+#include <bpf/bpf_helpers.h>
+#include "gpu.h"
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
+
+GPUBPF_MAP(dims, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u32, 1);
+GPUBPF_MAP(mat, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, s32, 4096);
+GPUBPF_MAP(out, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, s64, 4096);
+
+/* out[row] = the dot product of mat's row and its first column, K long */
+static __always_inline int dot(void)
+{
+	u32 k0 = 0;
+	u32 *K = bpf_map_lookup_elem(&dims, &k0);
+	u64 x, y, z;
+
+	if (!K)
+		return 0;
+	bpf_get_thread_idx(&x, &y, &z);
+	u32 row = x;
+	s64 acc = 0;
+	for (u32 k = 0; k < *K; k++) {
+		u32 a = row * *K + k, b = k * *K;
+		s32 *ap = bpf_map_lookup_elem(&mat, &a);
+		s32 *bp = bpf_map_lookup_elem(&mat, &b);
+
+		acc += (s64)(ap ? *ap : 0) * (s64)(bp ? *bp : 0);
+	}
+	bpf_map_update_elem(&out, &row, &acc, BPF_ANY);
+	return 0;
+}
+
+SEC("kprobe/__directly_run")
+int data_bounded(void *ctx)
+{
+	return dot();
+}
+
+SEC("kprobe/vectorAdd")
+int data_bounded_probe(void *ctx)
+{
+	return dot();
+}
+
+/* The loop's index used on the stack: unsafe however the loop is bounded. */
+SEC("kprobe/__directly_run")
+int data_bounded_unsafe(void *ctx)
+{
+	u32 k0 = 0;
+	u32 *K = bpf_map_lookup_elem(&dims, &k0);
+	volatile s32 buf[8] = {};
+
+	if (!K)
+		return 0;
+	for (u32 k = 0; k < *K; k++) {
+		s32 *ap = bpf_map_lookup_elem(&mat, &k);
+
+		buf[k] = ap ? *ap : 0; /* BAD */
+	}
+	return buf[0];
+}
