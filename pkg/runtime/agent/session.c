@@ -426,7 +426,8 @@ static void rescan_if_due(void)
 		late_rescan();
 }
 
-/* Sends module-loaded and probe-failed notifications that are due. */
+/* Sends the notifications that are due: module-loaded, device-used,
+ * unloading, late-tables, probe-failed. */
 static int flush_notes(struct session *s)
 {
 	for (;;) {
