@@ -7,6 +7,8 @@
 #   2. gemm 64x64x64 over a 4x4 grid of 16x16 blocks, A and B from a
 #      --map-file, against a reference computed here in python (u32 wrap);
 #      and 48x64 (K = 32) over a 4x3 grid, to catch swapped rows and columns;
+#   2b. a loop whose bound is read from a map (bpftime's direct-run GEMM's
+#      shape) against a python reference;
 #   3. hello: its bpf_printk line arrives ("4 blocks of 256 threads");
 #   4. a GPU the machine does not have: a clear error, exit status 1;
 #   5. no host process is left running after the runs.
@@ -114,6 +116,38 @@ PY
 gemm gemm64 64 64 64 4,4
 gemm gemm48 48 64 32 4,3
 GEMM_NS=$(kernel_ns "$T/gemm64.out" gemm)
+
+# 2b. a loop bounded by data, as bpftime's direct-run GEMM has (K from a map;
+# pkg/runtime/verify/testdata/loops.bpf.c, data_bounded): thread x of one
+# block of 64 is a row, out[row] = sum over k < K of mat[row*K+k] * mat[k*K]
+LOOPS=pkg/runtime/verify/testdata/loops.bpf.o
+K=40
+python3 - "$T/loops.in.json" $K <<'PY'
+import json, sys
+k = int(sys.argv[2])
+json.dump({"dims": [k], "mat": [(i * 37 + 11) % 2001 - 1000 for i in range(64 * k)]}, open(sys.argv[1], "w"))
+PY
+timeout --kill-after=10 $TO gpubpf run -j --direct --program data_bounded --grid 1 --block 64 \
+	--map-file "$T/loops.in.json" --dump "$T/loops.json" "$LOOPS" >"$T/loops.out" 2>"$T/loops.err"
+rc=$?
+v=$(python3 - "$T/loops.in.json" "$T/loops.json" <<'PY'
+import json, sys
+i = json.load(open(sys.argv[1]))
+try:
+    d = json.load(open(sys.argv[2]))
+except Exception as e:
+    print("no dump: %s" % e); sys.exit()
+k, mat, out = i["dims"][0], i["mat"], d.get("out", [])
+at = lambda x: mat[x] if x < len(mat) else 0
+wrong = [r for r in range(64) if r >= len(out) or out[r] != sum(at(r * k + x) * at(x * k) for x in range(k))]
+print("ok" if not wrong else "%d of 64 rows wrong, first out[%d] = %s" % (len(wrong), wrong[0], out[wrong[0]] if wrong[0] < len(out) else None))
+PY
+)
+if [ $rc -eq 0 ] && [ "$v" = ok ]; then
+	ok "a loop bounded by a map value (K=$K): 64 rows equal the python reference; kernel $(kernel_ns "$T/loops.out" data_bounded) ns"
+else
+	bad "data-bounded loop: rc=$rc: $v"; tail -n 5 "$T/loops.out" "$T/loops.err"
+fi
 
 # 3. printk from a direct program
 timeout --kill-after=10 $TO gpubpf run -j --direct --program hello --threads 1024 "$OBJ" >"$T/hello.out" 2>"$T/hello.err"
