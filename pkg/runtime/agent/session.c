@@ -409,7 +409,11 @@ static int rescan_wait_ms(void)
 	return now >= at ? 0 : (int)((at - now) / 1000000) + 1;
 }
 
-/* Runs the rescan if it is due (one session thread does). */
+/* Runs the rescan if it is due (one session thread does). A scan reads
+ * every object's data: in a large process (PyTorch's libraries) the next one
+ * waits at least RESCAN_SHARE times as long as this one took, so rescans
+ * never take more than 1% of a CPU. */
+#define RESCAN_SHARE 100
 static void rescan_if_due(void)
 {
 	pthread_mutex_lock(&g_mu);
@@ -422,8 +426,14 @@ static void rescan_if_due(void)
 		g_rescan_at = now + g_rescan_every;
 	}
 	pthread_mutex_unlock(&g_mu);
-	if (due)
-		late_rescan();
+	if (!due)
+		return;
+	late_rescan();
+	uint64_t took = mono_ns() - now;
+	pthread_mutex_lock(&g_mu);
+	if (g_rescan_at && g_rescan_at < now + took * RESCAN_SHARE)
+		g_rescan_at = now + took * RESCAN_SHARE;
+	pthread_mutex_unlock(&g_mu);
 }
 
 /* Sends the notifications that are due: module-loaded, device-used,
