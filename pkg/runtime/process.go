@@ -321,7 +321,7 @@ func (p *Process) watch() {
 				if obj == "" {
 					obj = "an object of the process"
 				}
-				what := fmt.Sprintf("process %d: %s bound %d CUDA driver entry point(s) after the attach (a CUDA runtime that started late, or calls bound lazily): launches through them until the agent found them (at most 2 s) were not traced", p.PID, obj, n.LateTables.Count)
+				what := fmt.Sprintf("process %d: %s bound %d CUDA driver entry point(s) after the attach (a CUDA runtime that started late, or calls bound lazily): launches through them before the agent's rescan found them were not traced", p.PID, obj, n.LateTables.Count)
 				p.s.warnf("%s", what)
 				p.s.mu.Lock()
 				p.s.stats.NotTraced = append(p.s.stats.NotTraced, what)
