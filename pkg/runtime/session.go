@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -361,16 +360,11 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 	}
 	// The kernel's verifier judges every GPU program before anything is
 	// started: a program it refuses never reaches the GPU.
-	var refused []error
-	for _, g := range gpu {
-		if err := verify.ProgramWith(spec, g.Spec, verify.Options{Direct: g.Direct()}); err != nil {
-			if errors.Is(err, verify.ErrPrivileges) {
-				return nil, err
-			}
-			refused = append(refused, err)
-		}
+	checks := make([]verify.Check, len(gpu))
+	for i, g := range gpu {
+		checks[i] = verify.Check{Spec: g.Spec, Options: verify.Options{Direct: g.Direct()}}
 	}
-	if err := errors.Join(refused...); err != nil {
+	if err := verify.Programs(spec, checks); err != nil {
 		return nil, err
 	}
 	for _, g := range gpu {

@@ -100,13 +100,19 @@ func (e *Error) Error() string {
 	return b.String()
 }
 
-// Programs verifies the GPU programs progs of spec, each on its own twin.
-// It returns nil when the kernel accepts them all, and otherwise the
-// errors joined (an *Error for each refused program).
-func Programs(spec *ebpf.CollectionSpec, progs []*ebpf.ProgramSpec) error {
+// A Check is one GPU program to verify and how it will run.
+type Check struct {
+	Spec *ebpf.ProgramSpec
+	Options
+}
+
+// Programs verifies the GPU programs of spec that checks name, each on its
+// own twin. It returns nil when the kernel accepts them all, and otherwise
+// the errors joined (an *Error for each refused program).
+func Programs(spec *ebpf.CollectionSpec, checks []Check) error {
 	var errs []error
-	for _, p := range progs {
-		if err := Program(spec, p); err != nil {
+	for _, c := range checks {
+		if err := ProgramWith(spec, c.Spec, c.Options); err != nil {
 			if errors.Is(err, ErrPrivileges) {
 				return err
 			}
