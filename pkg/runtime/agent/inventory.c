@@ -135,8 +135,9 @@ static void image_shape(const void *img, int *fmt, const uint8_t **start, uint64
 
 static void add_kernel_locked(void *handle, int kind, uint64_t mod_id, CUcontext ctx, void *parent, const char *name);
 
-/* Records a module; the tools hear of it from the caller (notify). */
-static uint64_t add_module(int kind, void *handle, const void *image, const char *path)
+/* Records a module (and sets *ctxp, if given, to the context it was
+ * loaded in); the tools hear of it from the caller (notify). */
+static uint64_t add_module(int kind, void *handle, const void *image, const char *path, CUcontext *ctxp)
 {
 	int fmt = IF_UNKNOWN;
 	const uint8_t *start = NULL;
@@ -199,6 +200,8 @@ static uint64_t add_module(int kind, void *handle, const void *image, const char
 	m->path = path ? strdup(path) : NULL;
 	uint64_t id = m->id;
 	pthread_mutex_unlock(&g_mu);
+	if (ctxp)
+		*ctxp = ctx;
 	DBG("module %llu loaded (kind %d, format %d, %llu bytes%s%s)", (unsigned long long)id, kind, fmt,
 	    (unsigned long long)size, path ? ", " : "", path ? path : "");
 	return id;
@@ -206,7 +209,7 @@ static uint64_t add_module(int kind, void *handle, const void *image, const char
 
 uint64_t inv_add_module(int kind, void *handle, const void *image, const char *path)
 {
-	uint64_t id = add_module(kind, handle, image, path);
+	uint64_t id = add_module(kind, handle, image, path, NULL);
 	if (id)
 		server_notify_module(id);
 	return id;
@@ -214,14 +217,11 @@ uint64_t inv_add_module(int kind, void *handle, const void *image, const char *p
 
 uint64_t inv_add_late_module(int kind, void *handle, int kkind, void *kernel, const char *name)
 {
-	uint64_t id = add_module(kind, handle, NULL, NULL);
+	CUcontext ctx = NULL;
+	uint64_t id = add_module(kind, handle, NULL, NULL, &ctx);
 	if (!id)
 		return 0;
 	pthread_mutex_lock(&g_mu);
-	CUcontext ctx = NULL;
-	struct module *m = module_by_handle(handle);
-	if (m)
-		ctx = m->ctx;
 	add_kernel_locked(kernel, kkind, id, kkind == KK_FUNCTION ? ctx : NULL, NULL, name);
 	pthread_mutex_unlock(&g_mu);
 	/* the tool lists the module's kernels as it hears of it: the name

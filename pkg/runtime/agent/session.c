@@ -52,19 +52,22 @@ void server_notify_failure(struct activation *a, CUresult r)
 	pthread_mutex_unlock(&g_mu);
 }
 
-/* When a hold started now must end at the latest (GPUBPF_AGENT_HOLD_MS). */
-static struct timespec hold_deadline(void)
+/* ms from now, as pthread_cond_timedwait takes it (CLOCK_REALTIME). */
+static struct timespec deadline_after(long ms)
 {
 	struct timespec dl;
 	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += g_hold_ms / 1000;
-	dl.tv_nsec += (g_hold_ms % 1000) * 1000000L;
+	dl.tv_sec += ms / 1000;
+	dl.tv_nsec += (ms % 1000) * 1000000L;
 	if (dl.tv_nsec >= 1000000000L) {
 		dl.tv_sec++;
 		dl.tv_nsec -= 1000000000L;
 	}
 	return dl;
 }
+
+/* When a hold started now must end at the latest (GPUBPF_AGENT_HOLD_MS). */
+static struct timespec hold_deadline(void) { return deadline_after(g_hold_ms); }
 
 static int hold_pending(uint64_t id)
 {
@@ -819,14 +822,7 @@ int server_direct_serve(long wait_ms)
 			strerror(errno));
 		return 1;
 	}
-	struct timespec dl;
-	clock_gettime(CLOCK_REALTIME, &dl);
-	dl.tv_sec += wait_ms / 1000;
-	dl.tv_nsec += (wait_ms % 1000) * 1000000L;
-	if (dl.tv_nsec >= 1000000000L) {
-		dl.tv_sec++;
-		dl.tv_nsec -= 1000000000L;
-	}
+	struct timespec dl = deadline_after(wait_ms);
 	pthread_mutex_lock(&g_mu);
 	while (!g_direct_taken)
 		if (pthread_cond_timedwait(&g_cond, &g_mu, &dl) == ETIMEDOUT)
