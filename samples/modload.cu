@@ -75,13 +75,7 @@ int main(int argc, char **argv)
 	(void)print_device; // a driver-API program: no cudart here
 	usage_if_help(argc, argv, "[LAUNCHES]  (default 3)");
 	int launches = (int)arg_long(argc, argv, 1, 3, 1, 100000, "LAUNCHES");
-	char self[4096];
-	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (sl <= 0)
-		result(false, "reason=no_self_exe");
-	self[sl] = 0;
-	std::string dir(self);
-	dir = dir.substr(0, dir.rfind('/'));
+	std::string dir = exe_dir();
 	std::vector<char> ptx = slurp(dir + "/modload.ptx", true), cubin = slurp(dir + "/modload.cubin", false);
 	printf("modload: launches=%d, PTX text %s, raw cubin %s\n", launches,
 	       std::string(ptx.data()).find(".entry ptxScale") != std::string::npos ? "with ptxScale" : "WITHOUT ptxScale",

@@ -106,13 +106,7 @@ int main(int argc, char **argv)
 	usage_if_help(argc, argv, "[LAUNCHES] [WAITFILE]  (default 10 launches of each of 4 kernels)");
 	int launches = (int)arg_long(argc, argv, 1, 10, 1, 1000000, "LAUNCHES");
 	const char *waitfile = argc > 2 ? argv[2] : nullptr;
-	char self[4096];
-	ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (sl <= 0)
-		result(false, "reason=no_self_exe");
-	self[sl] = 0;
-	std::string dir(self);
-	dir = dir.substr(0, dir.rfind('/'));
+	std::string dir = exe_dir();
 	std::string rt = slurp(dir + "/multimod_rt.ptx"), late = slurp(dir + "/multimod_late.ptx");
 
 	work ws[4] = {{"exeScale", 4, 256}, {"libScale", 2, 256}, {"rtScale", 3, 128}, {"lateScale", 1, 160}};
