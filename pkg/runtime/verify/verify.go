@@ -153,10 +153,11 @@ func ProgramWith(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec, opts Options) e
 	if err == nil || !errors.As(err, &e) || !e.gaveUp() {
 		return err
 	}
-	// The verifier gave up on a loop. Checked again with every register
-	// the loop's body sets made an unknown number at its head, so that one
-	// pass over the body stands for every iteration: what it accepts is
-	// safe however many times the loop runs.
+	// The verifier gave up on a loop. Checked again with a may_goto at
+	// each loop head and every register the loop's body sets made an
+	// unknown number there, so that the body's check converges for values
+	// that stand for every iteration's: what it accepts is safe however
+	// many times the loop runs.
 	wide, werr := build(spec, p, true)
 	if werr != nil || wide.load() != nil {
 		return err
