@@ -273,3 +273,34 @@ func (c *Conn) LaunchEvents(f *os.File, size uint64) (attachNs uint64, err error
 func (c *Conn) StopLaunchEvents() error {
 	return c.call(agentproto.OpLaunchEvents, &agentproto.LaunchEventsRequest{}, nil, nil)
 }
+
+// KernelTimesStart turns CUPTI's kernel records on in the process (see
+// agentproto.KernelTimesStart); it returns the libcupti the agent loaded
+// and CUPTI's version. An agent that cannot (no libcupti, CUPTI held by a
+// profiler) answers an error that says why.
+func (c *Conn) KernelTimesStart() (lib string, version uint32, err error) {
+	var rep agentproto.KernelTimesReply
+	if err := c.call(agentproto.OpKernelTimes, &agentproto.KernelTimesRequest{Action: agentproto.KernelTimesStart}, &rep, nil); err != nil {
+		return "", 0, err
+	}
+	return rep.Library, rep.Version, nil
+}
+
+// KernelTimes returns the kernel records completed since the last call;
+// final also flushes the ones CUPTI still buffers (the process is exiting).
+func (c *Conn) KernelTimes(final bool) (*agentproto.KernelTimesReply, error) {
+	req := &agentproto.KernelTimesRequest{Action: agentproto.KernelTimesRead}
+	if final {
+		req.Flags = agentproto.KernelTimesFinal
+	}
+	var rep agentproto.KernelTimesReply
+	if err := c.call(agentproto.OpKernelTimes, req, &rep, nil); err != nil {
+		return nil, err
+	}
+	return &rep, nil
+}
+
+// KernelTimesStop turns the records off and lets CUPTI go.
+func (c *Conn) KernelTimesStop() error {
+	return c.call(agentproto.OpKernelTimes, &agentproto.KernelTimesRequest{Action: agentproto.KernelTimesStop}, nil, nil)
+}

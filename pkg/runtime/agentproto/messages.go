@@ -1060,6 +1060,8 @@ func ReplyFor(op Op) Message {
 		return &ClockReply{}
 	case OpLaunch:
 		return &LaunchReply{}
+	case OpKernelTimes:
+		return &KernelTimesReply{}
 	}
 	return nil
 }
@@ -1109,6 +1111,123 @@ func RequestFor(op Op) Message {
 		return &LaunchRequest{}
 	case OpLaunchEvents:
 		return &LaunchEventsRequest{}
+	case OpKernelTimes:
+		return &KernelTimesRequest{}
 	}
 	return nil
+}
+
+// KernelTimesRequest (OpKernelTimes, protocol 10) asks the agent for each
+// kernel's GPU start and end as CUPTI's activity records give them, with
+// the CPU time of the launch call: the kernels without PTX, which no probe
+// can time (docs/agent-protocol.md, "Kernel times").
+type KernelTimesRequest struct {
+	Action uint32 // KernelTimesStart, KernelTimesRead, KernelTimesStop
+	Flags  uint32 // KernelTimesFinal
+}
+
+// KernelTimesRequest actions and flags.
+const (
+	// KernelTimesStart loads CUPTI (libcupti found in the process, its
+	// libraries' directories or the CUDA toolkit; GPUBPF_CUPTI names one,
+	// or "off") and turns kernel records on. One tool per process at a
+	// time; a CUPTI held by another subscriber (a profiler) is refused
+	// with StatusUnsupported and the reason.
+	KernelTimesStart uint32 = 1
+	// KernelTimesRead returns the records completed since the last read.
+	KernelTimesRead uint32 = 2
+	// KernelTimesStop turns the records off and lets CUPTI go (closing the
+	// connection does too).
+	KernelTimesStop uint32 = 3
+	// KernelTimesFinal (with Read): flush what CUPTI still holds, buffers
+	// not full yet included: the process is about to exit.
+	KernelTimesFinal uint32 = 1
+)
+
+func (m *KernelTimesRequest) Encode(e *Encoder) { e.U32(m.Action); e.U32(m.Flags) }
+func (m *KernelTimesRequest) Decode(d *Decoder) { m.Action = d.U32(); m.Flags = d.U32() }
+
+// KernelTimesReply answers KernelTimesRequest. Start fills Library and
+// Version; Read fills the rest.
+type KernelTimesReply struct {
+	Library string // the libcupti the agent loaded
+	Version uint32 // cuptiGetVersion
+	// CUPTIDropped: records CUPTI dropped (it had no buffer); Dropped:
+	// records the agent dropped (the tool read too slowly: its queue was
+	// full). Both since the last read.
+	CUPTIDropped uint64
+	Dropped      uint64
+	// Names are the kernel names first used by Records since the last read
+	// (a name is sent once per start).
+	Names   []KernelTimeName
+	Records []KernelTime
+}
+
+// KernelTimeName numbers a kernel name (mangled, as CUPTI gives it).
+type KernelTimeName struct {
+	ID   uint32
+	Name string
+}
+
+// KernelTime is one kernel execution.
+type KernelTime struct {
+	// CPU is CLOCK_MONOTONIC ns when the launch call reached the driver (a
+	// graph's kernels: the graph launch); 0 when the agent has no stamp
+	// for it (the launch came before the records were on, or its stamp was
+	// overwritten before the record came).
+	CPU uint64
+	// Start and End are the kernel's GPU start and end in CLOCK_MONOTONIC
+	// ns, as CUPTI converts its GPU timestamps.
+	Start, End uint64
+	Grid       uint64 // %gridid: unique per launch in its context
+	Stream     uint64 // the CUstream the launch named (0: the default stream, or a graph's)
+	Ctx        uint64 // 0: the device's primary context; else the CUcontext
+	Name       uint32 // KernelTimeName.ID
+	Device     int32
+	Graph      uint32 // CUDA graph id (0: not launched by a graph)
+	Flags      uint32 // reserved (0)
+}
+
+// kernelTimeSize is a KernelTime's size on the wire.
+const kernelTimeSize = 64
+
+func (m *KernelTimesReply) Encode(e *Encoder) {
+	e.Str(m.Library)
+	e.U32(m.Version)
+	e.U64(m.CUPTIDropped)
+	e.U64(m.Dropped)
+	e.U32(uint32(len(m.Names)))
+	for _, n := range m.Names {
+		e.U32(n.ID)
+		e.Str(n.Name)
+	}
+	e.U32(uint32(len(m.Records)))
+	for _, r := range m.Records {
+		e.U64(r.CPU)
+		e.U64(r.Start)
+		e.U64(r.End)
+		e.U64(r.Grid)
+		e.U64(r.Stream)
+		e.U64(r.Ctx)
+		e.U32(r.Name)
+		e.I32(r.Device)
+		e.U32(r.Graph)
+		e.U32(r.Flags)
+	}
+}
+
+func (m *KernelTimesReply) Decode(d *Decoder) {
+	m.Library = d.Str()
+	m.Version = d.U32()
+	m.CUPTIDropped = d.U64()
+	m.Dropped = d.U64()
+	m.Names = make([]KernelTimeName, d.Count(8))
+	for i := range m.Names {
+		m.Names[i] = KernelTimeName{ID: d.U32(), Name: d.Str()}
+	}
+	m.Records = make([]KernelTime, d.Count(kernelTimeSize))
+	for i := range m.Records {
+		m.Records[i] = KernelTime{CPU: d.U64(), Start: d.U64(), End: d.U64(), Grid: d.U64(), Stream: d.U64(),
+			Ctx: d.U64(), Name: d.U32(), Device: d.I32(), Graph: d.U32(), Flags: d.U32()}
+	}
 }

@@ -9,7 +9,7 @@ import (
 
 var allOps = []Op{OpHello, OpList, OpFetch, OpGlobals, OpLoad, OpUnload, OpAlloc, OpFree, OpMemset,
 	OpWrite, OpRead, OpRegisterHost, OpUnregisterHost, OpSnapshot, OpActivate, OpDeactivate, OpDetach,
-	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock, OpLaunch, OpLaunchEvents}
+	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock, OpLaunch, OpLaunchEvents, OpKernelTimes}
 
 func TestRoundTrip(t *testing.T) {
 	msgs := []Message{
@@ -47,6 +47,10 @@ func TestRoundTrip(t *testing.T) {
 			SharedBytes: 48 << 10, Params: []byte{1, 2, 3, 4, 5, 6, 7, 8}, TimeoutMs: 10_000},
 		&LaunchRequest{Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}},
 		&LaunchReply{KernelNanos: 12_345, WallNanos: 80_000, Timed: true},
+		&KernelTimesRequest{Action: KernelTimesRead, Flags: KernelTimesFinal},
+		&KernelTimesReply{Library: "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13", Version: 130000, Names: []KernelTimeName{}, Records: []KernelTime{}},
+		&KernelTimesReply{CUPTIDropped: 3, Dropped: 1 << 33, Names: []KernelTimeName{{ID: 7, Name: "_Z4gemmPf"}},
+			Records: []KernelTime{{CPU: 1, Start: 2, End: 3, Grid: 1 << 47, Stream: 0x55, Ctx: 9, Name: 7, Device: -1, Graph: 4, Flags: 0}}},
 	}
 	for _, m := range msgs {
 		p := Marshal(m)
@@ -101,6 +105,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(Marshal(&LaunchRequest{Function: 9, Grid: [3]uint32{1, 2, 3}, Block: [3]uint32{4, 5, 6}, Params: []byte("p")}))
 	f.Add(MarshalReply(&LaunchReply{KernelNanos: 1, WallNanos: 2, Timed: true}))
 	f.Add(MarshalReply(&Hello{Direct: true, CUDAError: "no libcuda"}))
+	f.Add(MarshalReply(&KernelTimesReply{Names: []KernelTimeName{{1, "k"}}, Records: []KernelTime{{CPU: 1, Name: 1}}}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, op := range allOps {

@@ -17,8 +17,8 @@ import (
 // Version is the protocol version this package speaks (sent in Hello).
 // 3: launch words in ActivateRequest, OpClock. 5: OpLaunch, Hello.Direct
 // and Hello.CUDAError. 8: SnapshotRequest.Flags. 9: Module.Device and
-// Module.Primary, NoteLateTables.
-const Version = 9
+// Module.Primary, NoteLateTables. 10: OpKernelTimes.
+const Version = 10
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12
@@ -56,6 +56,7 @@ const (
 	OpClock          Op = 23
 	OpLaunch         Op = 24
 	OpLaunchEvents   Op = 25
+	OpKernelTimes    Op = 26 // version 10
 
 	// Notifications (request id 0), sent by the agent after Hello.
 	NoteModuleLoaded Op = 0x40
@@ -74,6 +75,7 @@ var opNames = map[Op]string{
 	NoteProbeFailed: "probe-failed", OpReleaseUnload: "release-unload", NoteUnloading: "unloading",
 	OpDeviceReady: "device-ready", NoteDeviceUsed: "device-used", OpRingDrain: "ring-drain",
 	OpClock: "clock", OpLaunch: "launch", OpLaunchEvents: "launch-events", NoteLateTables: "late-tables",
+	OpKernelTimes: "kernel-times",
 }
 
 func (o Op) String() string {
