@@ -11,7 +11,7 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 9u
+#define PROTO_VERSION 10u
 #define PROTO_MAX_FRAME (64u << 20)
 #define SNAPSHOT_LIVE 1u /* snapshot flag: do not wait for the application's launches */
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -323,6 +323,7 @@ HIDDEN void server_ctx_unlock(void);
 HIDDEN void server_ctx_gone(CUcontext c);
 HIDDEN void server_ctx_born(CUcontext c);
 HIDDEN void server_atfork_child(void);
+HIDDEN void kt_atfork_child(void); /* cupti.c */
 /* Direct mode: serve one tool session; returns the exit status (0 after a
  * session, non-zero when none came within wait_ms). */
 HIDDEN int server_direct_serve(long wait_ms);

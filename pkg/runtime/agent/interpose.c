@@ -1557,6 +1557,7 @@ static void atfork_child(void)
 	 * inherited and serve its own socket once it touches the driver. */
 	probes_reset();
 	lev_atfork_child();
+	kt_atfork_child();
 	probe_tid_reset();
 	gw_reset();
 	inv_reset();

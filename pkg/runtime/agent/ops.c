@@ -857,7 +857,8 @@ int op_dispatch(struct session *s, uint16_t type, uint32_t req, uint8_t *body, u
 				  "direct run (gpubpf run --direct), never inside an application");
 	if (type != OP_HELLO && type != OP_LIST && type != OP_FETCH && type != OP_STATS && type != OP_CONTINUE && type != OP_DEVICE_READY &&
 	    type != OP_RELEASE_UNLOAD &&
-	    type != OP_DEACTIVATE && type != OP_DETACH && type != OP_LAUNCH_EVENTS && drv_init() != 0) {
+	    type != OP_DEACTIVATE && type != OP_DETACH && type != OP_LAUNCH_EVENTS && type != OP_KERNEL_TIMES &&
+	    drv_init() != 0) {
 		if (g_direct)
 			return send_error(s, type, req, ST_UNSUPPORTED, CUDA_ERROR_NOT_INITIALIZED, "%s",
 					  g_direct_err[0] ? g_direct_err : "the CUDA driver could not be initialised");
@@ -904,6 +905,9 @@ int op_dispatch(struct session *s, uint16_t type, uint32_t req, uint8_t *body, u
 		break;
 	case OP_LAUNCH:
 		ret = op_launch(s, req, &r, &w);
+		break;
+	case OP_KERNEL_TIMES:
+		ret = op_kernel_times(s, req, &r, &w);
 		break;
 	case OP_DEACTIVATE: {
 		uint64_t h = rb_u64(&r);

@@ -6,7 +6,8 @@
  *   ring.c     ring drains (op 22)
  *   clock.c    clock calibration (op 23)
  *   launch.c   direct-mode launches (op 24)
- *   gate.c     the driver's lock: launches pause for a starved request */
+ *   gate.c     the driver's lock: launches pause for a starved request
+ *   cupti.c    kernel times from CUPTI (op 26) */
 #ifndef GPUBPF_SERVER_H
 #define GPUBPF_SERVER_H
 #include <errno.h>
@@ -55,6 +56,7 @@ enum {
 	OP_CLOCK = 23,
 	OP_LAUNCH = 24,
 	OP_LAUNCH_EVENTS = 25,
+	OP_KERNEL_TIMES = 26,
 	NOTE_MODULE = 0x40,
 	NOTE_PROBE_FAILED = 0x41,
 	NOTE_UNLOADING = 0x42,
@@ -189,13 +191,16 @@ int deactivate(struct session *s, void *handle);
 int clones_pinned(struct session *s);
 void detach_all(struct session *s);
 
-/* ops.c, ring.c, clock.c, launch.c: the operations */
+/* ops.c, ring.c, clock.c, launch.c, cupti.c: the operations */
 void put_module(struct wbuf *w, const struct module *m);
 int op_dispatch(struct session *s, uint16_t type, uint32_t req, uint8_t *body, uint32_t len);
 int ring_drain(struct session *s, uint32_t req, int dev, CUstream st, struct rbuf *r, struct wbuf *w);
 void clk_release(struct clk *k);
 int op_clock(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w);
 int op_launch(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w);
+int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w);
+void kt_release(struct session *s); /* NULL: whoever has them */
+int kt_owned_by(struct session *s);
 
 /* gate.c: a request in the driver */
 void req_begin(void);

@@ -151,10 +151,11 @@ void server_device_used(CUdevice dev)
 		DBG("device %d in use: %s", ord, timedout ? "hold timed out" : "tools ready");
 }
 
-/* A session has state in this process worth a last look: clones or memory. */
+/* A session has state in this process worth a last look: clones, memory,
+ * or CUPTI's kernel records still buffered. */
 static int has_state(struct session *s)
 {
-	return s->hello && (s->clones || s->allocs || s->regions);
+	return s->hello && (s->clones || s->allocs || s->regions || kt_owned_by(s));
 }
 
 static int unload_pending_for(uint64_t id)
@@ -568,6 +569,7 @@ static void *session_main(void *arg)
 	/* The tool is gone (exit, crash or SIGKILL): put everything back. */
 	DBG("tool disconnected: restoring original kernels");
 	lev_detach(s);
+	kt_release(s);
 	pthread_rwlock_rdlock(&g_ctx_rw);
 	detach_all(s);
 	if (D.ready)

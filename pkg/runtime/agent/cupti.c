@@ -1,0 +1,697 @@
+/* Kernel times through CUPTI (op kernel-times, docs/agent-protocol.md).
+ *
+ * A kernel without PTX cannot carry a probe, but CUPTI's activity records
+ * give every kernel's GPU start and end, and its callbacks the launch call
+ * each came from. While a tool asks for them:
+ *   - a CUPTI callback on the launch entry points (driver and runtime) takes
+ *     the CPU time as the call enters and files it under the call's
+ *     correlation id, in a table the records are joined with;
+ *   - CUPTI's concurrent-kernel records, on CLOCK_MONOTONIC (a timestamp
+ *     callback: CUPTI converts its GPU times to our clock), come back in
+ *     buffers CUPTI fills; each kernel becomes one queued record with the
+ *     launch's stamp, and the tool reads the queue every 100 ms.
+ * libcupti is found at run time (never needed to build): the one already in
+ * the process, the CUDA wheels next to the process's libraries (PyTorch's
+ * nvidia-cuda-cupti), the toolkit's. CUPTI takes one subscriber per
+ * process: one held by a profiler (the PyTorch profiler, Nsight) is left
+ * alone and the tool told. When the last tool lets go, the records go off
+ * and CUPTI is finalized from the next launch callback's exit (where
+ * NVIDIA's dynamic detach says it must be), so the program runs on as
+ * before.
+ *
+ * Locks: kt_life orders turning CUPTI on, off and finalizing it (never held
+ * while CUPTI may call back into kt_mu's holders' way); kt_mu guards the
+ * owner, the queue and the names, which the buffer callback fills. The stamp
+ * table is written by launching threads without a lock (each slot's
+ * correlation id last, read first). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <glob.h>
+
+#include "cuptidefs.h"
+#include "server.h"
+
+#define KT_STAMPS (1u << 17)    /* launches in flight between a call and its record */
+#define KT_QMAX (1u << 18)      /* records queued for a tool that reads late */
+#define KT_BUF (4u << 20)       /* one CUPTI activity buffer */
+#define KT_FLUSH_MS 100u
+
+struct kt_stamp {
+	uint64_t corr; /* correlation id + 1, stored last (0: empty) */
+	uint64_t t;
+	uint64_t stream;
+	uint64_t ctx;
+	uint32_t agent; /* the agent's own launch: no record for the tool */
+	uint32_t pad;
+};
+
+/* One kernel, as op kernel-times sends it (the wire's 64 bytes). */
+struct kt_rec {
+	uint64_t cpu, start, end, grid, stream, ctx;
+	uint32_t name;
+	int32_t dev;
+	uint32_t graph, flags;
+};
+_Static_assert(sizeof(struct kt_rec) == 64, "kernel-time record size");
+
+static struct {
+	void *lib;
+	char path[PATH_MAX];
+	uint32_t version;
+	CUptiResult (*GetResultString)(CUptiResult, const char **);
+	CUptiResult (*GetVersion)(uint32_t *);
+	CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *);
+	CUptiResult (*Unsubscribe)(CUpti_SubscriberHandle);
+	CUptiResult (*EnableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId);
+	CUptiResult (*ActivityEnable)(CUpti_ActivityKind);
+	CUptiResult (*ActivityDisable)(CUpti_ActivityKind);
+	CUptiResult (*ActivityRegisterCallbacks)(void (*)(uint8_t **, size_t *, size_t *),
+						 void (*)(CUcontext, uint32_t, uint8_t *, size_t, size_t));
+	CUptiResult (*ActivityRegisterTimestampCallback)(uint64_t (*)(void));
+	CUptiResult (*ActivityFlushAll)(uint32_t);
+	CUptiResult (*ActivityFlushPeriod)(uint32_t); /* optional */
+	CUptiResult (*ActivityGetNextRecord)(uint8_t *, size_t, CUpti_Activity **);
+	CUptiResult (*ActivityGetNumDroppedRecords)(CUcontext, uint32_t, size_t *);
+	CUptiResult (*Finalize)(void);
+} C;
+
+static pthread_mutex_t kt_life = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t kt_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct session *kt_owner;          /* written under both locks */
+static CUpti_SubscriberHandle kt_sub;     /* kt_life */
+static int kt_on;                         /* records wanted (atomic) */
+static int kt_finalize;                   /* finalize at the next callback exit (atomic) */
+static struct kt_stamp *kt_stamps;        /* never freed once made */
+static struct kt_rec *kt_q;               /* kt_mu */
+static size_t kt_qn, kt_qcap;             /* kt_mu */
+static uint64_t kt_dropped, kt_cupti_dropped; /* kt_mu */
+
+/* Kernel names, interned: CUPTI's name pointers are its own, and a name
+ * goes to the tool once. */
+struct kt_name {
+	char *s;
+	uint64_t h;
+};
+static struct kt_name *kt_names; /* by id - 1; kt_mu */
+static uint32_t kt_nnames, kt_names_cap, kt_names_sent;
+static uint32_t *kt_index; /* open addressing: id, 0 empty */
+static uint32_t kt_index_cap;
+
+/* The runtime launch call the calling thread is in: the driver call it
+ * makes files its stamp under the runtime call's correlation id too. */
+static __thread uint32_t t_rt_corr;
+static __thread int t_rt_in;
+
+static const char *cupti_err(CUptiResult r)
+{
+	const char *s = NULL;
+	if (!C.GetResultString || C.GetResultString(r, &s) != CUPTI_SUCCESS || !s)
+		return "unknown CUPTI error";
+	return s;
+}
+
+static uint64_t CUPTIAPI kt_clock(void) { return mono_ns(); }
+
+/* ---- finding and loading libcupti ---- */
+
+static int kt_try(const char *path, char *why, size_t whysz)
+{
+	void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		const char *e = dlerror();
+		snprintf(why, whysz, "%s", e ? e : path);
+		return -1;
+	}
+#define SYM(f, name) (*(void **)&C.f = dlsym(h, name))
+	if (!SYM(GetResultString, "cuptiGetResultString") || !SYM(GetVersion, "cuptiGetVersion") ||
+	    !SYM(Subscribe, "cuptiSubscribe") || !SYM(Unsubscribe, "cuptiUnsubscribe") ||
+	    !SYM(EnableCallback, "cuptiEnableCallback") || !SYM(ActivityEnable, "cuptiActivityEnable") ||
+	    !SYM(ActivityDisable, "cuptiActivityDisable") ||
+	    !SYM(ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks") ||
+	    !SYM(ActivityRegisterTimestampCallback, "cuptiActivityRegisterTimestampCallback") ||
+	    !SYM(ActivityFlushAll, "cuptiActivityFlushAll") ||
+	    !SYM(ActivityGetNextRecord, "cuptiActivityGetNextRecord") ||
+	    !SYM(ActivityGetNumDroppedRecords, "cuptiActivityGetNumDroppedRecords") || !SYM(Finalize, "cuptiFinalize")) {
+		snprintf(why, whysz, "%s lacks the CUPTI calls the agent needs (cuptiActivityRegisterTimestampCallback "
+			 "came in CUDA 11.6)", path);
+		memset(&C, 0, sizeof(C));
+		return -1;
+	}
+	SYM(ActivityFlushPeriod, "cuptiActivityFlushPeriod");
+#undef SYM
+	C.lib = h;
+	if (C.GetVersion(&C.version) != CUPTI_SUCCESS)
+		C.version = 0;
+	Dl_info di;
+	if (dladdr(*(void **)&C.Subscribe, &di) && di.dli_fname)
+		snprintf(C.path, sizeof(C.path), "%s", di.dli_fname);
+	else
+		snprintf(C.path, sizeof(C.path), "%s", path);
+	return 0;
+}
+
+/* Tries each libcupti glob matches, newest name first. */
+static int kt_try_glob(const char *pat, char *why, size_t whysz)
+{
+	glob_t g;
+	if (glob(pat, 0, NULL, &g) != 0)
+		return -1;
+	int ok = -1;
+	for (size_t i = g.gl_pathc; i-- > 0 && ok != 0;)
+		ok = kt_try(g.gl_pathv[i], why, whysz);
+	globfree(&g);
+	return ok;
+}
+
+/* The directories worth a look, from the objects mapped in the process: a
+ * libcupti already loaded (a profiler's or the framework's: the one to use,
+ * two CUPTIs in one process fight over the driver), the CUDA wheels'
+ * site-packages/nvidia/<pkg>/lib, a toolkit's lib64 with extras/CUPTI. */
+static int kt_from_maps(char *why, size_t whysz)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return -1;
+	char line[PATH_MAX + 128], pat[PATH_MAX + 64], seen[8][PATH_MAX];
+	int nseen = 0, ok = -1;
+	while (ok != 0 && fgets(line, sizeof(line), f)) {
+		char *p = strchr(line, '/');
+		if (!p)
+			continue;
+		p[strcspn(p, "\n")] = 0;
+		if (strstr(p, "/libcupti.so")) {
+			ok = kt_try(p, why, whysz);
+			continue;
+		}
+		char *base = strrchr(p, '/');
+		if (!strstr(base, "libcudart.so") && !strstr(base, "libcuda.so") && !strstr(base, "libtorch_cuda") &&
+		    !strstr(base, "libcublas"))
+			continue;
+		*base = 0; /* p: the object's directory */
+		int dup = 0;
+		for (int i = 0; i < nseen; i++)
+			dup |= strcmp(seen[i], p) == 0;
+		if (dup || nseen == 8)
+			continue;
+		snprintf(seen[nseen++], PATH_MAX, "%s", p);
+		char *sp = strstr(p, "/site-packages/");
+		if (!sp)
+			sp = strstr(p, "/dist-packages/");
+		if (sp) {
+			sp[strlen("/site-packages")] = 0;
+			snprintf(pat, sizeof(pat), "%s/nvidia/*/lib/libcupti.so*", p);
+			ok = kt_try_glob(pat, why, whysz);
+			continue;
+		}
+		snprintf(pat, sizeof(pat), "%s/libcupti.so*", p);
+		if ((ok = kt_try_glob(pat, why, whysz)) != 0) {
+			snprintf(pat, sizeof(pat), "%s/../extras/CUPTI/lib64/libcupti.so*", p);
+			ok = kt_try_glob(pat, why, whysz);
+		}
+	}
+	fclose(f);
+	return ok;
+}
+
+/* Loads libcupti once; why says what was tried when it fails. */
+static int kt_load(char *why, size_t whysz)
+{
+	if (C.lib)
+		return 0;
+	const char *env = getenv("GPUBPF_CUPTI");
+	if (env && *env) {
+		if (!strcmp(env, "off") || !strcmp(env, "0") || !strcmp(env, "none")) {
+			snprintf(why, whysz, "CUPTI is off in this process (GPUBPF_CUPTI=%s)", env);
+			return -1;
+		}
+		if (kt_try(env, why, whysz) == 0)
+			return 0;
+		char e[512];
+		snprintf(e, sizeof(e), "%.500s", why);
+		snprintf(why, whysz, "GPUBPF_CUPTI=%.300s: %s", env, e);
+		return -1;
+	}
+	char last[512] = "";
+	if (kt_from_maps(last, sizeof(last)) == 0)
+		return 0;
+	static const char *const names[] = {"libcupti.so", "libcupti.so.13", "libcupti.so.12", "libcupti.so.11.8"};
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (kt_try(names[i], last, sizeof(last)) == 0)
+			return 0;
+	static const char *const pats[] = {"/usr/local/cuda/extras/CUPTI/lib64/libcupti.so*",
+					   "/usr/local/cuda/lib64/libcupti.so*",
+					   "/usr/local/cuda/targets/*-linux/lib/libcupti.so*",
+					   "/usr/local/cuda-*/extras/CUPTI/lib64/libcupti.so*",
+					   "/usr/lib/*-linux-gnu/libcupti.so*"};
+	for (size_t i = 0; i < sizeof(pats) / sizeof(pats[0]); i++)
+		if (kt_try_glob(pats[i], last, sizeof(last)) == 0)
+			return 0;
+	snprintf(why, whysz,
+		 "no libcupti found (looked beside the process's CUDA libraries, in its Python's nvidia wheels, the "
+		 "loader's path and /usr/local/cuda; set GPUBPF_CUPTI=/path/to/libcupti.so in the program's "
+		 "environment)%s%s",
+		 last[0] ? "; last error: " : "", last);
+	return -1;
+}
+
+/* ---- the launch callback: a stamp per launch call ---- */
+
+static void kt_file(uint32_t corr, uint64_t t, uint64_t stream, uint64_t ctx)
+{
+	struct kt_stamp *e = &kt_stamps[corr & (KT_STAMPS - 1)];
+	__atomic_store_n(&e->corr, 0, __ATOMIC_RELAXED);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
+	e->t = t;
+	e->stream = stream;
+	e->ctx = ctx;
+	e->agent = g_agent_thread;
+	__atomic_store_n(&e->corr, (uint64_t)corr + 1, __ATOMIC_RELEASE);
+}
+
+static CUstream kt_stream(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const void *params)
+{
+	if (!params)
+		return NULL;
+	if (dom == CUPTI_CB_DOMAIN_DRIVER_API) {
+		switch (cbid) {
+		case CBID_cuLaunchKernel:
+		case CBID_cuLaunchKernel_ptsz:
+		case CBID_cuLaunchCooperativeKernel:
+		case CBID_cuLaunchCooperativeKernel_ptsz:
+			return ((const struct p_cuLaunchKernel *)params)->hStream;
+		case CBID_cuLaunchKernelEx:
+		case CBID_cuLaunchKernelEx_ptsz: {
+			const CUlaunchConfig *c = ((const struct p_cuLaunchKernelEx *)params)->config;
+			return c ? c->hStream : NULL;
+		}
+		case CBID_cuGraphLaunch:
+		case CBID_cuGraphLaunch_ptsz:
+			return ((const struct p_cuGraphLaunch *)params)->hStream;
+		case CBID_cuLaunchGridAsync:
+			return ((const struct p_cuLaunchGridAsync *)params)->hStream;
+		}
+		return NULL;
+	}
+	switch (cbid) {
+	case CBID_cudaLaunchKernel_v7000:
+	case CBID_cudaLaunchKernel_ptsz_v7000:
+	case CBID_cudaLaunchCooperativeKernel_v9000:
+	case CBID_cudaLaunchCooperativeKernel_ptsz_v9000:
+		return ((const struct p_cudaLaunchKernel *)params)->stream;
+	case CBID_cudaLaunchKernelExC_v11060:
+	case CBID_cudaLaunchKernelExC_ptsz_v11060: {
+		const struct rt_launch_config *c = ((const struct p_cudaLaunchKernelExC *)params)->config;
+		return c ? c->stream : NULL;
+	}
+	case CBID_cudaGraphLaunch_v10000:
+	case CBID_cudaGraphLaunch_ptsz_v10000:
+		return ((const struct p_cudaGraphLaunch *)params)->stream;
+	}
+	return NULL;
+}
+
+static void CUPTIAPI kt_callback(void *ud, CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const void *data)
+{
+	const CUpti_CallbackData *cb = data;
+	(void)ud;
+	if (cb->callbackSite == CUPTI_API_EXIT) {
+		if (dom == CUPTI_CB_DOMAIN_RUNTIME_API)
+			t_rt_in = 0;
+		/* The dynamic detach: the last tool went; CUPTI lets go of the
+		 * process from an API's exit in one of its threads. */
+		if (UNLIKELY(__atomic_load_n(&kt_finalize, __ATOMIC_ACQUIRE)) &&
+		    __atomic_exchange_n(&kt_finalize, 0, __ATOMIC_ACQ_REL)) {
+			/* never wait here, inside the application's call: a
+			 * tool starting meanwhile may be in CUPTI; try again at
+			 * the next exit */
+			if (pthread_mutex_trylock(&kt_life) != 0) {
+				__atomic_store_n(&kt_finalize, 1, __ATOMIC_RELEASE);
+				return;
+			}
+			if (!kt_owner && kt_sub) {
+				CUptiResult r = C.Finalize();
+				DBG("CUPTI finalized: %s", r == CUPTI_SUCCESS ? "ok" : cupti_err(r));
+				if (r == CUPTI_SUCCESS)
+					kt_sub = NULL;
+			}
+			pthread_mutex_unlock(&kt_life);
+		}
+		return;
+	}
+	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED))
+		return;
+	uint64_t t = mono_ns();
+	uint64_t st = (uint64_t)(uintptr_t)kt_stream(dom, cbid, cb->functionParams);
+	uint64_t ctx = (uint64_t)(uintptr_t)cb->context;
+	if (dom == CUPTI_CB_DOMAIN_RUNTIME_API) {
+		t_rt_in = 1;
+		t_rt_corr = cb->correlationId;
+	} else if (t_rt_in && t_rt_corr != cb->correlationId) {
+		/* the runtime call's driver call: the launch reaches the driver
+		 * now (the stamp the probes take too) */
+		kt_file(t_rt_corr, t, st, ctx);
+	}
+	kt_file(cb->correlationId, t, st, ctx);
+}
+
+static const CUpti_CallbackId kt_driver_cbids[] = {
+	CBID_cuLaunch, CBID_cuLaunchGrid, CBID_cuLaunchGridAsync, CBID_cuLaunchKernel, CBID_cuLaunchKernel_ptsz,
+	CBID_cuLaunchCooperativeKernel, CBID_cuLaunchCooperativeKernel_ptsz, CBID_cuLaunchCooperativeKernelMultiDevice,
+	CBID_cuGraphLaunch, CBID_cuGraphLaunch_ptsz, CBID_cuLaunchKernelEx, CBID_cuLaunchKernelEx_ptsz,
+};
+static const CUpti_CallbackId kt_runtime_cbids[] = {
+	CBID_cudaLaunch_v3020, CBID_cudaLaunchKernel_v7000, CBID_cudaLaunch_ptsz_v7000,
+	CBID_cudaLaunchKernel_ptsz_v7000, CBID_cudaLaunchCooperativeKernel_v9000,
+	CBID_cudaLaunchCooperativeKernel_ptsz_v9000, CBID_cudaLaunchCooperativeKernelMultiDevice_v9000,
+	CBID_cudaGraphLaunch_v10000, CBID_cudaGraphLaunch_ptsz_v10000, CBID_cudaLaunchKernelExC_v11060,
+	CBID_cudaLaunchKernelExC_ptsz_v11060,
+};
+
+/* ---- activity buffers ---- */
+
+static void CUPTIAPI kt_buffer_requested(uint8_t **buf, size_t *size, size_t *max)
+{
+	void *p = NULL;
+	*max = 0;
+	if (posix_memalign(&p, 8, KT_BUF) != 0)
+		p = NULL; /* CUPTI drops records without a buffer, and counts them */
+	*buf = p;
+	*size = p ? KT_BUF : 0;
+}
+
+static uint32_t kt_name_id(const char *s)
+{
+	uint64_t h = 1469598103934665603ull;
+	for (const char *c = s; *c; c++)
+		h = (h ^ (uint8_t)*c) * 1099511628211ull;
+	if (kt_index_cap) {
+		for (uint32_t i = (uint32_t)h & (kt_index_cap - 1);; i = (i + 1) & (kt_index_cap - 1)) {
+			uint32_t id = kt_index[i];
+			if (!id)
+				break;
+			if (kt_names[id - 1].h == h && !strcmp(kt_names[id - 1].s, s))
+				return id;
+		}
+	}
+	if ((kt_nnames + 1) * 2 > kt_index_cap) {
+		uint32_t cap = kt_index_cap ? kt_index_cap * 2 : 1024;
+		uint32_t *ix = calloc(cap, sizeof(*ix));
+		if (!ix)
+			return 0;
+		for (uint32_t id = 1; id <= kt_nnames; id++) {
+			uint32_t i = (uint32_t)kt_names[id - 1].h & (cap - 1);
+			while (ix[i])
+				i = (i + 1) & (cap - 1);
+			ix[i] = id;
+		}
+		free(kt_index);
+		kt_index = ix;
+		kt_index_cap = cap;
+	}
+	if (kt_nnames == kt_names_cap) {
+		uint32_t cap = kt_names_cap ? kt_names_cap * 2 : 256;
+		struct kt_name *n = realloc(kt_names, cap * sizeof(*n));
+		if (!n)
+			return 0;
+		kt_names = n;
+		kt_names_cap = cap;
+	}
+	char *d = strdup(s);
+	if (!d)
+		return 0;
+	kt_names[kt_nnames] = (struct kt_name){d, h};
+	uint32_t id = ++kt_nnames;
+	uint32_t i = (uint32_t)h & (kt_index_cap - 1);
+	while (kt_index[i])
+		i = (i + 1) & (kt_index_cap - 1);
+	kt_index[i] = id;
+	return id;
+}
+
+static void kt_push(const struct kt_rec *r)
+{
+	if (kt_qn == kt_qcap) {
+		size_t cap = kt_qcap ? kt_qcap * 2 : 4096;
+		struct kt_rec *q = cap <= KT_QMAX ? realloc(kt_q, cap * sizeof(*q)) : NULL;
+		if (!q) {
+			kt_dropped++;
+			return;
+		}
+		kt_q = q;
+		kt_qcap = cap;
+	}
+	kt_q[kt_qn++] = *r;
+}
+
+static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
+{
+	(void)size;
+	if (!buf)
+		return;
+	CUpti_Activity *a = NULL;
+	pthread_mutex_lock(&kt_mu);
+	int keep = kt_owner != NULL;
+	while (keep && C.ActivityGetNextRecord(buf, valid, &a) == CUPTI_SUCCESS) {
+		if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && a->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+			continue;
+		const cupti_kernel_prefix *k = (const void *)a;
+		struct kt_rec r = {0};
+		struct kt_stamp *e = &kt_stamps[k->correlationId & (KT_STAMPS - 1)];
+		if (__atomic_load_n(&e->corr, __ATOMIC_ACQUIRE) == (uint64_t)k->correlationId + 1) {
+			r.cpu = e->t;
+			r.stream = e->stream;
+			r.ctx = e->ctx;
+			int agent = e->agent;
+			/* the slot may have been filed again as it was read */
+			if (__atomic_load_n(&e->corr, __ATOMIC_ACQUIRE) != (uint64_t)k->correlationId + 1)
+				r.cpu = r.stream = r.ctx = 0;
+			else if (agent)
+				continue; /* the agent's own kernel (its clock) */
+		}
+		r.start = k->start;
+		r.end = k->end;
+		r.grid = (uint64_t)k->gridId;
+		r.dev = (int32_t)k->deviceId;
+		r.name = k->name ? kt_name_id(k->name) : 0;
+		uint32_t graph = 0;
+		memcpy(&graph, (const uint8_t *)a + CUPTI_KERNEL_GRAPH_ID_OFF, sizeof(graph));
+		r.graph = graph;
+		kt_push(&r);
+	}
+	size_t dropped = 0;
+	if (C.ActivityGetNumDroppedRecords(ctx, stream, &dropped) == CUPTI_SUCCESS)
+		kt_cupti_dropped += dropped;
+	pthread_mutex_unlock(&kt_mu);
+	free(buf);
+}
+
+/* ---- on and off ---- */
+
+/* GPUBPF_CUPTI_CALLBACKS=driver: the driver's launch calls only (a runtime
+ * launch is stamped when its driver call comes; half the callbacks, for
+ * measuring what each costs). */
+static void kt_enable_callbacks(uint32_t on)
+{
+	for (size_t i = 0; i < sizeof(kt_driver_cbids) / sizeof(kt_driver_cbids[0]); i++)
+		C.EnableCallback(on, kt_sub, CUPTI_CB_DOMAIN_DRIVER_API, kt_driver_cbids[i]);
+	const char *only = getenv("GPUBPF_CUPTI_CALLBACKS");
+	if (only && !strcmp(only, "driver"))
+		return;
+	for (size_t i = 0; i < sizeof(kt_runtime_cbids) / sizeof(kt_runtime_cbids[0]); i++)
+		C.EnableCallback(on, kt_sub, CUPTI_CB_DOMAIN_RUNTIME_API, kt_runtime_cbids[i]);
+}
+
+/* kt_life held. */
+static int kt_start_locked(struct session *s, char *why, size_t whysz)
+{
+	if (kt_owner == s)
+		return 0;
+	if (kt_owner) {
+		snprintf(why, whysz, "another gpubpf tool already takes this process's kernel times");
+		return -1;
+	}
+	/* A CUPTI tool the driver loaded (Nsight, a tracer) may use the
+	 * activity API without a subscriber: registering ours would take its
+	 * records. */
+	const char *inj = getenv("CUDA_INJECTION64_PATH");
+	if (inj && *inj) {
+		snprintf(why, whysz, "CUPTI belongs to a tool injected into this process (CUDA_INJECTION64_PATH=%.600s)", inj);
+		return -1;
+	}
+	if (kt_load(why, whysz) != 0)
+		return -1;
+	if (!kt_stamps && !(kt_stamps = calloc(KT_STAMPS, sizeof(*kt_stamps)))) {
+		snprintf(why, whysz, "no memory for the launch stamps (%zu KiB)", KT_STAMPS * sizeof(*kt_stamps) >> 10);
+		return -1;
+	}
+	CUptiResult r;
+	__atomic_store_n(&kt_finalize, 0, __ATOMIC_RELEASE);
+	if (!kt_sub) {
+		r = C.Subscribe(&kt_sub, kt_callback, NULL);
+		if (r != CUPTI_SUCCESS) {
+			kt_sub = NULL;
+			if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED)
+				snprintf(why, whysz,
+					 "CUPTI is held by another subscriber in this process (a profiler: the PyTorch "
+					 "profiler, Nsight Systems or Compute, ...)");
+			else
+				snprintf(why, whysz, "CUPTI (%.600s) refused a subscriber: %s (%d)", C.path, cupti_err(r), r);
+			return -1;
+		}
+		kt_enable_callbacks(1);
+	}
+	if ((r = C.ActivityRegisterTimestampCallback(kt_clock)) != CUPTI_SUCCESS ||
+	    (r = C.ActivityRegisterCallbacks(kt_buffer_requested, kt_buffer_completed)) != CUPTI_SUCCESS ||
+	    (r = C.ActivityEnable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL)) != CUPTI_SUCCESS) {
+		snprintf(why, whysz, "CUPTI (%.600s) refused kernel records: %s (%d)", C.path, cupti_err(r), r);
+		C.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+		kt_enable_callbacks(0);
+		C.Unsubscribe(kt_sub);
+		kt_sub = NULL;
+		return -1;
+	}
+	if (C.ActivityFlushPeriod)
+		C.ActivityFlushPeriod(KT_FLUSH_MS);
+	pthread_mutex_lock(&kt_mu);
+	kt_owner = s;
+	kt_qn = 0;
+	kt_dropped = kt_cupti_dropped = 0;
+	kt_names_sent = 0; /* a new tool learns every name */
+	pthread_mutex_unlock(&kt_mu);
+	__atomic_store_n(&kt_on, 1, __ATOMIC_RELEASE);
+	DBG("kernel times on: %s (CUPTI %u)", C.path, C.version);
+	return 0;
+}
+
+/* Turns the records off if s has them (NULL: whoever has them). */
+void kt_release(struct session *s)
+{
+	pthread_mutex_lock(&kt_life);
+	if (!kt_owner || (s && kt_owner != s)) {
+		pthread_mutex_unlock(&kt_life);
+		return;
+	}
+	__atomic_store_n(&kt_on, 0, __ATOMIC_RELEASE);
+	pthread_mutex_lock(&kt_mu);
+	kt_owner = NULL; /* buffers completed from now on are dropped */
+	pthread_mutex_unlock(&kt_mu);
+	/* outside kt_mu: a flush hands buffers to kt_buffer_completed */
+	C.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+	if (C.ActivityFlushPeriod)
+		C.ActivityFlushPeriod(0);
+	C.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+	pthread_mutex_lock(&kt_mu);
+	free(kt_q);
+	kt_q = NULL;
+	kt_qn = kt_qcap = 0;
+	pthread_mutex_unlock(&kt_mu);
+	__atomic_store_n(&kt_finalize, 1, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&kt_life);
+}
+
+/* Whether s has the kernel records (its last look at exit reads them). */
+int kt_owned_by(struct session *s)
+{
+	pthread_mutex_lock(&kt_mu);
+	int mine = kt_owner == s;
+	pthread_mutex_unlock(&kt_mu);
+	return mine;
+}
+
+/* A fork child has none of its parent's tool. */
+void kt_atfork_child(void)
+{
+	__atomic_store_n(&kt_on, 0, __ATOMIC_RELAXED);
+	kt_owner = NULL;
+	kt_qn = 0;
+	pthread_mutex_init(&kt_mu, NULL);
+	pthread_mutex_init(&kt_life, NULL);
+}
+
+/* op kernel-times: u32 action, u32 flags (agentproto.KernelTimesRequest). */
+int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w)
+{
+	uint32_t action = rb_u32(r), flags = rb_u32(r);
+	char why[1024];
+	if (r->err)
+		return send_error(s, OP_KERNEL_TIMES, req, ST_BAD_REQUEST, 0, "malformed kernel-times request");
+	switch (action) {
+	case 1: { /* start */
+		pthread_mutex_lock(&kt_life);
+		int rc = kt_start_locked(s, why, sizeof(why));
+		pthread_mutex_unlock(&kt_life);
+		if (rc != 0)
+			return send_error(s, OP_KERNEL_TIMES, req, ST_UNSUPPORTED, 0, "%s", why);
+		wb_i32(w, ST_OK);
+		wb_str(w, C.path);
+		wb_u32(w, C.version);
+		wb_u64(w, 0);
+		wb_u64(w, 0);
+		wb_u32(w, 0);
+		wb_u32(w, 0);
+		return 0;
+	}
+	case 2: { /* read */
+		pthread_mutex_lock(&kt_mu);
+		int mine = kt_owner == s;
+		pthread_mutex_unlock(&kt_mu);
+		if (!mine)
+			return send_error(s, OP_KERNEL_TIMES, req, ST_BAD_REQUEST, 0, "kernel-times: not started");
+		/* CUPTI hands over what completed (all it holds when final) */
+		C.ActivityFlushAll((flags & 1) ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
+		pthread_mutex_lock(&kt_mu);
+		struct kt_rec *q = kt_q;
+		size_t n = kt_qn;
+		kt_q = NULL;
+		kt_qn = kt_qcap = 0;
+		uint64_t cd = kt_cupti_dropped, d = kt_dropped;
+		kt_cupti_dropped = kt_dropped = 0;
+		uint32_t from = kt_names_sent, to = kt_nnames;
+		kt_names_sent = to;
+		wb_i32(w, ST_OK);
+		wb_str(w, "");
+		wb_u32(w, 0);
+		wb_u64(w, cd);
+		wb_u64(w, d);
+		wb_u32(w, to - from);
+		for (uint32_t id = from + 1; id <= to; id++) {
+			wb_u32(w, id);
+			wb_str(w, kt_names[id - 1].s);
+		}
+		pthread_mutex_unlock(&kt_mu);
+		/* A primary context's records go by device (the placement the
+		 * tools read maps by), another context's by its handle. */
+		struct {
+			uint64_t ctx;
+			int dev;
+			int primary;
+		} seen[16];
+		int nseen = 0;
+		wb_u32(w, (uint32_t)n);
+		for (size_t i = 0; i < n; i++) {
+			struct kt_rec *k = &q[i];
+			if (k->ctx) {
+				int j = 0;
+				while (j < nseen && (seen[j].ctx != k->ctx || seen[j].dev != k->dev))
+					j++;
+				if (j == nseen && nseen < 16) {
+					seen[j].ctx = k->ctx;
+					seen[j].dev = k->dev;
+					seen[j].primary = (uint64_t)(uintptr_t)primary_of(k->dev) == k->ctx;
+					nseen++;
+				}
+				if (j < nseen && seen[j].primary)
+					k->ctx = 0;
+			}
+			wb_raw(w, k, sizeof(*k));
+		}
+		free(q);
+		return 0;
+	}
+	case 3: /* stop */
+		kt_release(s);
+		wb_i32(w, ST_OK);
+		return 0;
+	}
+	return send_error(s, OP_KERNEL_TIMES, req, ST_BAD_REQUEST, 0, "kernel-times: unknown action %u", action);
+}

@@ -1,0 +1,77 @@
+/* Checks cuptidefs.h (the agent's copy of the part of CUPTI's ABI it uses)
+ * against a CUDA toolkit's CUPTI headers: compiles only where they agree.
+ *   gcc -fsyntax-only -I$CUDA/include -Ipkg/runtime/agent pkg/runtime/agent/testdata/cuptiabi.c
+ * (scripts/gpu/cupti-check.sh runs it on the GPU machine). */
+#include <cupti_activity.h>
+#include <cupti_callbacks.h>
+#include <cupti_driver_cbid.h>
+#include <cupti_runtime_cbid.h>
+#include <stddef.h>
+
+/* CUPTI's values, kept before cuptidefs.h defines its names as macros */
+enum {
+	real_SUCCESS = CUPTI_SUCCESS,
+	real_MAX_LIMIT = CUPTI_ERROR_MAX_LIMIT_REACHED,
+	real_NOT_INIT = CUPTI_ERROR_NOT_INITIALIZED,
+	real_MULTI = CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+	real_DRV = CUPTI_CB_DOMAIN_DRIVER_API,
+	real_RT = CUPTI_CB_DOMAIN_RUNTIME_API,
+	real_ENTER = CUPTI_API_ENTER,
+	real_EXIT = CUPTI_API_EXIT,
+	real_KERNEL = CUPTI_ACTIVITY_KIND_KERNEL,
+	real_CK = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
+	real_FORCED = CUPTI_ACTIVITY_FLAG_FLUSH_FORCED,
+};
+
+#define GPUBPF_CUDEFS_H /* cuda.h's types are the real ones here */
+#define GPUBPF_REAL_CUPTI
+#include "cuptidefs.h"
+
+_Static_assert(real_SUCCESS == CUPTI_SUCCESS, "CUPTI_SUCCESS");
+_Static_assert(real_MAX_LIMIT == CUPTI_ERROR_MAX_LIMIT_REACHED, "CUPTI_ERROR_MAX_LIMIT_REACHED");
+_Static_assert(real_NOT_INIT == CUPTI_ERROR_NOT_INITIALIZED, "CUPTI_ERROR_NOT_INITIALIZED");
+_Static_assert(real_MULTI == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, "MULTIPLE_SUBSCRIBERS");
+_Static_assert(real_DRV == CUPTI_CB_DOMAIN_DRIVER_API, "CUPTI_CB_DOMAIN_DRIVER_API");
+_Static_assert(real_RT == CUPTI_CB_DOMAIN_RUNTIME_API, "CUPTI_CB_DOMAIN_RUNTIME_API");
+_Static_assert(real_ENTER == CUPTI_API_ENTER && real_EXIT == CUPTI_API_EXIT, "callback sites");
+_Static_assert(real_KERNEL == CUPTI_ACTIVITY_KIND_KERNEL && real_CK == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "kinds");
+_Static_assert(real_FORCED == CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, "CUPTI_ACTIVITY_FLAG_FLUSH_FORCED");
+
+#define OFF(f) _Static_assert(offsetof(cupti_kernel_prefix, f) == offsetof(CUpti_ActivityKernel10, f), "kernel record " #f)
+OFF(start);
+OFF(end);
+OFF(deviceId);
+OFF(correlationId);
+OFF(gridId);
+OFF(name);
+_Static_assert(CUPTI_KERNEL_GRAPH_ID_OFF == offsetof(CUpti_ActivityKernel10, graphId), "kernel record graphId");
+_Static_assert(CUPTI_KERNEL_GRAPH_ID_OFF == offsetof(CUpti_ActivityKernel5, graphId), "kernel record 5 graphId");
+_Static_assert(offsetof(CUpti_CallbackData, correlationId) == 64 && offsetof(CUpti_CallbackData, context) == 40 &&
+		       offsetof(CUpti_CallbackData, functionParams) == 16,
+	       "callback data");
+
+#define D(n) _Static_assert(CBID_##n == CUPTI_DRIVER_TRACE_CBID_##n, #n)
+D(cuLaunch);
+D(cuLaunchGrid);
+D(cuLaunchGridAsync);
+D(cuLaunchKernel);
+D(cuLaunchKernel_ptsz);
+D(cuLaunchCooperativeKernel);
+D(cuLaunchCooperativeKernel_ptsz);
+D(cuLaunchCooperativeKernelMultiDevice);
+D(cuGraphLaunch);
+D(cuGraphLaunch_ptsz);
+D(cuLaunchKernelEx);
+D(cuLaunchKernelEx_ptsz);
+#define R(n) _Static_assert(CBID_##n == CUPTI_RUNTIME_TRACE_CBID_##n, #n)
+R(cudaLaunch_v3020);
+R(cudaLaunchKernel_v7000);
+R(cudaLaunch_ptsz_v7000);
+R(cudaLaunchKernel_ptsz_v7000);
+R(cudaLaunchCooperativeKernel_v9000);
+R(cudaLaunchCooperativeKernel_ptsz_v9000);
+R(cudaLaunchCooperativeKernelMultiDevice_v9000);
+R(cudaGraphLaunch_v10000);
+R(cudaGraphLaunch_ptsz_v10000);
+R(cudaLaunchKernelExC_v11060);
+R(cudaLaunchKernelExC_ptsz_v11060);
