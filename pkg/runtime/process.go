@@ -20,6 +20,7 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
 	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
 	"github.com/gpubpf/gpubpf/pkg/runtime/ptx"
+	"github.com/gpubpf/gpubpf/pkg/runtime/tritoncache"
 )
 
 // Process is one traced process: its agent connection (for GPU programs),
@@ -65,6 +66,7 @@ type Process struct {
 	// lastSent: when the agent sent its last drain reply (drainMu)
 	lastSent uint64
 	closed   bool
+	kt       kernelTimes // Options.KernelTimes (mu)
 }
 
 // AttachOptions say how to attach to a process.
@@ -162,6 +164,12 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 				s.forget(pid)
 				return nil, fmt.Errorf("process %d: listing its CUDA modules: %w", pid, err)
 			}
+		}
+		if s.opts.KernelTimes {
+			// before the modules are instrumented: a held program
+			// launches nothing meanwhile, a running one's launches are
+			// timed from now
+			p.startKernelTimes()
 		}
 		for _, m := range inv.Modules {
 			if opts.Context.Err() != nil {
@@ -429,7 +437,46 @@ func (p *Process) moduleCode(m agentproto.Module, inv *agentproto.Inventory) (*m
 	if err != nil {
 		return nil, err
 	}
-	return parseModule(m, img)
+	mc, err := parseModule(m, img)
+	if err == nil && m.Format == agentproto.FormatELF {
+		p.tritonPTX(m, img, mc)
+	}
+	return mc, err
+}
+
+// tritonPTX gives a cubin's kernels the PTX Triton built it from, when the
+// process's Triton cache holds the same cubin (tritoncache): torch.compile's
+// kernels are then instrumented like any with PTX.
+func (p *Process) tritonPTX(m agentproto.Module, img []byte, mc *moduleCode) {
+	dirs := tritoncache.Dirs(p.PID)
+	if len(dirs) == 0 {
+		return
+	}
+	p.s.mu.Lock()
+	if p.s.triton == nil {
+		p.s.triton = tritoncache.New()
+	}
+	c := p.s.triton
+	p.s.mu.Unlock()
+	text, path, ok := c.PTXFor(img, dirs)
+	if !ok {
+		return
+	}
+	defined := map[string]bool{}
+	for _, k := range fatbin.PTXEntries(text) {
+		defined[k] = true
+	}
+	n := 0
+	for i := range mc.kernels {
+		if defined[mc.kernels[i].Name] {
+			mc.kernels[i].HasPTX = true
+			n++
+		}
+	}
+	if n > 0 {
+		mc.ptx = string(text)
+		p.s.logf("process %d: module %d: %d kernel(s) from Triton's PTX %s", p.PID, m.ID, n, path)
+	}
 }
 
 // ptxFor returns the PTX text that defines kernel for a device of maxSM,

@@ -623,6 +623,9 @@ func (p *Process) finalCopy(t agentproto.Target, name string) []byte {
 // earlier look took.
 func (p *Process) lastLook() {
 	p.drain(true)
+	if err := p.readKernelTimes(true); err != nil {
+		p.s.logf("%v", err)
+	}
 	if p.s.opts.Clocks {
 		for _, d := range p.placed() {
 			if _, err := p.calibrate(d, clockRounds); err != nil {

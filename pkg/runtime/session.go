@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"io"
+	"maps"
 	"regexp"
 	"slices"
 	"sort"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
+	"github.com/gpubpf/gpubpf/pkg/runtime/tritoncache"
 	"github.com/gpubpf/gpubpf/pkg/runtime/verify"
 )
 
@@ -65,6 +67,12 @@ type Options struct {
 	// it exits), besides Calibrate; ClockSamples returns them all, so even
 	// a program that lives under a second has its launches bracketed.
 	Clocks bool
+	// KernelTimes: turn CUPTI's kernel records on in every process
+	// attached (the agent finds libcupti there), for KernelTimes: each
+	// kernel's GPU start and end with its launch call's CPU time, kernels
+	// without PTX included. A process where CUPTI cannot be had is traced
+	// without them, its reason in Stats.KernelTimesOff.
+	KernelTimes bool
 	// Direct: the session runs the object's direct programs (sections
 	// gpu/direct, kprobe/__directly_run) as kernels of their own with
 	// RunDirect, and nothing else; without it they are left out. With
@@ -128,6 +136,9 @@ type Session struct {
 	hostMaps map[string]gpumap.Placement
 	// constants: read-only global data the compiler folds (ReadOnlyData)
 	constants map[string][]byte
+	// triton: the cubins of the processes' Triton caches, by content: the
+	// PTX of a Triton kernel loaded as a cubin (tritoncache)
+	triton *tritoncache.Cache
 
 	batches chan *Batch
 	// sendMu guards sending on batches against its close.
@@ -296,8 +307,15 @@ type Stats struct {
 	// entry points an object bound after the attach (a CUDA runtime that
 	// started late), whose launches went untraced until the agent found
 	// them.
-	NotTraced       []string
-	firstAttachDone bool
+	NotTraced []string
+	// KernelTimesFrom: by process, the libcupti giving kernel times
+	// (Options.KernelTimes); KernelTimesOff: why a process has none.
+	KernelTimesFrom map[int]string
+	KernelTimesOff  map[int]string
+	// KernelTimesDropped: kernel records CUPTI or the agent dropped (no
+	// buffer; the tool read too slowly).
+	KernelTimesDropped uint64
+	firstAttachDone    bool
 }
 
 // Open prepares a session for spec: splits GPU and CPU programs, loads the
@@ -576,6 +594,8 @@ func (s *Session) Stats() Stats {
 	st.MapErrors = copyMap(s.stats.MapErrors)
 	st.ProbeFailures = append([]string(nil), s.stats.ProbeFailures...)
 	st.NotTraced = append([]string(nil), s.stats.NotTraced...)
+	st.KernelTimesFrom = maps.Clone(s.stats.KernelTimesFrom)
+	st.KernelTimesOff = maps.Clone(s.stats.KernelTimesOff)
 	s.mu.Unlock()
 	for _, p := range procs {
 		p.addStats(&st)

@@ -1,0 +1,134 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+)
+
+// KernelTime is one kernel execution in a traced process, from CUPTI's
+// activity records (Options.KernelTimes): every kernel, with PTX or not.
+type KernelTime struct {
+	PID    int
+	Device int
+	Ctx    uint64 // 0: the device's primary context (as MapCopy.Ctx)
+	Kernel string // mangled, as CUPTI names it
+	// CPU: CLOCK_MONOTONIC ns of the launch call as it reached the driver
+	// (a graph's kernels: the graph launch); 0 when the agent had no stamp
+	// for it.
+	CPU uint64
+	// Start, End: the kernel's GPU start and end on CLOCK_MONOTONIC, as
+	// CUPTI converts them.
+	Start, End uint64
+	Grid       uint64 // %gridid (unique per launch in its context)
+	Stream     uint64 // the CUstream the launch named
+	Graph      uint32 // CUDA graph id, 0 when not launched by a graph
+}
+
+// kernelTimes is a process's side of Options.KernelTimes.
+type kernelTimes struct {
+	on      bool
+	names   map[uint32]string
+	pending []KernelTime // read at a last look, not taken yet
+}
+
+// startKernelTimes turns CUPTI's kernel records on in p (Options.KernelTimes);
+// a process where it cannot is recorded with the agent's reason.
+func (p *Process) startKernelTimes() {
+	lib, ver, err := p.conn.KernelTimesStart()
+	if err == nil {
+		p.mu.Lock()
+		p.kt.on, p.kt.names = true, map[uint32]string{}
+		p.mu.Unlock()
+		p.s.logf("process %d: kernel times from %s, CUPTI version %d", p.PID, lib, ver)
+	} else {
+		p.s.warnf("process %d: kernels without PTX are not timed: %v", p.PID, err)
+	}
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	st := &p.s.stats
+	if err != nil {
+		if st.KernelTimesOff == nil {
+			st.KernelTimesOff = map[int]string{}
+		}
+		st.KernelTimesOff[p.PID] = err.Error()
+		return
+	}
+	if st.KernelTimesFrom == nil {
+		st.KernelTimesFrom = map[int]string{}
+	}
+	st.KernelTimesFrom[p.PID] = fmt.Sprintf("%s (CUPTI %d)", lib, ver)
+}
+
+// readKernelTimes takes p's records since the last read (final: CUPTI's
+// buffers not full yet too) into p.kt.pending.
+func (p *Process) readKernelTimes(final bool) error {
+	p.mu.Lock()
+	on := p.kt.on
+	p.mu.Unlock()
+	if !on || p.conn == nil {
+		return nil
+	}
+	rep, err := p.conn.KernelTimes(final)
+	if err != nil {
+		select {
+		case <-p.conn.Done():
+			return nil // gone: its last look took the rest
+		default:
+		}
+		if errors.Is(err, os.ErrClosed) {
+			return nil
+		}
+		return fmt.Errorf("process %d: reading kernel times: %w", p.PID, err)
+	}
+	p.mu.Lock()
+	for _, n := range rep.Names {
+		p.kt.names[n.ID] = n.Name
+	}
+	for _, r := range rep.Records {
+		p.kt.pending = append(p.kt.pending, KernelTime{PID: p.PID, Device: int(r.Device), Ctx: r.Ctx,
+			Kernel: p.kt.names[r.Name], CPU: r.CPU, Start: r.Start, End: r.End, Grid: r.Grid, Stream: r.Stream,
+			Graph: r.Graph})
+	}
+	p.mu.Unlock()
+	if rep.CUPTIDropped > 0 || rep.Dropped > 0 {
+		p.s.mu.Lock()
+		p.s.stats.KernelTimesDropped += rep.CUPTIDropped + rep.Dropped
+		p.s.mu.Unlock()
+	}
+	return nil
+}
+
+// KernelTimes returns the kernel executions recorded since the last call in
+// every traced process (Options.KernelTimes), each process's in the order
+// CUPTI completed them; final also takes what CUPTI still buffers (the
+// trace ends). A process that has exited gave its last records at its last
+// look.
+func (s *Session) KernelTimes(final bool) ([]KernelTime, error) {
+	var out []KernelTime
+	var errs []error
+	s.mu.Lock()
+	procs := s.everyProcessLocked()
+	s.mu.Unlock()
+	sort.Slice(procs, func(i, j int) bool { return procs[i].PID < procs[j].PID })
+	for _, p := range procs {
+		if err := p.readKernelTimes(final); err != nil {
+			errs = append(errs, err)
+		}
+		p.mu.Lock()
+		out = append(out, p.kt.pending...)
+		p.kt.pending = nil
+		p.mu.Unlock()
+	}
+	return out, errors.Join(errs...)
+}
+
+// Instrumented reports whether kernel (a mangled name) has a probe in some
+// process of the session: its launches are timed by the probe, and a tool
+// that has CUPTI's records too takes only their durations.
+func (s *Session) Instrumented(kernel string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stats.KernelsMatched[kernel]
+}
