@@ -4,6 +4,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -28,6 +29,7 @@ type eventFormat struct {
 	ms    bool   // -m: LAT(ms) instead of LAT(us)
 	t0    uint64 // CLOCK_MONOTONIC ns as tracing started: TIME(s) zero
 	wall  int64  // CLOCK_REALTIME - CLOCK_MONOTONIC, ns: turns a stamp into -T's clock
+	dur   bool   // a DUR column: CUPTI's records give run times
 }
 
 // Column widths of the text lines; KERNEL is last because names vary the
@@ -54,6 +56,9 @@ func (f eventFormat) header() string {
 	b = appendPad(b, "PID", wPID)
 	b = appendPad(b, "DEV", wDev)
 	b = appendPad(b, lat, wLat)
+	if f.dur {
+		b = appendPad(b, strings.Replace(lat, "LAT", "DUR", 1), wLat)
+	}
 	b = appendPad(b, "STREAM", wStream)
 	b = append(b, "KERNEL\n"...)
 	return string(b)
@@ -77,6 +82,13 @@ func (f eventFormat) appendLaunch(b []byte, e launchEvent, base, mangled string)
 	b = appendPad(b, strconv.Itoa(e.src.pid), wPID)
 	b = appendPad(b, strconv.Itoa(e.src.dev), wDev)
 	b = appendPad(b, f.latText(l), wLat)
+	if f.dur {
+		d := "-" // a probe's launch whose record has not come
+		if l.dur > 0 {
+			d = f.nsText(l.dur)
+		}
+		b = appendPad(b, d, wLat)
+	}
 	b = appendPad(b, launchStream(s), wStream)
 	b = append(b, base...)
 	return append(b, '\n')
@@ -95,6 +107,14 @@ func (f eventFormat) latText(l latency) string {
 		return "<" + strconv.FormatFloat(math.Ceil(float64(l.bound)/div*scale)/scale, 'f', prec, 64)
 	}
 	return strconv.FormatFloat(float64(l.ns)/div, 'f', prec, 64)
+}
+
+// nsText is a time in the column's unit.
+func (f eventFormat) nsText(ns uint64) string {
+	if f.ms {
+		return strconv.FormatFloat(float64(ns)/1e6, 'f', 3, 64)
+	}
+	return strconv.FormatFloat(float64(ns)/1e3, 'f', 1, 64)
 }
 
 // launchStream is the stream as the kernel lines name it; a graph kernel's
@@ -133,6 +153,16 @@ func appendLaunchJSON(b []byte, e launchEvent, base, mangled string) []byte {
 	b = strconv.AppendInt(b, l.ns, 10)
 	b = append(b, `,"bound_ns":`...)
 	b = strconv.AppendUint(b, l.bound, 10)
+	b = append(b, `,"source":`...)
+	if l.cupti {
+		b = append(b, `"cupti"`...)
+	} else {
+		b = append(b, `"probe"`...)
+	}
+	if l.dur > 0 {
+		b = append(b, `,"duration_ns":`...)
+		b = strconv.AppendUint(b, l.dur, 10)
+	}
 	return append(b, "}\n"...)
 }
 

@@ -23,18 +23,21 @@ func TestLaunchJSON(t *testing.T) {
 		base, mangled string
 		wantStream    string
 		wantGraph     bool
+		dur           uint64
+		cupti         bool
 	}{
-		{"stream handle", start{grid: 17, stream: 0x7f00dead0, kind: kindRuntime}, 4200, 600, "idleTick", "_Z8idleTickPj", "0x7f00dead0", false},
-		{"default stream", start{grid: 18, stream: 0, kind: kindDriver}, 350_000, 600, "queuedTick", "_Z10queuedTickPj", "default", false},
-		{"per-thread default", start{grid: 19, stream: 2, kind: kindRuntime}, 9000, 600, "k", "k", "per-thread default", false},
-		{"graph kernel", start{grid: 1 << 40, kind: kindGraphWord}, 7000, 600, "graphTick", "_Z9graphTickPj", "graph", true},
-		{"below the bound, negative", start{grid: 20, stream: 0x10, kind: kindRuntime}, -250, 800, "idleTick", "_Z8idleTickPj", "0x10", false},
-		{"name to escape", start{grid: 21, kind: kindRuntime}, 1000, 600, `a"b\c`, "", "default", false},
+		{"stream handle", start{grid: 17, stream: 0x7f00dead0, kind: kindRuntime}, 4200, 600, "idleTick", "_Z8idleTickPj", "0x7f00dead0", false, 0, false},
+		{"default stream", start{grid: 18, stream: 0, kind: kindDriver}, 350_000, 600, "queuedTick", "_Z10queuedTickPj", "default", false, 0, false},
+		{"per-thread default", start{grid: 19, stream: 2, kind: kindRuntime}, 9000, 600, "k", "k", "per-thread default", false, 0, false},
+		{"graph kernel", start{grid: 1 << 40, kind: kindGraphWord}, 7000, 600, "graphTick", "_Z9graphTickPj", "graph", true, 0, false},
+		{"below the bound, negative", start{grid: 20, stream: 0x10, kind: kindRuntime}, -250, 800, "idleTick", "_Z8idleTickPj", "0x10", false, 0, false},
+		{"name to escape", start{grid: 21, kind: kindRuntime}, 1000, 600, `a"b\c`, "", "default", false, 0, false},
+		{"from CUPTI, with its run time", start{grid: 22, stream: 0x30, kind: kindDriver}, 5100, 0, "ampere_sgemm", "ampere_sgemm", "0x30", false, 81_000, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.s.cpu = cpu
-			e := launchEvent{src: source{pid: 4242, dev: 1}, lat: latency{s: tc.s, ns: tc.ns, bound: tc.bound}}
+			e := launchEvent{src: source{pid: 4242, dev: 1}, lat: latency{s: tc.s, ns: tc.ns, bound: tc.bound, dur: tc.dur, cupti: tc.cupti}}
 			line := eventFormat{json: true}.appendLaunch(nil, e, tc.base, tc.mangled)
 			if !bytes.HasSuffix(line, []byte("}\n")) || bytes.Count(line, []byte("\n")) != 1 {
 				t.Fatalf("not one JSON line: %q", line)
@@ -52,6 +55,8 @@ func TestLaunchJSON(t *testing.T) {
 				GPU     int64  `json:"gpu_ns"`
 				Latency int64  `json:"latency_ns"`
 				Bound   uint64 `json:"bound_ns"`
+				Source  string `json:"source"`
+				Dur     uint64 `json:"duration_ns"`
 			}
 			dec := json.NewDecoder(bytes.NewReader(line))
 			dec.DisallowUnknownFields()
@@ -62,6 +67,9 @@ func TestLaunchJSON(t *testing.T) {
 				got.Stream != tc.wantStream || got.Graph != tc.wantGraph || got.Grid != tc.s.grid {
 				t.Errorf("decoded %+v from %q", got, line)
 			}
+			if wantSrc := map[bool]string{false: "probe", true: "cupti"}[tc.cupti]; got.Source != wantSrc || got.Dur != tc.dur {
+				t.Errorf("source %q duration %d, want %q %d", got.Source, got.Dur, wantSrc, tc.dur)
+			}
 			if got.CPU != cpu || got.Latency != tc.ns || got.GPU != cpu+tc.ns || got.Bound != tc.bound {
 				t.Errorf("times: cpu %d gpu %d latency %d bound %d; want %d, %d, %d, %d", got.CPU, got.GPU, got.Latency, got.Bound,
 					cpu, cpu+tc.ns, tc.ns, tc.bound)
@@ -70,7 +78,7 @@ func TestLaunchJSON(t *testing.T) {
 	}
 	// The exact bytes of one, so a field renamed or reordered is seen.
 	e := launchEvent{src: source{pid: 7}, lat: latency{s: start{grid: 3, cpu: 100, stream: 0x20, kind: kindRuntime}, ns: 50, bound: 10}}
-	want := `{"type":"launch","pid":7,"device":0,"kernel":"k","mangled":"_Z1kv","stream":"0x20","graph":false,"grid":3,"cpu_ns":100,"gpu_ns":150,"latency_ns":50,"bound_ns":10}` + "\n"
+	want := `{"type":"launch","pid":7,"device":0,"kernel":"k","mangled":"_Z1kv","stream":"0x20","graph":false,"grid":3,"cpu_ns":100,"gpu_ns":150,"latency_ns":50,"bound_ns":10,"source":"probe"}` + "\n"
 	if got := string(eventFormat{json: true}.appendLaunch(nil, e, "k", "_Z1kv")); got != want {
 		t.Errorf("got  %s want %s", got, want)
 	}
@@ -89,26 +97,32 @@ func TestLaunchText(t *testing.T) {
 		s      start
 		ns     int64
 		bound  uint64
+		dur    uint64
 		header []string
 		fields []string // the line split on blanks
 	}{
-		{"plain", eventFormat{t0: t0}, start{cpu: t0 + 1_500_000_000, stream: 0xabc, kind: kindRuntime}, 412_345, 700,
+		{"plain", eventFormat{t0: t0}, start{cpu: t0 + 1_500_000_000, stream: 0xabc, kind: kindRuntime}, 412_345, 700, 0,
 			[]string{"TIME(s)", "PID", "DEV", "LAT(us)", "STREAM", "KERNEL"},
 			[]string{"1.500000", "4242", "0", "412.3", "0xabc", "queuedTick"}},
-		{"below the bound", eventFormat{t0: t0}, start{cpu: t0 + 2_000, kind: kindRuntime}, 300, 800,
+		{"below the bound", eventFormat{t0: t0}, start{cpu: t0 + 2_000, kind: kindRuntime}, 300, 800, 0,
 			nil, []string{"0.000002", "4242", "0", "<0.8", "default", "queuedTick"}},
-		{"below the bound, rounded up", eventFormat{t0: t0}, start{cpu: t0, kind: kindRuntime}, -90, 610,
+		{"below the bound, rounded up", eventFormat{t0: t0}, start{cpu: t0, kind: kindRuntime}, -90, 610, 0,
 			nil, []string{"0.000000", "4242", "0", "<0.7", "default", "queuedTick"}},
-		{"graph", eventFormat{t0: t0}, start{cpu: t0 + 3_000_000, kind: kindGraphWord}, 5_000, 800,
+		{"graph", eventFormat{t0: t0}, start{cpu: t0 + 3_000_000, kind: kindGraphWord}, 5_000, 800, 0,
 			nil, []string{"0.003000", "4242", "0", "5.0", "graph", "queuedTick"}},
-		{"stamped before the trace", eventFormat{t0: t0}, start{cpu: t0 - 5_000, stream: 2, kind: kindRuntime}, 9_000, 800,
+		{"stamped before the trace", eventFormat{t0: t0}, start{cpu: t0 - 5_000, stream: 2, kind: kindRuntime}, 9_000, 800, 0,
 			nil, []string{"0.000000", "4242", "0", "9.0", "per-thread", "default", "queuedTick"}},
-		{"-m", eventFormat{t0: t0, ms: true}, start{cpu: t0 + 1, kind: kindRuntime}, 412_345, 700,
+		{"-m", eventFormat{t0: t0, ms: true}, start{cpu: t0 + 1, kind: kindRuntime}, 412_345, 700, 0,
 			[]string{"TIME(s)", "PID", "DEV", "LAT(ms)", "STREAM", "KERNEL"},
 			[]string{"0.000000", "4242", "0", "0.412", "default", "queuedTick"}},
-		{"-T", eventFormat{t0: t0, stamp: true, wall: wall}, start{cpu: t0 + 61_000_000_000, kind: kindRuntime}, 4_000, 700,
+		{"-T", eventFormat{t0: t0, stamp: true, wall: wall}, start{cpu: t0 + 61_000_000_000, kind: kindRuntime}, 4_000, 700, 0,
 			[]string{"TIME", "TIME(s)", "PID", "DEV", "LAT(us)", "STREAM", "KERNEL"},
 			[]string{"10:53:01", "61.000000", "4242", "0", "4.0", "default", "queuedTick"}},
+		{"run time (CUPTI)", eventFormat{t0: t0, dur: true}, start{cpu: t0 + 1_000, stream: 0x30, kind: kindDriver}, 5_100, 0, 81_250,
+			[]string{"TIME(s)", "PID", "DEV", "LAT(us)", "DUR(us)", "STREAM", "KERNEL"},
+			[]string{"0.000001", "4242", "0", "5.1", "81.2", "0x30", "queuedTick"}},
+		{"no run time yet", eventFormat{t0: t0, dur: true}, start{cpu: t0 + 1_000, kind: kindDriver}, 5_100, 700, 0,
+			nil, []string{"0.000001", "4242", "0", "5.1", "-", "default", "queuedTick"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -116,7 +130,7 @@ func TestLaunchText(t *testing.T) {
 			if tc.header != nil && strings.Join(strings.Fields(h), " ") != strings.Join(tc.header, " ") {
 				t.Errorf("header %q, want columns %v", h, tc.header)
 			}
-			e := launchEvent{src: source{pid: 4242}, lat: latency{s: tc.s, ns: tc.ns, bound: tc.bound}}
+			e := launchEvent{src: source{pid: 4242}, lat: latency{s: tc.s, ns: tc.ns, bound: tc.bound, dur: tc.dur}}
 			line := string(tc.f.appendLaunch(nil, e, "queuedTick", "_Z10queuedTickPj"))
 			if !strings.HasSuffix(line, "\n") || strings.Count(line, "\n") != 1 {
 				t.Fatalf("not one line: %q", line)

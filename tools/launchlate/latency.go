@@ -145,6 +145,8 @@ type latency struct {
 	s     start
 	ns    int64
 	bound uint64
+	dur   uint64 // the kernel's run time (CUPTI), 0: not known
+	cupti bool   // timed from CUPTI's record, not the probe
 }
 
 // resolve hands every pending start it can place in time to fn; the rest
@@ -193,12 +195,30 @@ type stats struct {
 	h       *hdrhistogram.Histogram
 	log2    toolkit.Log2Hist // microseconds
 	n       uint64
-	below   uint64 // below the clock's error bound
-	bound   uint64 // largest error bound of its launches
-	untimed uint64 // starts without a CPU stamp
+	below   uint64                  // below the clock's error bound
+	bound   uint64                  // largest error bound of its launches
+	untimed uint64                  // starts without a CPU stamp
+	cupti   uint64                  // of n, timed from CUPTI's records
+	dur     *hdrhistogram.Histogram // run times (CUPTI), nil until one
 }
 
 func newStats() *stats { return &stats{h: hdrhistogram.New(1, 600e9, 3)} }
+
+// addDur records one run time.
+func (s *stats) addDur(ns uint64) {
+	if s.dur == nil {
+		s.dur = hdrhistogram.New(1, 600e9, 3)
+	}
+	s.dur.RecordValue(int64(max(ns, 1)))
+}
+
+// durs returns the run times' p50, p90, p99 and max (zeros without any).
+func (s *stats) durs() (p50, p90, p99, mx uint64) {
+	if s.dur == nil {
+		return
+	}
+	return uint64(s.dur.ValueAtQuantile(50)), uint64(s.dur.ValueAtQuantile(90)), uint64(s.dur.ValueAtQuantile(99)), uint64(s.dur.Max())
+}
 
 func (s *stats) add(l latency) {
 	s.n++

@@ -50,6 +50,7 @@ func main() {
 		&cli.BoolFlag{Name: "milliseconds", Aliases: []string{"m"}, Usage: "histogram (and --events' LAT column) in milliseconds (default microseconds)"},
 		&cli.BoolFlag{Name: "events", Usage: "also print one line per timed launch as it is resolved (before the summary)"},
 		&cli.BoolFlag{Name: "uprobe", Usage: "stamp runtime-API launches as the application calls them, with a Linux uprobe (adds cudart's own time; costs one trap per launch)"},
+		&cli.StringFlag{Name: "timing", Value: timingAuto, Usage: "where kernel starts come from: auto (the GPU probe where a kernel has PTX, CUPTI's records for the rest), probe (probes only: no CUPTI in the process), both (auto, and with --events a CUPTI line for each probed launch too: a cross-check)"},
 	)
 	app.Description = `The gpubpf agent in the traced process stamps each launch with the CPU clock
 as the launch reaches the driver (cuLaunchKernel(Ex), cuGraphLaunch: the call
@@ -69,8 +70,20 @@ read.
 
 The GPU clock is calibrated against the CPU's every 2 s (a round trip through
 pinned memory); latencies are shown with that error bound, and a latency
-below it as "< bound". Kernels without PTX are not
-instrumented and are listed as skipped.
+below it as "< bound".
+
+Kernels without PTX (PyTorch's, cuBLAS's, cuDNN's, Triton's cubins) carry no
+probe: their starts come from CUPTI's kernel records, which the agent turns
+on in the process (libcupti found there: the one loaded, the CUDA wheels next
+to its libraries, the toolkit's; GPUBPF_CUPTI=PATH in the program's
+environment names one, GPUBPF_CUPTI=off keeps CUPTI out), joined with the CPU
+time of each launch call taken by a CUPTI callback as the call reaches the
+driver. CUPTI converts its GPU times to the CPU clock itself (they are shown
+without a bound of ours; --timing both compares them with the probes). The
+same records give every kernel's run time: DUR columns. When CUPTI cannot be
+had (none found, or held by a profiler in the process), one line says why and
+the kernels without PTX are listed as skipped. While launchlate holds CUPTI a
+profiler started in the process cannot have it; it is let go at the end.
 
 Kernels of CUDA graphs (kernel nodes and launches captured into a graph while
 launchlate runs) are timed from the cudaGraphLaunch/cuGraphLaunch call of the
@@ -115,6 +128,10 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading the embedded BPF object: %w", err)
 	}
+	timing := c.String("timing")
+	if timing != timingAuto && timing != timingProbe && timing != timingBoth {
+		return fmt.Errorf("--timing %q: want auto, probe or both", timing)
+	}
 	uprobes := c.Bool("uprobe")
 	if !uprobes {
 		if err := dropUprobes(spec); err != nil {
@@ -122,24 +139,29 @@ func run(c *cli.Context) error {
 		}
 	}
 	sess, err := runtime.Open(spec, runtime.Options{Kernels: toolkit.KernelPatterns(c), Client: "launchlate", Log: toolkit.LogOf(c), Warn: toolkit.WarnOf("launchlate"), NoInject: c.Bool(toolkit.FlagNoInject),
-		LaunchWords: "launch_stamps", OptionalUprobes: uprobes, Clocks: true})
+		LaunchWords: "launch_stamps", OptionalUprobes: uprobes, Clocks: true, KernelTimes: timing != timingProbe})
 	if err != nil {
 		return err
 	}
 	defer sess.Close()
 	jsonOut := c.Bool(toolkit.FlagJSON)
 	if !jsonOut {
-		toolkit.StartLine(os.Stderr, fmt.Sprintf("Tracing CUDA launch -> GPU start latency of %s %s", toolkit.KernelsWhat(c), targets.Describe()))
+		what := toolkit.KernelsWhat(c)
+		if timing != timingProbe && len(c.StringSlice(toolkit.FlagKernel)) == 0 {
+			what = "every kernel"
+		}
+		toolkit.StartLine(os.Stderr, fmt.Sprintf("Tracing CUDA launch -> GPU start latency of %s %s", what, targets.Describe()))
 	}
 	ctx, stop := toolkit.TraceContext(c)
 	defer stop()
 	l := &launchlate{
-		sess: sess, nameOf: sess.KernelName, tr: newTracker(), w: os.Stdout, json: jsonOut, stamp: c.Bool(toolkit.FlagTimestamp),
+		sess: sess, nameOf: sess.KernelName, indexOf: sess.KernelIndex, instrumented: sess.Instrumented, tr: newTracker(), w: os.Stdout, json: jsonOut, stamp: c.Bool(toolkit.FlagTimestamp),
 		byStream: c.Bool("stream"), ms: c.Bool("milliseconds"), interval: c.Float64(toolkit.FlagInterval) > 0,
-		cur: map[key]*stats{}, events: c.Bool("events"), uprobes: uprobes,
+		cur: map[key]*stats{}, events: c.Bool("events"), uprobes: uprobes, timing: timing, cupti: timing != timingProbe,
+		patterns: c.StringSlice(toolkit.FlagKernel),
 	}
 	if l.events {
-		l.ev = eventFormat{json: jsonOut, stamp: l.stamp, ms: l.ms, t0: agentproto.MonoNow(), wall: time.Now().UnixNano() - int64(agentproto.MonoNow())}
+		l.ev = eventFormat{json: jsonOut, stamp: l.stamp, ms: l.ms, t0: agentproto.MonoNow(), wall: time.Now().UnixNano() - int64(agentproto.MonoNow()), dur: l.cupti}
 		if !jsonOut {
 			fmt.Fprint(l.w, l.ev.header())
 		}
@@ -159,6 +181,7 @@ func run(c *cli.Context) error {
 	l.read(true)
 	l.calibrate(true) // the processes still attached; those gone took one at exit
 	l.tr.resolve(true, l.timed, l.untimed)
+	l.kernelTimes(true)
 	l.flushEvents()
 	l.mu.Unlock()
 	closeErr := sess.Close()
@@ -169,36 +192,45 @@ func run(c *cli.Context) error {
 	l.report(true)
 	a := &toolkit.Account{Tool: "launchlate"}
 	l.account(a)
-	toolkit.KernelAccount(a, st)
+	toolkit.KernelAccount(a, l.ktAccount(a, st))
 	if !jsonOut {
 		fmt.Fprintln(os.Stderr, a.String())
 		for _, f := range st.ProbeFailures {
 			fmt.Fprintln(os.Stderr, "launchlate: "+f)
 		}
 	} else {
-		l.summaryJSON()
+		l.summaryJSON(st)
 	}
 	return toolkit.Finish("launchlate", targets, sess, st, code, traceErr, closeErr)
 }
 
 // launchlate holds the trace's state between readings.
 type launchlate struct {
-	mu       sync.Mutex
-	sess     *runtime.Session
-	nameOf   func(uint32) string // the session's mangled kernel names (a test's own)
-	tr       *tracker
-	w        io.Writer
-	json     bool
-	stamp    bool
-	byStream bool
-	ms       bool
-	interval bool
-	events   bool        // --events
-	uprobes  bool        // --uprobe: runtime-API launches stamped by uprobes
-	ev       eventFormat // how --events lines are written
-	batch    []launchEvent
-	evBuf    []byte
-	names    map[uint32]kernelNames // --events' names by kernel index
+	mu     sync.Mutex
+	sess   *runtime.Session
+	nameOf func(uint32) string // the session's mangled kernel names (a test's own)
+	// the session's kernel numbers and probes (a test's own)
+	indexOf                       func(string) uint32
+	instrumented                  func(string) bool
+	tr                            *tracker
+	w                             io.Writer
+	json                          bool
+	stamp                         bool
+	byStream                      bool
+	ms                            bool
+	interval                      bool
+	events                        bool   // --events
+	uprobes                       bool   // --uprobe: runtime-API launches stamped by uprobes
+	timing                        string // --timing
+	cupti                         bool   // CUPTI's kernel records wanted (runtime.Options.KernelTimes)
+	probedK                       map[uint32]bool
+	patterns                      []string        // -k, for CUPTI's records (nil: every kernel)
+	want                          map[string]bool // patterns matched, by kernel
+	ktRecords, ktTimed, ktUntimed uint64          // CUPTI's records: all, timed from them, without a stamp
+	ev                            eventFormat     // how --events lines are written
+	batch                         []launchEvent
+	evBuf                         []byte
+	names                         map[uint32]kernelNames // --events' names by kernel index
 
 	cur       map[key]*stats // since the last report (-i) or the start
 	lastClock time.Time
@@ -264,6 +296,7 @@ func (l *launchlate) poll(ctx context.Context, interval time.Duration) {
 				l.takeClocks()
 			}
 			l.tr.resolve(false, l.timed, l.untimed)
+			l.kernelTimes(false)
 			l.flushEvents()
 			l.mu.Unlock()
 			if report {

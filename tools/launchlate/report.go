@@ -8,6 +8,7 @@ import (
 
 	"github.com/olekukonko/tablewriter"
 
+	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -112,9 +113,16 @@ func (l *launchlate) report(final bool) {
 			}
 		}
 		h.Print(w, unit)
-		fmt.Fprintf(w, "  launches %d, p50 %s, p90 %s, p99 %s, max %s (clock error bound %s",
-			r.s.n, fmtLat(r.p50, r.b50, r.s.bound), fmtLat(r.p90, r.b90, r.s.bound), fmtLat(r.p99, r.b99, r.s.bound),
-			fmtLat(r.max, r.bmx, r.s.bound), toolkit.FormatNs(r.s.bound))
+		fmt.Fprintf(w, "  launches %d, p50 %s, p90 %s, p99 %s, max %s (", r.s.n, fmtLat(r.p50, r.b50, r.s.bound),
+			fmtLat(r.p90, r.b90, r.s.bound), fmtLat(r.p99, r.b99, r.s.bound), fmtLat(r.max, r.bmx, r.s.bound))
+		switch {
+		case r.s.cupti == r.s.n:
+			fmt.Fprint(w, "timed by CUPTI")
+		case r.s.cupti > 0:
+			fmt.Fprintf(w, "%d timed by CUPTI; clock error bound %s", r.s.cupti, toolkit.FormatNs(r.s.bound))
+		default:
+			fmt.Fprintf(w, "clock error bound %s", toolkit.FormatNs(r.s.bound))
+		}
 		if r.s.below > 0 {
 			fmt.Fprintf(w, "; %d below it", r.s.below)
 		}
@@ -122,17 +130,41 @@ func (l *launchlate) report(final bool) {
 			fmt.Fprintf(w, "; %d starts not timed", r.s.untimed)
 		}
 		fmt.Fprintln(w, ")")
+		if r.s.dur != nil {
+			d50, d90, d99, dmx := r.s.durs()
+			fmt.Fprintf(w, "  run time: %d kernels, p50 %s, p90 %s, p99 %s, max %s (CUPTI)\n", r.s.dur.TotalCount(),
+				toolkit.FormatNs(d50), toolkit.FormatNs(d90), toolkit.FormatNs(d99), toolkit.FormatNs(dmx))
+		}
 	}
 	fmt.Fprintf(w, "\n%skernels by p99 launch -> start latency:\n", prefix)
 	tb := tablewriter.NewTable(w)
-	tb.Header("KERNEL", "LAUNCHES", "P50", "P90", "P99", "MAX")
+	width := 48
+	if l.cupti {
+		// run times beside the latencies (CUPTI's records)
+		width = 36
+		tb.Header("KERNEL", "LAUNCHES", "P50", "P90", "P99", "MAX", "RUN P50", "RUN P90", "RUN P99", "RUN MAX")
+	} else {
+		tb.Header("KERNEL", "LAUNCHES", "P50", "P90", "P99", "MAX")
+	}
 	for _, r := range rows {
-		if r.s.n == 0 {
-			tb.Append(trim(l.label(r.k), 48), strconv.FormatUint(r.s.untimed, 10)+" untimed", "-", "-", "-", "-")
-			continue
+		cells := []string{trim(l.label(r.k), width), strconv.FormatUint(r.s.untimed, 10) + " untimed", "-", "-", "-", "-"}
+		if r.s.n > 0 {
+			launches := strconv.FormatUint(r.s.n, 10)
+			if r.s.untimed > 0 {
+				launches += fmt.Sprintf(" +%d untimed", r.s.untimed)
+			}
+			cells = []string{trim(l.label(r.k), width), launches, fmtLat(r.p50, r.b50, r.s.bound),
+				fmtLat(r.p90, r.b90, r.s.bound), fmtLat(r.p99, r.b99, r.s.bound), fmtLat(r.max, r.bmx, r.s.bound)}
 		}
-		tb.Append(trim(l.label(r.k), 48), strconv.FormatUint(r.s.n, 10), fmtLat(r.p50, r.b50, r.s.bound),
-			fmtLat(r.p90, r.b90, r.s.bound), fmtLat(r.p99, r.b99, r.s.bound), fmtLat(r.max, r.bmx, r.s.bound))
+		if l.cupti {
+			if r.s.dur == nil {
+				cells = append(cells, "-", "-", "-", "-")
+			} else {
+				d50, d90, d99, dmx := r.s.durs()
+				cells = append(cells, toolkit.FormatNs(d50), toolkit.FormatNs(d90), toolkit.FormatNs(d99), toolkit.FormatNs(dmx))
+			}
+		}
+		tb.Append(cells)
 	}
 	tb.Render()
 }
@@ -159,8 +191,14 @@ func (l *launchlate) rowJSON(now time.Time, r row) {
 		}
 		b = fmt.Appendf(b, `,"pid":%d,"stream":"%s"`, r.k.pid, stream)
 	}
-	b = fmt.Appendf(b, `,"graph":%t,"launches":%d,"p50_ns":%d,"p90_ns":%d,"p99_ns":%d,"max_ns":%d,"below_bound":%d,"bound_ns":%d,"untimed":%d,"hist_us":[`,
-		r.k.graph, r.s.n, r.p50, r.p90, r.p99, r.max, r.s.below, r.s.bound, r.s.untimed)
+	b = fmt.Appendf(b, `,"graph":%t,"launches":%d,"p50_ns":%d,"p90_ns":%d,"p99_ns":%d,"max_ns":%d,"below_bound":%d,"bound_ns":%d,"untimed":%d,"cupti":%d`,
+		r.k.graph, r.s.n, r.p50, r.p90, r.p99, r.max, r.s.below, r.s.bound, r.s.untimed, r.s.cupti)
+	if r.s.dur != nil {
+		d50, d90, d99, dmx := r.s.durs()
+		b = fmt.Appendf(b, `,"dur_launches":%d,"dur_p50_ns":%d,"dur_p90_ns":%d,"dur_p99_ns":%d,"dur_max_ns":%d`,
+			r.s.dur.TotalCount(), d50, d90, d99, dmx)
+	}
+	b = append(b, `,"hist_us":[`...)
 	first := true
 	for i, c := range r.s.log2 {
 		if c == 0 {
@@ -180,8 +218,22 @@ func (l *launchlate) rowJSON(now time.Time, r row) {
 	l.w.Write(b)
 }
 
-func (l *launchlate) summaryJSON() {
+func (l *launchlate) summaryJSON(st runtime.Stats) {
 	lost := int64(l.produced) - int64(l.tr.read)
-	fmt.Fprintf(l.w, `{"type":"summary","timed":%d,"untimed":%d,"graph_kernel_starts":%d,"graph_timed":%d,"graph_untimed":%d,"lost":%d,"calls_runtime":%d,"calls_graph":%d,"clock_bound_ns":%d,"calibrations":%d}`+"\n",
+	b := fmt.Appendf(nil, `{"type":"summary","timed":%d,"untimed":%d,"graph_kernel_starts":%d,"graph_timed":%d,"graph_untimed":%d,"lost":%d,"calls_runtime":%d,"calls_graph":%d,"clock_bound_ns":%d,"calibrations":%d`,
 		l.timedN, l.untimedN, l.graphT+l.graphN, l.graphT, l.graphN, max(lost, 0), l.calls[kindRuntime], l.calls[kindGraphRT], l.maxBound, l.clocks)
+	if l.cupti {
+		b = fmt.Appendf(b, `,"cupti_records":%d,"cupti_timed":%d,"cupti_untimed":%d,"cupti_dropped":%d,"cupti_off":{`,
+			l.ktRecords, l.ktTimed, l.ktUntimed, st.KernelTimesDropped)
+		for i, pid := range sortedPIDs(st.KernelTimesOff) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = fmt.Appendf(b, `"%d":`, pid)
+			b = toolkit.AppendJSONString(b, st.KernelTimesOff[pid])
+		}
+		b = append(b, '}')
+	}
+	b = append(b, "}\n"...)
+	l.w.Write(b)
 }

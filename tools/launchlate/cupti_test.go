@@ -1,0 +1,108 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+)
+
+// TestKernelTimes: CUPTI's records time the kernels no probe times (latency
+// = GPU start - launch call, run time = end - start), count those without a
+// stamp as untimed, give probed kernels only their run times (and, with
+// --timing both, a cupti line beside the probe's), keep graph kernels
+// apart, and leave the agent's own kernels out.
+func TestKernelTimes(t *testing.T) {
+	for _, timing := range []string{timingAuto, timingBoth} {
+		t.Run(timing, func(t *testing.T) {
+			var out bytes.Buffer
+			idx := map[string]uint32{}
+			var names []string
+			l := &launchlate{w: &out, cur: map[key]*stats{}, events: true, ev: eventFormat{json: true}, cupti: true, timing: timing,
+				nameOf: func(i uint32) string { return names[i] },
+				indexOf: func(n string) uint32 {
+					if i, ok := idx[n]; ok {
+						return i
+					}
+					idx[n] = uint32(len(names))
+					names = append(names, n)
+					return idx[n]
+				},
+				instrumented: func(n string) bool { return n == "_Z6probedPf" }}
+			recs := []runtime.KernelTime{
+				{PID: 7, Kernel: "sm90_xmma_gemm", CPU: 1_000, Start: 6_000, End: 86_000, Grid: 11, Stream: 0x50},
+				{PID: 7, Kernel: "sm90_xmma_gemm", CPU: 2_000, Start: 90_000, End: 170_000, Grid: 12, Stream: 0x50},
+				{PID: 7, Kernel: "sm90_xmma_gemm", CPU: 0, Start: 200_000, End: 280_000, Grid: 13},
+				{PID: 7, Kernel: "_Z6probedPf", CPU: 3_000, Start: 4_000, End: 9_000, Grid: 14},
+				{PID: 7, Kernel: "triton_poi_fused_relu_0", CPU: 5_000, Start: 12_000, End: 13_000, Grid: 15, Graph: 3},
+				{PID: 7, Kernel: "gpubpf_clock", CPU: 0, Start: 1, End: 2, Grid: 16},
+			}
+			l.addKernelTimes(recs)
+			l.flushEvents()
+			gemm := l.cur[key{kernel: idx["sm90_xmma_gemm"]}]
+			if gemm == nil || gemm.n != 2 || gemm.cupti != 2 || gemm.untimed != 1 || gemm.dur.TotalCount() != 3 {
+				t.Fatalf("gemm stats %+v", gemm)
+			}
+			if p50, _ := gemm.quantile(50); p50 < 5_000 || p50 > 5_010 {
+				t.Errorf("gemm p50 latency %d, want 5000 (start 6000 - call 1000)", p50)
+			}
+			if d50, _, _, _ := gemm.durs(); d50 < 80_000 || d50 > 80_100 {
+				t.Errorf("gemm p50 run time %d, want 80000", d50)
+			}
+			probed := l.cur[key{kernel: idx["_Z6probedPf"]}]
+			if probed == nil || probed.n != 0 || probed.untimed != 0 || probed.dur.TotalCount() != 1 {
+				t.Errorf("a probed kernel's record must give only its run time: %+v", probed)
+			}
+			if g := l.cur[key{kernel: idx["triton_poi_fused_relu_0"], graph: true}]; g == nil || g.n != 1 {
+				t.Errorf("graph kernel not kept apart: %v", l.cur)
+			}
+			if _, ok := idx["gpubpf_clock"]; ok {
+				t.Errorf("the agent's own kernel was counted")
+			}
+			if l.timedN != 3 || l.ktTimed != 3 || l.ktUntimed != 1 || l.untimedN != 1 || l.graphT != 1 {
+				t.Errorf("counts: timed %d (cupti %d), untimed %d (cupti %d), graph %d", l.timedN, l.ktTimed, l.untimedN, l.ktUntimed, l.graphT)
+			}
+			var sources []string
+			for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+				var o struct {
+					Mangled string
+					Source  string
+					Dur     uint64 `json:"duration_ns"`
+					Latency int64  `json:"latency_ns"`
+				}
+				if err := json.Unmarshal([]byte(line), &o); err != nil {
+					t.Fatalf("%q: %v", line, err)
+				}
+				if o.Dur == 0 {
+					t.Errorf("a CUPTI line without its run time: %s", line)
+				}
+				sources = append(sources, o.Mangled+"/"+o.Source)
+			}
+			want := 3
+			if timing == timingBoth {
+				want = 4 // and the probed launch's CUPTI line
+			}
+			if len(sources) != want {
+				t.Errorf("--events lines %v, want %d", sources, want)
+			}
+		})
+	}
+}
+
+// -k applies to CUPTI's records too: they come for every kernel.
+func TestKernelTimesPatterns(t *testing.T) {
+	names := []string{}
+	l := &launchlate{w: &bytes.Buffer{}, cur: map[key]*stats{}, cupti: true, timing: timingAuto, patterns: []string{"sm90_*"},
+		nameOf:       func(i uint32) string { return names[i] },
+		indexOf:      func(n string) uint32 { names = append(names, n); return uint32(len(names) - 1) },
+		instrumented: func(string) bool { return false }}
+	l.addKernelTimes([]runtime.KernelTime{
+		{PID: 1, Kernel: "sm90_xmma_gemm", CPU: 1, Start: 5, End: 9, Grid: 1},
+		{PID: 1, Kernel: "triton_poi_fused_relu_0", CPU: 1, Start: 5, End: 9, Grid: 2},
+	})
+	if l.ktTimed != 1 || len(names) != 1 || names[0] != "sm90_xmma_gemm" {
+		t.Errorf("timed %d, kernels %v: want only sm90_xmma_gemm", l.ktTimed, names)
+	}
+}
