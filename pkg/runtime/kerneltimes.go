@@ -92,11 +92,14 @@ func (p *Process) readKernelTimes(final bool) error {
 			Graph: r.Graph})
 	}
 	p.mu.Unlock()
-	if rep.CUPTIDropped > 0 || rep.Dropped > 0 {
-		p.s.mu.Lock()
-		p.s.stats.KernelTimesDropped += rep.CUPTIDropped + rep.Dropped
-		p.s.mu.Unlock()
+	p.s.mu.Lock()
+	st := &p.s.stats
+	st.KernelTimesDropped += rep.CUPTIDropped + rep.Dropped
+	if st.KernelTimesRecords == nil {
+		st.KernelTimesRecords = map[int]uint64{}
 	}
+	st.KernelTimesRecords[p.PID] += uint64(len(rep.Records))
+	p.s.mu.Unlock()
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -385,7 +386,7 @@ type moduleCode struct {
 
 func parseModule(m agentproto.Module, img []byte) (*moduleCode, error) {
 	mc := &moduleCode{}
-	switch m.Format {
+	switch formatOf(m, img) {
 	case agentproto.FormatPTX:
 		mc.ptx = strings.TrimRight(string(img), "\x00")
 		for _, k := range fatbin.PTXEntries([]byte(mc.ptx)) {
@@ -409,6 +410,22 @@ func parseModule(m agentproto.Module, img []byte) (*moduleCode, error) {
 		return codeOfFatbins(fbs)
 	}
 	return mc, nil
+}
+
+// formatOf is the module's image format, told by its first bytes where the
+// agent could not say (a module loaded from a file, cuModuleLoad: the file
+// may be a cubin, PTX text or a fatbin; Triton's cubins come that way).
+func formatOf(m agentproto.Module, img []byte) agentproto.ImageFormat {
+	if m.Format != agentproto.FormatUnknown {
+		return m.Format
+	}
+	switch {
+	case bytes.HasPrefix(img, []byte("\x7fELF")):
+		return agentproto.FormatELF
+	case bytes.Contains(img[:min(len(img), 4096)], []byte(".version")) && bytes.Contains(img, []byte(".entry")):
+		return agentproto.FormatPTX
+	}
+	return m.Format
 }
 
 // codeOfFatbins is the code of fatbin containers; elements that cannot be
@@ -438,7 +455,7 @@ func (p *Process) moduleCode(m agentproto.Module, inv *agentproto.Inventory) (*m
 		return nil, err
 	}
 	mc, err := parseModule(m, img)
-	if err == nil && m.Format == agentproto.FormatELF {
+	if err == nil && formatOf(m, img) == agentproto.FormatELF {
 		p.tritonPTX(m, img, mc)
 	}
 	return mc, err

@@ -313,8 +313,10 @@ type Stats struct {
 	KernelTimesFrom map[int]string
 	KernelTimesOff  map[int]string
 	// KernelTimesDropped: kernel records CUPTI or the agent dropped (no
-	// buffer; the tool read too slowly).
+	// buffer; the tool read too slowly); KernelTimesRecords: by process,
+	// the records delivered.
 	KernelTimesDropped uint64
+	KernelTimesRecords map[int]uint64
 	firstAttachDone    bool
 }
 
@@ -596,6 +598,7 @@ func (s *Session) Stats() Stats {
 	st.NotTraced = append([]string(nil), s.stats.NotTraced...)
 	st.KernelTimesFrom = maps.Clone(s.stats.KernelTimesFrom)
 	st.KernelTimesOff = maps.Clone(s.stats.KernelTimesOff)
+	st.KernelTimesRecords = maps.Clone(s.stats.KernelTimesRecords)
 	s.mu.Unlock()
 	for _, p := range procs {
 		p.addStats(&st)

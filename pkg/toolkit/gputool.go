@@ -379,8 +379,10 @@ func NothingTraced(t runtime.Targets, s *runtime.Session, st runtime.Stats, code
 
 // NoKernelMatched is the error of CLI.md for GPU programs whose patterns
 // matched none of the kernels the traced processes loaded.
+// Kernel times from CUPTI (launchlate) cover every kernel, probed or not.
 func NoKernelMatched(s *runtime.Session, st runtime.Stats) error {
-	if len(s.GPUPrograms()) == 0 || len(st.KernelsMatched) > 0 || len(st.KernelsSkipped) > 0 || len(st.KernelsSeen) == 0 {
+	if len(s.GPUPrograms()) == 0 || len(st.KernelsMatched) > 0 || len(st.KernelsSkipped) > 0 || len(st.KernelsSeen) == 0 ||
+		len(st.KernelTimesFrom) > 0 {
 		return nil
 	}
 	seen := make([]string, 0, len(st.KernelsSeen))

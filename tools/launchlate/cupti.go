@@ -141,6 +141,15 @@ func (l *launchlate) ktAccount(a *toolkit.Account, st runtime.Stats) runtime.Sta
 	for _, pid := range sortedPIDs(st.KernelTimesOff) {
 		a.Note(fmt.Sprintf("process %d: kernels without PTX not timed: %s", pid, st.KernelTimesOff[pid]))
 	}
+	for _, pid := range sortedPIDs(st.KernelTimesFrom) {
+		if st.KernelTimesRecords[pid] == 0 {
+			// Seen on PyTorch attached with -p (H100, 2026-11-28): CUPTI
+			// turned on in a program whose CUDA had started without it
+			// sees none of its launches.
+			a.Note(fmt.Sprintf("process %d: CUPTI gave no kernel records (turned on in a running program, it may see none of "+
+				"the launches of a CUDA started without it): start the program under launchlate (-- CMD) to time kernels without PTX", pid))
+		}
+	}
 	libs := map[string]bool{}
 	for _, lib := range st.KernelTimesFrom {
 		libs[lib] = true
