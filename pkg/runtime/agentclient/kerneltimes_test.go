@@ -1,8 +1,15 @@
 package agentclient
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"testing"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 )
 
 // Kernel times need CUPTI in the process; where it cannot be had, the
@@ -40,5 +47,87 @@ func TestKernelTimesRefused(t *testing.T) {
 				t.Fatalf("launch after the refusal ran %q", got)
 			}
 		})
+	}
+}
+
+// fakeCUPTI builds the stand-in libcupti (agent/testdata/fakecupti.c): the
+// stand-in driver reports each launch to it as the real driver does to
+// CUPTI.
+func fakeCUPTI(t *testing.T, f fixture) string {
+	t.Helper()
+	_, self, _, _ := goruntime.Caller(0)
+	src := filepath.Join(filepath.Dir(self), "..", "agent", "testdata", "fakecupti.c")
+	lib := filepath.Join(f.dir, "libfakecupti.so")
+	if out, err := exec.Command(testenv.Tool(t, "gcc"), "-O1", "-fPIC", "-shared", "-pthread", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Fatalf("building the stand-in CUPTI: %v\n%s", err, out)
+	}
+	return lib
+}
+
+// Through a stand-in CUPTI: each launch after the start comes back once as
+// a kernel record with its launch call's CPU time (before its GPU start),
+// its name (sent once), the primary context as 0; the agent's own kernels
+// stay out; a stop finalizes CUPTI at the next launch's callback, and a
+// new start works again. A CUPTI another subscriber holds is refused.
+func TestKernelTimesStandIn(t *testing.T) {
+	f := build(t)
+	lib := fakeCUPTI(t, f)
+	log := filepath.Join(f.dir, "cupti.log")
+	a, c := f.startDialed(t, "GPUBPF_CUPTI="+lib, "FAKECUPTI_LOG="+log)
+	a.launch("launch") // before the start: no record
+	got, ver, err := c.KernelTimesStart()
+	if err != nil || got != lib || ver != 130001 {
+		t.Fatalf("start: %q %d %v, want %s, 130001", got, ver, err, lib)
+	}
+	if _, err := c.Clock(OnDevice(0), 2); err != nil { // the agent's own kernel
+		t.Fatal(err)
+	}
+	before := agentproto.MonoNow()
+	for _, cmd := range []string{"launch", "launchp", "launch"} {
+		if k := a.launch(cmd); k != "_Z6vecAddPfi" {
+			t.Fatalf("%s ran %s", cmd, k)
+		}
+	}
+	after := agentproto.MonoNow()
+	rep, err := c.KernelTimes(false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Records) != 3 || len(rep.Names) != 1 || rep.Names[0].Name != "_Z6vecAddPfi" {
+		t.Fatalf("3 launches gave %d records, names %v: %+v", len(rep.Records), rep.Names, rep.Records)
+	}
+	grids := map[uint64]bool{}
+	for _, r := range rep.Records {
+		if r.CPU < before || r.CPU > after || r.Start <= r.CPU || r.End <= r.Start || r.Name != rep.Names[0].ID || r.Ctx != 0 || r.Device != 0 {
+			t.Errorf("record %+v: want the call's time within [%d, %d] before start and end, the name's id, ctx 0", r, before, after)
+		}
+		grids[r.Grid] = true
+	}
+	if len(grids) != 3 {
+		t.Errorf("grid ids %v: want three", grids)
+	}
+	a.launch("launch")
+	rep, err = c.KernelTimes(true)
+	if err != nil || len(rep.Records) != 1 || len(rep.Names) != 0 || rep.Records[0].CPU == 0 {
+		t.Fatalf("second read: %+v %v: want one stamped record, no name sent again", rep, err)
+	}
+	if err := c.KernelTimesStop(); err != nil {
+		t.Fatal(err)
+	}
+	a.launch("launch") // its callback's exit finalizes CUPTI
+	if b, _ := os.ReadFile(log); !strings.Contains(string(b), "disable\nfinalize\n") {
+		t.Errorf("CUPTI's calls after the stop:\n%s", b)
+	}
+	if _, _, err := c.KernelTimesStart(); err != nil {
+		t.Fatalf("a start after the finalize: %v", err)
+	}
+	a.launch("launch")
+	if rep, err = c.KernelTimes(false); err != nil || len(rep.Records) != 1 || len(rep.Names) != 1 {
+		t.Fatalf("after a new start: %+v %v: want one record, its name sent again", rep, err)
+	}
+
+	_, busy := f.startDialed(t, "GPUBPF_CUPTI="+lib, "FAKECUPTI_BUSY=1")
+	if _, _, err := busy.KernelTimesStart(); err == nil || !strings.Contains(err.Error(), "held by another subscriber") {
+		t.Errorf("a held CUPTI: %v, want refused as held by another subscriber", err)
 	}
 }

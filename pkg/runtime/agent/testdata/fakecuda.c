@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -467,16 +468,32 @@ static CUresult launch(void *f, void **p, void **x)
 	fflush(stdout);
 	return 0;
 }
+/* The stand-in CUPTI (fakecupti.c), once the agent has loaded it (it
+ * names it in GPUBPF_CUPTI): told of each launch, as CUPTI is by the driver. */
+static void cupti_report(void *f, void *s, unsigned cbid)
+{
+	static void (*report)(const char *, void *, void *, unsigned);
+	const char *path = getenv("GPUBPF_CUPTI");
+	if (!report && path && path[0] == '/') {
+		void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+		if (h)
+			*(void **)&report = dlsym(h, "fakecupti_launch");
+	}
+	if (report)
+		report(((obj *)f)->name, s, cur, cbid);
+}
 CUresult cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
 			unsigned sh, void *s, void **p, void **x)
 {
 	if (!strncmp(((obj *)f)->name, "gpubpf_direct_", 14))
 		return direct_launch(f, a, b, c, d, e, g, x);
+	cupti_report(f, s, 307);
 	return launch(f, p, x);
 }
 CUresult cuLaunchKernel_ptsz(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
 			     unsigned sh, void *s, void **p, void **x)
 {
+	cupti_report(f, s, 442);
 	return launch(f, p, x);
 }
 /* A kernel node (CUDA_KERNEL_NODE_PARAMS, v1 or v2: the same prefix)

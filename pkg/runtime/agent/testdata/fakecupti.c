@@ -1,0 +1,204 @@
+/* A stand-in for libcupti: the calls the agent's kernel times use
+ * (cupti.c), for its CPU tests. The stand-in driver (fakecuda.c) reports
+ * each kernel launch here (fakecupti_launch), as the real driver reports to
+ * CUPTI: the subscriber's callback at the call's entry and exit, and, with
+ * kernel records on, a CUpti_ActivityKernel10-shaped record that the next
+ * flush hands over in a buffer the client gave.
+ *   FAKECUPTI_BUSY=1   another subscriber holds CUPTI (subscribe fails, 39)
+ *   FAKECUPTI_LOG=F    appends "subscribe", "enable", "finalize"... to F
+ * Build: gcc -shared -fPIC -o libfakecupti.so fakecupti.c */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define REC 216 /* sizeof(CUpti_ActivityKernel10), CUDA 13.0 */
+
+typedef void (*cb_fn)(void *, int, uint32_t, const void *);
+typedef struct {
+	int site;
+	const char *functionName;
+	const void *functionParams;
+	void *functionReturnValue;
+	const char *symbolName;
+	void *context;
+	uint32_t contextUid;
+	uint64_t *correlationData;
+	uint32_t correlationId;
+} cb_data;
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int subscribed, records_on;
+static cb_fn callback;
+static void *userdata;
+static uint8_t driver_on[1024];
+static void (*req)(uint8_t **, size_t *, size_t *);
+static void (*done)(void *, uint32_t, uint8_t *, size_t, size_t);
+static uint64_t (*clock_fn)(void);
+static uint8_t *pending;
+static size_t npending;
+static uint32_t corr;
+static int64_t grid;
+
+static void note(const char *what)
+{
+	const char *p = getenv("FAKECUPTI_LOG");
+	FILE *f = p ? fopen(p, "a") : NULL;
+	if (f) {
+		fprintf(f, "%s\n", what);
+		fclose(f);
+	}
+}
+
+int cuptiGetResultString(int r, const char **s)
+{
+	*s = r == 39 ? "CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED" : r ? "CUPTI_ERROR" : "CUPTI_SUCCESS";
+	return 0;
+}
+int cuptiGetVersion(uint32_t *v)
+{
+	*v = 130001;
+	return 0;
+}
+int cuptiSubscribe(void **h, cb_fn f, void *ud)
+{
+	const char *busy = getenv("FAKECUPTI_BUSY");
+	if ((busy && *busy == '1') || subscribed)
+		return 39;
+	subscribed = 1;
+	callback = f;
+	userdata = ud;
+	*h = &subscribed;
+	note("subscribe");
+	return 0;
+}
+int cuptiUnsubscribe(void *h)
+{
+	subscribed = 0;
+	memset(driver_on, 0, sizeof(driver_on));
+	note("unsubscribe");
+	return 0;
+}
+int cuptiEnableCallback(uint32_t on, void *h, int domain, uint32_t cbid)
+{
+	if (domain == 1 && cbid < sizeof(driver_on))
+		driver_on[cbid] = (uint8_t)on;
+	return 0;
+}
+int cuptiActivityEnable(int kind)
+{
+	if (kind == 10) {
+		records_on = 1;
+		note("enable");
+	}
+	return 0;
+}
+int cuptiActivityDisable(int kind)
+{
+	if (kind == 10) {
+		records_on = 0;
+		note("disable");
+	}
+	return 0;
+}
+int cuptiActivityRegisterCallbacks(void (*r)(uint8_t **, size_t *, size_t *),
+				   void (*d)(void *, uint32_t, uint8_t *, size_t, size_t))
+{
+	req = r;
+	done = d;
+	return 0;
+}
+int cuptiActivityRegisterTimestampCallback(uint64_t (*f)(void))
+{
+	clock_fn = f;
+	return 0;
+}
+int cuptiActivityFlushPeriod(uint32_t ms) { return 0; }
+int cuptiActivityFlushAll(uint32_t flag)
+{
+	for (;;) {
+		pthread_mutex_lock(&mu);
+		if (!npending || !req || !done) {
+			pthread_mutex_unlock(&mu);
+			return 0;
+		}
+		uint8_t *buf = NULL;
+		size_t size = 0, max = 0;
+		req(&buf, &size, &max);
+		size_t n = buf ? size / REC : 0;
+		if (n > npending)
+			n = npending;
+		memcpy(buf, pending, n * REC);
+		memmove(pending, pending + n * REC, (npending - n) * REC);
+		npending -= n;
+		pthread_mutex_unlock(&mu);
+		done(NULL, 0, buf, size, n * REC);
+		if (!n)
+			return 0;
+	}
+}
+int cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, void **rec)
+{
+	uint8_t *next = *rec ? (uint8_t *)*rec + REC : buf;
+	if (next + REC > buf + valid)
+		return 12; /* CUPTI_ERROR_MAX_LIMIT_REACHED */
+	*rec = next;
+	return 0;
+}
+int cuptiActivityGetNumDroppedRecords(void *ctx, uint32_t stream, size_t *n)
+{
+	*n = 0;
+	return 0;
+}
+int cuptiFinalize(void)
+{
+	subscribed = records_on = 0;
+	memset(driver_on, 0, sizeof(driver_on));
+	note("finalize");
+	return 0;
+}
+
+/* The stand-in driver's launch of a kernel named name on stream s in
+ * context ctx through cbid (307 cuLaunchKernel, 442 its _ptsz). */
+void fakecupti_launch(const char *name, void *s, void *ctx, uint32_t cbid)
+{
+	struct {
+		void *f;
+		unsigned g[7];
+		void *stream;
+		void **p, **x;
+	} params = {0};
+	params.stream = s;
+	pthread_mutex_lock(&mu);
+	uint32_t id = ++corr;
+	int on = subscribed && cbid < sizeof(driver_on) && driver_on[cbid];
+	cb_fn f = callback;
+	pthread_mutex_unlock(&mu);
+	cb_data d = {0, "cuLaunchKernel", &params, NULL, name, ctx, 1, NULL, id};
+	if (on)
+		f(userdata, 1, cbid, &d);
+	pthread_mutex_lock(&mu);
+	if (records_on && clock_fn) {
+		uint8_t *p = realloc(pending, (npending + 1) * REC);
+		if (p) {
+			pending = p;
+			uint8_t *r = p + npending++ * REC;
+			memset(r, 0, REC);
+			uint32_t kind = 10, dev = 0;
+			uint64_t start = clock_fn() + 2000, end = start + 500;
+			int64_t g = ++grid;
+			memcpy(r, &kind, 4);
+			memcpy(r + 16, &start, 8);
+			memcpy(r + 24, &end, 8);
+			memcpy(r + 40, &dev, 4);
+			memcpy(r + 92, &id, 4);
+			memcpy(r + 96, &g, 8);
+			memcpy(r + 104, &name, sizeof(name));
+		}
+	}
+	pthread_mutex_unlock(&mu);
+	d.site = 1;
+	if (on && subscribed)
+		f(userdata, 1, cbid, &d);
+}
