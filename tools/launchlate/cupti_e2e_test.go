@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strings"
+	"testing"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
+)
+
+// sassPTX is a kernel the stand-in app launches, assembled to SASS (a
+// cubin) and packed without its PTX: like PyTorch's kernels, nothing for a
+// probe.
+const sassPTX = `.version 7.8
+.target sm_90
+.address_size 64
+
+.visible .entry _Z6vecAddPfi(
+	.param .u64 _Z6vecAddPfi_param_0,
+	.param .u32 _Z6vecAddPfi_param_1
+)
+{
+	ret;
+}
+`
+
+// launchlate on a kernel without PTX, through the stand-in driver and a
+// stand-in libcupti: every launch timed from CUPTI's records, its run time
+// too, the last ones taken as the program exits, and no "no kernel
+// matched" for a trace that timed every kernel.
+func TestKernelsWithoutPTX(t *testing.T) {
+	testenv.Root(t)
+	ptxas, fatbinary, gcc := testenv.Ptxas(t), testenv.Tool(t, "fatbinary"), testenv.Tool(t, "gcc")
+	dir := t.TempDir()
+	cudaDir := testenv.BuildStandIn(t, dir).CUDADir
+	run := func(name string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	ptx, cubin, fb := filepath.Join(dir, "k.ptx"), filepath.Join(dir, "k.cubin"), filepath.Join(dir, "k.fatbin")
+	os.WriteFile(ptx, []byte(sassPTX), 0o644)
+	run(ptxas, "-arch=sm_90", "-o", cubin, ptx)
+	run(fatbinary, "-64", "--create="+fb, "--image=profile=sm_90,file="+cubin)
+	_, self, _, _ := goruntime.Caller(0)
+	cupti := filepath.Join(dir, "libfakecupti.so")
+	run(gcc, "-O1", "-fPIC", "-shared", "-pthread", "-o", cupti,
+		filepath.Join(filepath.Dir(self), "..", "..", "pkg", "runtime", "agent", "testdata", "fakecupti.c"))
+	tool := filepath.Join(dir, "launchlate") // next to libgpubpf-agent.so
+	run("go", "build", "-o", tool, ".")
+
+	cmd := exec.Command(tool, "-j", "--", filepath.Join(dir, "app"))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_CUPTI="+cupti,
+		"GPUBPF_AGENT_SOCKET_DIR="+filepath.Join(dir, "sock"))
+	cmd.Stdin = strings.NewReader("launch\nlaunch\nlaunchp\nquit\n")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("launchlate: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	if n := strings.Count(stdout.String(), "LAUNCH _Z6vecAddPfi"); n != 3 {
+		t.Fatalf("the application launched %d times, want 3:\n%s", n, stdout.String())
+	}
+	var row, sum map[string]any
+	for _, l := range strings.Split(stdout.String(), "\n") {
+		var o map[string]any
+		if json.Unmarshal([]byte(l), &o) != nil {
+			continue
+		}
+		switch {
+		case o["type"] == "kernel" && o["mangled"] == "_Z6vecAddPfi":
+			row = o
+		case o["type"] == "summary":
+			sum = o
+		}
+	}
+	if row == nil || row["launches"] != 3.0 || row["cupti"] != 3.0 || row["dur_launches"] != 3.0 || row["untimed"] != 0.0 {
+		t.Errorf("kernel row %v: want 3 launches timed through CUPTI, 3 run times", row)
+	}
+	if sum == nil || sum["cupti_timed"] != 3.0 || sum["cupti_untimed"] != 0.0 || sum["cupti_records"] != 3.0 {
+		t.Errorf("summary %v: want 3 timed through CUPTI", sum)
+	}
+}
