@@ -2,8 +2,9 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime"
@@ -138,10 +139,10 @@ func (l *launchlate) ktAccount(a *toolkit.Account, st runtime.Stats) runtime.Sta
 	if st.KernelTimesDropped > 0 {
 		a.Add(st.KernelTimesDropped, "CUPTI kernel records dropped", "CUPTI had no buffer, or the tool read too slowly: those launches are neither timed nor counted")
 	}
-	for _, pid := range sortedPIDs(st.KernelTimesOff) {
+	for _, pid := range slices.Sorted(maps.Keys(st.KernelTimesOff)) {
 		a.Note(fmt.Sprintf("process %d: kernels without PTX not timed: %s", pid, st.KernelTimesOff[pid]))
 	}
-	for _, pid := range sortedPIDs(st.KernelTimesFrom) {
+	for _, pid := range slices.Sorted(maps.Keys(st.KernelTimesFrom)) {
 		if st.KernelTimesRecords[pid] == 0 {
 			// Seen on PyTorch attached with -p (H100, 2026-11-28): CUPTI
 			// turned on in a program whose CUDA had started without it
@@ -154,7 +155,7 @@ func (l *launchlate) ktAccount(a *toolkit.Account, st runtime.Stats) runtime.Sta
 	for _, lib := range st.KernelTimesFrom {
 		libs[lib] = true
 	}
-	for _, lib := range sortedKeys(libs) {
+	for _, lib := range slices.Sorted(maps.Keys(libs)) {
 		a.Note("kernel times and run times from " + lib)
 	}
 	if len(st.KernelTimesOff) > 0 || len(st.KernelTimesFrom) == 0 {
@@ -171,22 +172,4 @@ func (l *launchlate) ktAccount(a *toolkit.Account, st runtime.Stats) runtime.Sta
 	}
 	st.KernelsSkipped = skipped
 	return st
-}
-
-func sortedPIDs[V any](m map[int]V) []int {
-	out := make([]int, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Ints(out)
-	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -225,7 +227,7 @@ func (l *launchlate) summaryJSON(st runtime.Stats) {
 	if l.cupti {
 		b = fmt.Appendf(b, `,"cupti_records":%d,"cupti_timed":%d,"cupti_untimed":%d,"cupti_dropped":%d,"cupti_off":{`,
 			l.ktRecords, l.ktTimed, l.ktUntimed, st.KernelTimesDropped)
-		for i, pid := range sortedPIDs(st.KernelTimesOff) {
+		for i, pid := range slices.Sorted(maps.Keys(st.KernelTimesOff)) {
 			if i > 0 {
 				b = append(b, ',')
 			}
