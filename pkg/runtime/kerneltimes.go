@@ -28,6 +28,7 @@ type KernelTime struct {
 
 // kernelTimes is a process's side of Options.KernelTimes.
 type kernelTimes struct {
+	tried   bool // started, or tried to
 	on      bool
 	names   map[uint32]string
 	pending []KernelTime // read at a last look, not taken yet
@@ -36,6 +37,13 @@ type kernelTimes struct {
 // startKernelTimes turns CUPTI's kernel records on in p (Options.KernelTimes);
 // a process where it cannot is recorded with the agent's reason.
 func (p *Process) startKernelTimes() {
+	p.mu.Lock()
+	tried := p.kt.tried
+	p.kt.tried = true
+	p.mu.Unlock()
+	if tried || p.conn == nil {
+		return
+	}
 	lib, ver, err := p.conn.KernelTimesStart()
 	if err == nil {
 		p.mu.Lock()
@@ -59,6 +67,14 @@ func (p *Process) startKernelTimes() {
 		st.KernelTimesFrom = map[int]string{}
 	}
 	st.KernelTimesFrom[p.PID] = fmt.Sprintf("%s (CUPTI %d)", lib, ver)
+}
+
+// needKernelTimes: p has a kernel no probe can time (KernelTimesWhenNeeded
+// starts CUPTI's records now, before the held module's first launch).
+func (p *Process) needKernelTimes() {
+	if p.s.opts.KernelTimes == KernelTimesWhenNeeded {
+		p.startKernelTimes()
+	}
 }
 
 // readKernelTimes takes p's records since the last read (final: CUPTI's

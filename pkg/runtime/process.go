@@ -166,7 +166,7 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 				return nil, fmt.Errorf("process %d: listing its CUDA modules: %w", pid, err)
 			}
 		}
-		if s.opts.KernelTimes {
+		if s.opts.KernelTimes == KernelTimesAlways {
 			// before the modules are instrumented: a held program
 			// launches nothing meanwhile, a running one's launches are
 			// timed from now
@@ -355,6 +355,7 @@ func (p *Process) skip(kernel, why string) {
 	p.s.stats.KernelsSkipped[kernel] = why
 	p.s.mu.Unlock()
 	p.s.logf("process %d: skipping %s: %s", p.PID, kernel, why)
+	p.needKernelTimes()
 }
 
 // moduleImage returns a module's code: fetched from the agent, or read from
@@ -664,6 +665,7 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 			}
 			p.s.stats.NotTraced = append(p.s.stats.NotTraced, fmt.Sprintf("process %d, module %d (%s): %v", p.PID, m.ID, strings.Join(ks, ", "), err))
 			p.s.mu.Unlock()
+			p.needKernelTimes()
 		}
 		return
 	}

@@ -67,18 +67,33 @@ type Options struct {
 	// it exits), besides Calibrate; ClockSamples returns them all, so even
 	// a program that lives under a second has its launches bracketed.
 	Clocks bool
-	// KernelTimes: turn CUPTI's kernel records on in every process
-	// attached (the agent finds libcupti there), for KernelTimes: each
-	// kernel's GPU start and end with its launch call's CPU time, kernels
-	// without PTX included. A process where CUPTI cannot be had is traced
-	// without them, its reason in Stats.KernelTimesOff.
-	KernelTimes bool
+	// KernelTimes: when to turn CUPTI's kernel records on in a process
+	// (the agent finds libcupti there), for KernelTimes: each kernel's GPU
+	// start and end with its launch call's CPU time, kernels without PTX
+	// included. A process where CUPTI cannot be had is traced without
+	// them, its reason in Stats.KernelTimesOff.
+	KernelTimes KernelTimesMode
 	// Direct: the session runs the object's direct programs (sections
 	// gpu/direct, kprobe/__directly_run) as kernels of their own with
 	// RunDirect, and nothing else; without it they are left out. With
 	// Programs, they run in that order.
 	Direct bool
 }
+
+// KernelTimesMode says when a session turns CUPTI's kernel records on.
+type KernelTimesMode int
+
+const (
+	KernelTimesOff KernelTimesMode = iota
+	// KernelTimesWhenNeeded: at the first kernel of the process that no
+	// probe can time (no PTX, or its instrumentation failed): CUPTI's
+	// launch callback costs launch-bound programs a third of their launch
+	// rate (H100), which a program whose kernels all have probes need not
+	// pay.
+	KernelTimesWhenNeeded
+	// KernelTimesAlways: at the attach.
+	KernelTimesAlways
+)
 
 // Batch is a run of records from one ring of one process and device, in
 // the order the GPU reserved them, or trace_printk/bpf_puts lines.

@@ -55,15 +55,30 @@ func TestKernelsWithoutPTX(t *testing.T) {
 	tool := filepath.Join(dir, "launchlate") // next to libgpubpf-agent.so
 	run("go", "build", "-o", tool, ".")
 
-	cmd := exec.Command(tool, "-j", "--", filepath.Join(dir, "app"))
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_CUPTI="+cupti,
-		"GPUBPF_AGENT_SOCKET_DIR="+filepath.Join(dir, "sock"))
-	cmd.Stdin = strings.NewReader("launch\nlaunch\nlaunchp\nquit\n")
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("launchlate: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	launchlate := func(fatbin, log string) (stdout, stderr bytes.Buffer) {
+		t.Helper()
+		cmd := exec.Command(tool, "-j", "--", filepath.Join(dir, "app"))
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fatbin, "GPUBPF_CUPTI="+cupti,
+			"FAKECUPTI_LOG="+log, "GPUBPF_AGENT_SOCKET_DIR="+filepath.Join(dir, "sock"))
+		cmd.Stdin = strings.NewReader("launch\nlaunch\nlaunchp\nquit\n")
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("launchlate: %v\n%s\n%s", err, stdout.String(), stderr.String())
+		}
+		return stdout, stderr
 	}
+	// Kernels that all have PTX: CUPTI stays out of the process.
+	withPTX := filepath.Join(dir, "ptx.fatbin")
+	run(fatbinary, "-64", "--create="+withPTX, "--image=profile=compute_90,file="+ptx)
+	ptxLog := filepath.Join(dir, "ptx.cupti.log")
+	if out, _ := launchlate(withPTX, ptxLog); !strings.Contains(out.String(), `"cupti_records":0,`) {
+		t.Errorf("kernels with PTX: %s", out.String())
+	}
+	if b, err := os.ReadFile(ptxLog); err == nil {
+		t.Errorf("CUPTI was turned on for kernels that all have probes:\n%s", b)
+	}
+
+	stdout, _ := launchlate(fb, filepath.Join(dir, "sass.cupti.log"))
 	if n := strings.Count(stdout.String(), "LAUNCH _Z6vecAddPfi"); n != 3 {
 		t.Fatalf("the application launched %d times, want 3:\n%s", n, stdout.String())
 	}

@@ -50,7 +50,7 @@ func main() {
 		&cli.BoolFlag{Name: "milliseconds", Aliases: []string{"m"}, Usage: "histogram (and --events' LAT column) in milliseconds (default microseconds)"},
 		&cli.BoolFlag{Name: "events", Usage: "also print one line per timed launch as it is resolved (before the summary)"},
 		&cli.BoolFlag{Name: "uprobe", Usage: "stamp runtime-API launches as the application calls them, with a Linux uprobe (adds cudart's own time; costs one trap per launch)"},
-		&cli.StringFlag{Name: "timing", Value: timingAuto, Usage: "where kernel starts come from: auto (the GPU probe where a kernel has PTX, CUPTI's records for the rest), probe (probes only: no CUPTI in the process), both (auto, and with --events a CUPTI line for each probed launch too: a cross-check)"},
+		&cli.StringFlag{Name: "timing", Value: timingAuto, Usage: "where kernel starts come from: auto (the GPU probe where a kernel has PTX; CUPTI's records, turned on at a process's first kernel without one, for the rest), probe (probes only: no CUPTI in the process), both (CUPTI from the start, and with --events a CUPTI line for each probed launch too: a cross-check)"},
 	)
 	app.Description = `The gpubpf agent in the traced process stamps each launch with the CPU clock
 as the launch reaches the driver (cuLaunchKernel(Ex), cuGraphLaunch: the call
@@ -74,16 +74,19 @@ below it as "< bound".
 
 Kernels without PTX (PyTorch's, cuBLAS's, cuDNN's, Triton's cubins) carry no
 probe: their starts come from CUPTI's kernel records, which the agent turns
-on in the process (libcupti found there: the one loaded, the CUDA wheels next
-to its libraries, the toolkit's; GPUBPF_CUPTI=PATH in the program's
-environment names one, GPUBPF_CUPTI=off keeps CUPTI out), joined with the CPU
-time of each launch call taken by a CUPTI callback as the call reaches the
-driver. CUPTI converts its GPU times to the CPU clock itself (they are shown
-without a bound of ours; --timing both compares them with the probes). The
-same records give every kernel's run time: DUR columns. When CUPTI cannot be
-had (none found, or held by a profiler in the process), one line says why and
-the kernels without PTX are listed as skipped. While launchlate holds CUPTI a
-profiler started in the process cannot have it; it is let go at the end.
+on in the process at its first such kernel (a process whose kernels all have
+PTX never pays for CUPTI), joined with the CPU time of each launch call taken
+by a CUPTI callback as the call reaches the driver. libcupti is found in the
+process: the one loaded, the CUDA wheels next to its libraries, the
+toolkit's; GPUBPF_CUPTI=PATH in the program's environment names one,
+GPUBPF_CUPTI=off keeps CUPTI out. CUPTI converts its GPU times to the CPU
+clock itself (they are shown without a bound of ours; --timing both compares
+them with the probes). Where CUPTI is on, its records give every kernel's run
+time: the RUN columns (--timing both turns it on for a program whose kernels
+all have PTX). When CUPTI cannot be had (none found, or held by a profiler in
+the process), one line says why and the kernels without PTX are listed as
+skipped. While launchlate holds CUPTI a profiler started in the process
+cannot have it; it is let go at the end.
 
 Kernels of CUDA graphs (kernel nodes and launches captured into a graph while
 launchlate runs) are timed from the cudaGraphLaunch/cuGraphLaunch call of the
@@ -138,8 +141,18 @@ func run(c *cli.Context) error {
 			return fmt.Errorf("the embedded BPF object: %w", err)
 		}
 	}
+	// CUPTI's records come on in a process at its first kernel without a
+	// probe: its launch callback would cost a program whose kernels all
+	// have PTX a third of its launch rate for nothing.
+	kt := runtime.KernelTimesWhenNeeded
+	switch timing {
+	case timingProbe:
+		kt = runtime.KernelTimesOff
+	case timingBoth:
+		kt = runtime.KernelTimesAlways
+	}
 	sess, err := runtime.Open(spec, runtime.Options{Kernels: toolkit.KernelPatterns(c), Client: "launchlate", Log: toolkit.LogOf(c), Warn: toolkit.WarnOf("launchlate"), NoInject: c.Bool(toolkit.FlagNoInject),
-		LaunchWords: "launch_stamps", OptionalUprobes: uprobes, Clocks: true, KernelTimes: timing != timingProbe})
+		LaunchWords: "launch_stamps", OptionalUprobes: uprobes, Clocks: true, KernelTimes: kt})
 	if err != nil {
 		return err
 	}
