@@ -189,6 +189,7 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 		for i := range work {
 			w := &work[i]
 			for _, b := range w.batches {
+				b.Ctx = d.target.Ctx
 				p.s.deliver(b)
 			}
 			delivered, discarded = delivered+w.n, discarded+w.x

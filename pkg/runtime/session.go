@@ -100,6 +100,10 @@ const (
 type Batch struct {
 	PID    int
 	Device int
+	// Ctx: 0 for the device's primary context (every module of it shares
+	// one placement), else the application's own context the ring is in:
+	// grid ids are unique per context.
+	Ctx uint64
 	// Map names the ring buffer; empty for trace_printk/bpf_puts output,
 	// which is in Lines.
 	Map   string
@@ -126,6 +130,19 @@ func (b *Batch) addRun(r gpumap.Run) {
 		b.starts = append(b.starts, base+r.Starts[k])
 		b.ends = append(b.ends, base+r.Ends[k])
 	}
+}
+
+// NewBatch is a batch of the given records from ring of process pid's
+// device dev (context ctx), as a drain delivers them: for a tool's tests,
+// or records it replays.
+func NewBatch(pid, dev int, ctx uint64, ring string, records ...[]byte) *Batch {
+	b := &Batch{PID: pid, Device: dev, Ctx: ctx, Map: ring}
+	for _, r := range records {
+		b.starts = append(b.starts, uint32(len(b.data)))
+		b.data = append(b.data, r...)
+		b.ends = append(b.ends, uint32(len(b.data)))
+	}
+	return b
 }
 
 // Release gives the batch's memory back for later batches: a tool that is

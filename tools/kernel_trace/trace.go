@@ -14,8 +14,12 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
+// launchKey is a launch's identity: grid ids are unique per context, and
+// two GPUs of one process hand out the same ones.
 type launchKey struct {
 	pid    int
+	dev    int
+	ctx    uint64 // 0: the device's primary context
 	kernel uint32
 	grid   uint64
 }
@@ -106,15 +110,15 @@ func (t *tracer) batch(b *runtime.Batch) {
 			continue
 		}
 		t.threads++
-		t.launchOf(b.PID, e).add(e)
+		t.launchOf(b.PID, b.Device, b.Ctx, e).add(e)
 		t.totals[launchKey{pid: b.PID, kernel: e.Kernel}].threads++
 		if t.maxEvents >= 0 && t.printed >= t.maxEvents {
 			continue
 		}
 		t.printed++
 		if t.json {
-			buf = fmt.Appendf(buf, `{"type":"thread","pid":%d,"kernel_index":%d,"grid":%d,"ts":%d,"block":[%d,%d,%d],"thread":[%d,%d,%d],"sm":%d,"warp":%d,"lane":%d}`+"\n",
-				b.PID, e.Kernel, e.Grid, e.TS, e.BlockX, e.BlockY, e.BlockZ, e.ThreadX, e.ThreadY, e.ThreadZ, e.SM, e.Warp, e.Lane)
+			buf = fmt.Appendf(buf, `{"type":"thread","pid":%d,"device":%d,"kernel_index":%d,"grid":%d,"ts":%d,"block":[%d,%d,%d],"thread":[%d,%d,%d],"sm":%d,"warp":%d,"lane":%d}`+"\n",
+				b.PID, b.Device, e.Kernel, e.Grid, e.TS, e.BlockX, e.BlockY, e.BlockZ, e.ThreadX, e.ThreadY, e.ThreadZ, e.SM, e.Warp, e.Lane)
 		} else {
 			buf = fmt.Appendf(buf, "%s[kernel_trace] ts=%d block=(%d,%d,%d) thread=(%d,%d,%d) sm=%d warp=%d lane=%d\n",
 				pre, e.TS, e.BlockX, e.BlockY, e.BlockZ, e.ThreadX, e.ThreadY, e.ThreadZ, e.SM, e.Warp, e.Lane)
@@ -126,8 +130,8 @@ func (t *tracer) batch(b *runtime.Batch) {
 
 // launchOf finds or starts the launch of e, retiring the oldest kept
 // launch of its kernel into the totals when more than 4x --launches are kept.
-func (t *tracer) launchOf(pid int, e toolkit.ThreadEvent) *launch {
-	k := launchKey{pid, e.Kernel, e.Grid}
+func (t *tracer) launchOf(pid, dev int, ctx uint64, e toolkit.ThreadEvent) *launch {
+	k := launchKey{pid: pid, dev: dev, ctx: ctx, kernel: e.Kernel, grid: e.Grid}
 	if l := t.launches[k]; l != nil {
 		return l
 	}
@@ -178,7 +182,11 @@ func (t *tracer) report(rep *toolkit.Report) {
 		if t.json {
 			for _, l := range ls {
 				bmin, bmax, lastSM := l.summary()
-				b := fmt.Appendf(nil, `{"type":"launch","pid":%d,"kernel":`, kk.pid)
+				b := fmt.Appendf(nil, `{"type":"launch","pid":%d,"device":%d,`, kk.pid, l.key.dev)
+				if l.key.ctx != 0 {
+					b = fmt.Appendf(b, `"context":"0x%x",`, l.key.ctx)
+				}
+				b = append(b, `"kernel":`...)
 				b = toolkit.AppendJSONString(b, base)
 				b = append(b, `,"mangled":`...)
 				b = toolkit.AppendJSONString(b, mangled)
@@ -194,14 +202,18 @@ func (t *tracer) report(rep *toolkit.Report) {
 		}
 		fmt.Fprintf(t.w, "; the last %d:\n", len(ls))
 		tb := tablewriter.NewTable(t.w)
-		tb.Header("GRID", "THREADS", "FIRST START", "START SPREAD", "SMS", "BLOCKS/SM", "LAST SM STARTED")
+		tb.Header("DEV", "GRID", "THREADS", "FIRST START", "START SPREAD", "SMS", "BLOCKS/SM", "LAST SM STARTED")
 		for _, l := range ls {
 			bmin, bmax, lastSM := l.summary()
 			bps := strconv.Itoa(bmin)
 			if bmax != bmin {
 				bps += "-" + strconv.Itoa(bmax)
 			}
-			tb.Append(strconv.FormatUint(l.key.grid, 10), strconv.FormatUint(l.threads, 10), strconv.FormatUint(l.first, 10),
+			dev := strconv.Itoa(l.key.dev)
+			if l.key.ctx != 0 {
+				dev += fmt.Sprintf(" (ctx 0x%x)", l.key.ctx)
+			}
+			tb.Append(dev, strconv.FormatUint(l.key.grid, 10), strconv.FormatUint(l.threads, 10), strconv.FormatUint(l.first, 10),
 				toolkit.FormatNs(l.last-l.first), strconv.Itoa(len(l.smFirst)), bps, "+"+toolkit.FormatNs(lastSM))
 		}
 		tb.Render()

@@ -1,9 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/binary"
+	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -41,5 +47,43 @@ func TestLaunchSummary(t *testing.T) {
 	bmin, bmax, lastSM := l.summary()
 	if l.threads != 4 || l.last-l.first != 400 || bmin != 1 || bmax != 2 || lastSM != 300 {
 		t.Fatalf("threads %d spread %d blocks/SM %d-%d last SM %d", l.threads, l.last-l.first, bmin, bmax, lastSM)
+	}
+}
+
+// TestLaunchIdentity: two GPUs of one process hand out the same grid ids,
+// and so do two contexts of one GPU: a launch is (process, device, context,
+// grid id), never a mix (issue 45: 2,048 + 4,096 threads were one row), and
+// every thread record says its device.
+func TestLaunchIdentity(t *testing.T) {
+	var out bytes.Buffer
+	w := bufio.NewWriter(&out)
+	tr := newTracer(w, true, false, -1, 10)
+	tr.batch(runtime.NewBatch(7, 0, 0, "events", rec(1000, 5, 0, 0, 0), rec(1010, 5, 0, 1, 0)))
+	tr.batch(runtime.NewBatch(7, 1, 0, "events", rec(2000, 5, 0, 0, 3), rec(2010, 5, 0, 1, 3), rec(2020, 5, 1, 0, 4)))
+	tr.batch(runtime.NewBatch(7, 1, 0xabc, "events", rec(3000, 5, 0, 0, 0)))
+	want := map[launchKey]uint64{{pid: 7, dev: 0, grid: 5}: 2, {pid: 7, dev: 1, grid: 5}: 3, {pid: 7, dev: 1, ctx: 0xabc, grid: 5}: 1}
+	got := map[launchKey]uint64{}
+	for k, l := range tr.launches {
+		got[k] = l.threads
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("launches %v, want %v", got, want)
+	}
+	if tot := tr.totals[launchKey{pid: 7}]; tot == nil || tot.launches != 3 || tot.threads != 6 {
+		t.Errorf("totals %+v: want 3 launches, 6 threads", tot)
+	}
+	devs := map[int]int{}
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var r struct {
+			Type   string
+			Device *int
+		}
+		if err := json.Unmarshal([]byte(l), &r); err != nil || r.Type != "thread" || r.Device == nil {
+			t.Fatalf("%q: %v (want a thread record with its device)", l, err)
+		}
+		devs[*r.Device]++
+	}
+	if devs[0] != 2 || devs[1] != 4 {
+		t.Errorf("thread records by device %v, want 2 on 0, 4 on 1", devs)
 	}
 }
