@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -57,6 +59,48 @@ type Report struct {
 	W        io.Writer
 	maps     map[string][]uint64
 	totals   map[string][]uint64
+	// by device: the same, for Devices and ForDevice (--per-device)
+	devMaps, devTotals map[int]map[string][]uint64
+	names              func(uint32) string // NewReport's, instead of the session's
+}
+
+// NewReport is the final report of the given maps' values by device (their
+// totals summed over the devices), with kernel index i named names(i): for
+// a tool's tests.
+func NewReport(w io.Writer, json bool, names func(uint32) string, byDevice map[int]map[string][]uint64) *Report {
+	r := &Report{Now: time.Now(), Final: true, JSON: json, W: w, maps: map[string][]uint64{}, names: names,
+		devMaps: byDevice, devTotals: byDevice}
+	for _, m := range byDevice {
+		for name, vals := range m {
+			s := r.maps[name]
+			if len(s) < len(vals) {
+				s = append(s, make([]uint64, len(vals)-len(s))...)
+			}
+			for i, v := range vals {
+				s[i] += v
+			}
+			r.maps[name] = s
+		}
+	}
+	r.totals = r.maps
+	return r
+}
+
+// Devices are the devices whose maps were read, in order.
+func (r *Report) Devices() []int {
+	return slices.Sorted(maps.Keys(r.devTotals))
+}
+
+// ForDevice is the report of device d alone: its maps summed over the
+// processes (and contexts) that used it.
+func (r *Report) ForDevice(d int) *Report {
+	c := *r
+	c.maps, c.totals = r.devMaps[d], r.devTotals[d]
+	if c.maps == nil {
+		c.maps = map[string][]uint64{}
+	}
+	c.devMaps, c.devTotals = nil, nil
+	return &c
 }
 
 // Total is map name's values since the trace began (U64 without -i).
@@ -69,6 +113,9 @@ func (r *Report) U64(name string) []uint64 { return r.maps[name] }
 // Kernel names kernel index i (bpf_gpu_kernel_index): the demangled base
 // name and the mangled one.
 func (r *Report) Kernel(i uint32) (base, mangled string) {
+	if r.names != nil {
+		return KernelNames(r.names(i))
+	}
 	return KernelNames(r.Session.KernelName(i))
 }
 
@@ -214,6 +261,8 @@ type reporter struct {
 	last     map[string][]uint64
 	cur      map[string][]uint64
 	byCopy   map[copyKey][]byte
+	// by device, for --per-device
+	devLast, devCur map[int]map[string][]uint64
 }
 
 type copyKey struct {
@@ -238,18 +287,52 @@ func (o *reporter) read() {
 		// has gone keeps its last one, so totals never go backwards.
 		o.byCopy[copyKey{mc.Name, mc.PID, mc.Device, mc.Ctx}] = mc.Values()
 	}
+	o.sum()
+}
+
+// sum adds the copies up, in all and by device (o.mu held).
+func (o *reporter) sum() {
 	sums := map[string][]uint64{}
+	byDev := map[int]map[string][]uint64{}
 	for k, vals := range o.byCopy {
-		s := sums[k.name]
-		if len(s) < len(vals)/8 {
-			s = append(s, make([]uint64, len(vals)/8-len(s))...)
+		addWords(sums, k.name, vals)
+		if byDev[k.device] == nil {
+			byDev[k.device] = map[string][]uint64{}
 		}
-		for i := range len(vals) / 8 {
-			s[i] += binary.LittleEndian.Uint64(vals[i*8:])
-		}
-		sums[k.name] = s
+		addWords(byDev[k.device], k.name, vals)
 	}
-	o.cur = sums
+	o.cur, o.devCur = sums, byDev
+}
+
+// addWords adds vals, read as little-endian 64-bit words, into sums[name].
+func addWords(sums map[string][]uint64, name string, vals []byte) {
+	s := sums[name]
+	if len(s) < len(vals)/8 {
+		s = append(s, make([]uint64, len(vals)/8-len(s))...)
+	}
+	for i := range len(vals) / 8 {
+		s[i] += binary.LittleEndian.Uint64(vals[i*8:])
+	}
+	sums[name] = s
+}
+
+// deltas are cur's values less last's (a value that went down, a process
+// whose copy was replaced, counts whole).
+func deltas(cur, last map[string][]uint64) map[string][]uint64 {
+	delta := map[string][]uint64{}
+	for name, c := range cur {
+		d := make([]uint64, len(c))
+		prev := last[name]
+		for i, v := range c {
+			if i < len(prev) && v >= prev[i] {
+				d[i] = v - prev[i]
+			} else {
+				d[i] = v
+			}
+		}
+		delta[name] = d
+	}
+	return delta
 }
 
 func (o *reporter) report(final bool) {
@@ -258,23 +341,16 @@ func (o *reporter) report(final bool) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	r := &Report{Session: o.sess, Now: time.Now(), Final: final, Interval: o.interval, Stamp: o.stamp, JSON: o.json, W: o.w, maps: o.cur, totals: o.cur}
+	r := &Report{Session: o.sess, Now: time.Now(), Final: final, Interval: o.interval, Stamp: o.stamp, JSON: o.json, W: o.w, maps: o.cur, totals: o.cur,
+		devMaps: o.devCur, devTotals: o.devCur}
 	if o.interval {
-		delta := map[string][]uint64{}
-		for name, cur := range o.cur {
-			d := make([]uint64, len(cur))
-			prev := o.last[name]
-			for i, v := range cur {
-				if i < len(prev) && v >= prev[i] {
-					d[i] = v - prev[i]
-				} else {
-					d[i] = v
-				}
-			}
-			delta[name] = d
-		}
-		r.maps = delta
+		r.maps = deltas(o.cur, o.last)
 		o.last = o.cur
+		r.devMaps = map[int]map[string][]uint64{}
+		for d, cur := range o.devCur {
+			r.devMaps[d] = deltas(cur, o.devLast[d])
+		}
+		o.devLast = o.devCur
 	}
 	if r.maps == nil {
 		r.maps = map[string][]uint64{}

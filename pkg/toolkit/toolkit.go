@@ -49,6 +49,7 @@ const (
 	FlagJSON      = "json"
 	FlagVerbose   = "verbose"
 	FlagNoInject  = "no-inject"
+	FlagPerDevice = "per-device"
 )
 
 // CommonFlags returns the flags every tool accepts (CLI.md "Invocation").
@@ -70,6 +71,13 @@ func CommonFlags() []cli.Flag {
 func GPUFlags() []cli.Flag {
 	return append(CommonFlags(),
 		&cli.BoolFlag{Name: FlagNoInject, Usage: "with -p, refuse a process started without the gpubpf agent instead of loading the agent into it (ptrace)"})
+}
+
+// PerDeviceFlag is --per-device, for the tools that sum their counts over
+// a process's GPUs: one summary per device instead, so the imbalance
+// between GPUs shows (JSON records gain "device").
+func PerDeviceFlag() cli.Flag {
+	return &cli.BoolFlag{Name: FlagPerDevice, Usage: "one summary per kernel and device instead of their sum over the GPUs (a process using several)"}
 }
 
 // NewApp returns a urfave/cli app with gpubpf's conventions: version, an

@@ -24,7 +24,7 @@ kernelretsnoop --events -- ./app       # one line per thread exit`
 func main() {
 	app := toolkit.NewApp("kernelretsnoop", "GPU thread exit times: per-lane lateness and launch exit spread, aggregated on the GPU", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
-	app.Flags = append(toolkit.GPUFlags(),
+	app.Flags = append(toolkit.GPUFlags(), toolkit.PerDeviceFlag(),
 		&cli.BoolFlag{Name: "events", Usage: "also print every thread exit (Thread (x, y, z) timestamp: N)"},
 	)
 	app.Description = `Every exit of every instrumented kernel (also predicated and early returns)
@@ -54,7 +54,7 @@ func run(c *cli.Context) error {
 	}
 	spec.Maps["lanehist"].MaxEntries = kernels * 32 * toolkit.LinLogBuckets
 	spec.Maps["spreadhist"].MaxEntries = kernels * shards * toolkit.LinLogBuckets
-	r := &reporter{}
+	r := &reporter{perDevice: c.Bool(toolkit.FlagPerDevice)}
 	t := toolkit.GPUTool{
 		Name:    "kernelretsnoop",
 		Spec:    spec,
@@ -92,8 +92,8 @@ func (p *eventPrinter) batch(b *runtime.Batch) {
 		}
 		p.n++
 		if p.json {
-			buf = fmt.Appendf(buf, `{"type":"exit","pid":%d,"kernel_index":%d,"grid":%d,"block":[%d,%d,%d],"thread":[%d,%d,%d],"sm":%d,"warp":%d,"lane":%d,"timestamp":%d}`+"\n",
-				b.PID, e.Kernel, e.Grid, e.BlockX, e.BlockY, e.BlockZ, e.ThreadX, e.ThreadY, e.ThreadZ, e.SM, e.Warp, e.Lane, e.TS)
+			buf = fmt.Appendf(buf, `{"type":"exit","pid":%d,"device":%d,"kernel_index":%d,"grid":%d,"block":[%d,%d,%d],"thread":[%d,%d,%d],"sm":%d,"warp":%d,"lane":%d,"timestamp":%d}`+"\n",
+				b.PID, b.Device, e.Kernel, e.Grid, e.BlockX, e.BlockY, e.BlockZ, e.ThreadX, e.ThreadY, e.ThreadZ, e.SM, e.Warp, e.Lane, e.TS)
 		} else {
 			buf = append(buf, "Thread ("...)
 			buf = strconv.AppendUint(buf, uint64(e.ThreadX), 10)

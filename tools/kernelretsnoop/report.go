@@ -107,10 +107,13 @@ type reporter struct {
 	events *eventPrinter
 	lost   []uint64
 	exits  uint64
+	// perDevice: one summary per kernel and device (--per-device); dev is
+	// the one being rendered (-1: all devices together)
+	perDevice bool
+	dev       int
 }
 
 func (r *reporter) report(rep *toolkit.Report) {
-	sums := summarize(rep.U64("lanehist"), rep.U64("spreadhist"))
 	if rep.Final {
 		r.lost = rep.Total("lost")
 		// Every exit counted once, in the launch spread.
@@ -118,9 +121,22 @@ func (r *reporter) report(rep *toolkit.Report) {
 		for _, v := range rep.Total("spreadhist") {
 			r.exits += v
 		}
-		if rep.Interval && len(sums) == 0 {
-			return
-		}
+	}
+	if !r.perDevice {
+		r.dev = -1
+		r.reportOne(rep)
+		return
+	}
+	for _, d := range rep.Devices() {
+		r.dev = d
+		r.reportOne(rep.ForDevice(d))
+	}
+}
+
+func (r *reporter) reportOne(rep *toolkit.Report) {
+	sums := summarize(rep.U64("lanehist"), rep.U64("spreadhist"))
+	if rep.Final && rep.Interval && len(sums) == 0 {
+		return
 	}
 	for _, s := range sums {
 		if rep.JSON {
@@ -136,6 +152,9 @@ func (r *reporter) report(rep *toolkit.Report) {
 
 func (r *reporter) text(w io.Writer, rep *toolkit.Report, s kernelSummary) {
 	base, _ := rep.Kernel(s.kernel)
+	if r.dev >= 0 {
+		base += fmt.Sprintf(" [device %d]", r.dev)
+	}
 	fmt.Fprintf(w, "\n%s%s: %d thread exits\n", rep.Prefix(), base, s.exits)
 	fmt.Fprintf(w, "  exit spread (thread exit - its launch's first exit): p50 %s, p99 %s, max %s\n",
 		toolkit.FormatNs(s.spreadP50), toolkit.FormatNs(s.spreadP99), toolkit.FormatNs(s.spreadMax))
@@ -172,6 +191,9 @@ func (r *reporter) json(rep *toolkit.Report, s kernelSummary) {
 	b = toolkit.AppendJSONString(b, base)
 	b = append(b, `,"mangled":`...)
 	b = toolkit.AppendJSONString(b, mangled)
+	if r.dev >= 0 {
+		b = fmt.Appendf(b, `,"device":%d`, r.dev)
+	}
 	b = fmt.Appendf(b, `,"exits":%d,"spread_p50_ns":%d,"spread_p99_ns":%d,"spread_max_ns":%d,"lanes":[`, s.exits, s.spreadP50, s.spreadP99, s.spreadMax)
 	first := true
 	for l, ls := range s.lanes {

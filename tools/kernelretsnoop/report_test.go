@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -62,5 +66,38 @@ func TestOnTimeWarps(t *testing.T) {
 	spread[9*nb+10] = 3 * 32 // lagging the lane table
 	if got := summarize(lane, spread); got[0].exits != 4*32 {
 		t.Fatalf("lagging spread: %d exits, want the lane table's %d", got[0].exits, 4*32)
+	}
+}
+
+// --per-device: a summary per kernel and device, "device" in its JSON.
+func TestPerDevice(t *testing.T) {
+	byDev := map[int]map[string][]uint64{}
+	for d, n := range map[int]uint64{0: 3, 1: 7} {
+		const nb = toolkit.LinLogBuckets
+		lane := make([]uint64, 32*nb)
+		spread := make([]uint64, shards*nb)
+		lane[0] = n   // lane 0's exits, on time
+		spread[0] = n // and in the launch spread
+		byDev[d] = map[string][]uint64{"lanehist": lane, "spreadhist": spread}
+	}
+	var out bytes.Buffer
+	r := &reporter{perDevice: true}
+	r.report(toolkit.NewReport(&out, true, func(uint32) string { return "_Z4workv" }, byDev))
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var o struct {
+			Device *int
+			Exits  uint64
+		}
+		if err := json.Unmarshal([]byte(l), &o); err != nil || o.Device == nil {
+			t.Fatalf("%q: %v (want a device)", l, err)
+		}
+		got = append(got, fmt.Sprintf("%d:%d", *o.Device, o.Exits))
+	}
+	if strings.Join(got, " ") != "0:3 1:7" {
+		t.Errorf("per device %v, want 0:3 1:7", got)
+	}
+	if r.exits != 10 {
+		t.Errorf("exits %d over both devices, want 10", r.exits)
 	}
 }

@@ -135,21 +135,37 @@ type reporter struct {
 	top     int
 	lost    []uint64
 	total   uint64 // runs counted (totals, also with -i)
+	// perDevice: one summary per kernel and device (--per-device); dev is
+	// the one being rendered (-1: all devices together)
+	perDevice bool
+	dev       int
 }
 
 func (r *reporter) report(rep *toolkit.Report) {
-	sums := summarize(fold(rep.U64("runs"), r.shards, r.keys), fold(rep.U64("nsecs"), r.shards, r.keys), r.keys)
 	if rep.Final {
 		r.lost = rep.Total("lost")
 		r.total = 0
 		for _, v := range rep.Total("runs") {
 			r.total += v
 		}
-		// With -i every interval has been printed; the end prints the
-		// last, partial one only if it saw anything.
-		if rep.Interval && len(sums) == 0 {
-			return
-		}
+	}
+	if !r.perDevice {
+		r.dev = -1
+		r.reportOne(rep)
+		return
+	}
+	for _, d := range rep.Devices() {
+		r.dev = d
+		r.reportOne(rep.ForDevice(d))
+	}
+}
+
+func (r *reporter) reportOne(rep *toolkit.Report) {
+	sums := summarize(fold(rep.U64("runs"), r.shards, r.keys), fold(rep.U64("nsecs"), r.shards, r.keys), r.keys)
+	// With -i every interval has been printed; the end prints the last,
+	// partial one only if it saw anything.
+	if rep.Final && rep.Interval && len(sums) == 0 {
+		return
 	}
 	if rep.JSON {
 		for _, s := range sums {
@@ -181,6 +197,9 @@ func fmtNs(ns float64) string {
 
 func (r *reporter) text(w io.Writer, rep *toolkit.Report, s kernelSummary) {
 	base, _ := rep.Kernel(s.kernel)
+	if r.dev >= 0 {
+		base += fmt.Sprintf(" [device %d]", r.dev)
+	}
 	fmt.Fprintf(w, "\n%s%s: %d thread runs over %d %s keys, busy %s in all\n", rep.Prefix(), base, s.runs, len(s.keys), r.by.name, fmtNs(float64(s.ns)))
 	tb := tablewriter.NewTable(w)
 	tb.Header("", strings.ToUpper(r.by.name), "RUNS", "BUSY", "PER RUN", "OF MEAN")
@@ -226,6 +245,9 @@ func (r *reporter) json(rep *toolkit.Report, s kernelSummary) {
 	b = toolkit.AppendJSONString(b, base)
 	b = append(b, `,"mangled":`...)
 	b = toolkit.AppendJSONString(b, mangled)
+	if r.dev >= 0 {
+		b = fmt.Appendf(b, `,"device":%d`, r.dev)
+	}
 	b = append(b, `,"by":`...)
 	b = toolkit.AppendJSONString(b, r.by.name)
 	b = fmt.Appendf(b, `,"keys":%d,"runs":%d,"busy_ns":%d,"busy_min_ns":%d,"busy_mean_ns":%.0f,"busy_max_ns":%d,"max_over_mean":%.3f,"below_80pct":%d,"runs_min":%d,"runs_max":%d`,

@@ -1,6 +1,15 @@
 package main
 
-import "testing"
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
+)
 
 func TestSummarize(t *testing.T) {
 	const keys = 4
@@ -48,6 +57,44 @@ func TestFold(t *testing.T) {
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("fold = %v, want %v", got, want)
+		}
+	}
+}
+
+// --per-device: a summary per kernel and device, each with its own runs
+// (device 1 ran twice as many), and "device" in its JSON; without it, one
+// summary of both.
+func TestPerDevice(t *testing.T) {
+	byDev := map[int]map[string][]uint64{
+		0: {"runs": {2, 2, 0, 0}, "nsecs": {20, 20, 0, 0}},
+		1: {"runs": {4, 4, 0, 0}, "nsecs": {40, 40, 0, 0}},
+	}
+	name := func(uint32) string { return "_Z4workv" }
+	for _, per := range []bool{false, true} {
+		var out bytes.Buffer
+		r := &reporter{by: byKey{name: "thread.x"}, keys: 4, shards: 1, top: 2, perDevice: per}
+		r.report(toolkit.NewReport(&out, true, name, byDev))
+		var got []string
+		for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+			var o struct {
+				Device *int
+				Runs   uint64
+			}
+			if err := json.Unmarshal([]byte(l), &o); err != nil {
+				t.Fatalf("%q: %v", l, err)
+			}
+			d := "all"
+			if o.Device != nil {
+				d = strconv.Itoa(*o.Device)
+			}
+			got = append(got, fmt.Sprintf("%s:%d", d, o.Runs))
+		}
+		want := "all:12"
+		if per {
+			want = "0:4 1:8"
+		}
+		if strings.Join(got, " ") != want {
+			t.Errorf("per-device %v: %v, want %s", per, got, want)
 		}
 	}
 }

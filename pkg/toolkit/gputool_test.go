@@ -1,0 +1,55 @@
+package toolkit
+
+import (
+	"encoding/binary"
+	"reflect"
+	"testing"
+)
+
+func words(v ...uint64) []byte {
+	b := make([]byte, 8*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint64(b[i*8:], x)
+	}
+	return b
+}
+
+// --per-device: each device's maps summed over the processes and contexts
+// that used it, beside the total; with -i, each as its change.
+func TestReportPerDevice(t *testing.T) {
+	var got []*Report
+	o := &reporter{t: GPUTool{Report: func(r *Report) { got = append(got, r) }}, interval: true, byCopy: map[copyKey][]byte{
+		{"runs", 1, 0, 0}:     words(10, 1),
+		{"runs", 2, 0, 0}:     words(5, 0),
+		{"runs", 1, 1, 0}:     words(100, 7),
+		{"runs", 1, 1, 0xabc}: words(1, 1),
+	}}
+	o.sum()
+	o.report(true)
+	r := got[0]
+	if !reflect.DeepEqual(r.Devices(), []int{0, 1}) {
+		t.Fatalf("devices %v", r.Devices())
+	}
+	if u := r.U64("runs"); !reflect.DeepEqual(u, []uint64{116, 9}) {
+		t.Errorf("total %v, want [116 9]", u)
+	}
+	if u := r.ForDevice(0).U64("runs"); !reflect.DeepEqual(u, []uint64{15, 1}) {
+		t.Errorf("device 0 %v, want [15 1]", u)
+	}
+	if u := r.ForDevice(1).U64("runs"); !reflect.DeepEqual(u, []uint64{101, 8}) {
+		t.Errorf("device 1 %v, want [101 8]", u)
+	}
+	o.byCopy[copyKey{"runs", 1, 1, 0}] = words(150, 7)
+	o.sum()
+	o.report(true)
+	r = got[1]
+	if u := r.ForDevice(1).U64("runs"); !reflect.DeepEqual(u, []uint64{50, 0}) {
+		t.Errorf("device 1's change %v, want [50 0]", u)
+	}
+	if u := r.ForDevice(1).Total("runs"); !reflect.DeepEqual(u, []uint64{151, 8}) {
+		t.Errorf("device 1's total %v, want [151 8]", u)
+	}
+	if u := r.ForDevice(0).U64("runs"); !reflect.DeepEqual(u, []uint64{0, 0}) {
+		t.Errorf("device 0's change %v, want zeros", u)
+	}
+}
