@@ -138,6 +138,10 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 				p.used[d.Ordinal] = d
 			}
 		}
+		if err := devicesExist(s.opts.Devices, info.Devices); err != nil && len(info.Devices) > 0 {
+			conn.Close()
+			return nil, fmt.Errorf("process %d: %w", pid, err)
+		}
 		s.logf("process %d: agent %s, driver %d, %d device(s), %d in use", pid, info.AgentVersion, info.DriverVersion, len(info.Devices), len(p.used))
 	}
 	if len(s.cpu) > 0 {
@@ -583,6 +587,21 @@ func (p *Process) deviceUsed(d agentproto.Device) {
 	}
 }
 
+// devicesExist checks that every device asked for (--device) is one of
+// the process's.
+func devicesExist(want []int, have []agentproto.Device) error {
+	var ords []string
+	for _, d := range have {
+		ords = append(ords, fmt.Sprintf("%d (%s)", d.Ordinal, d.Name))
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(have, func(d agentproto.Device) bool { return int(d.Ordinal) == w }) {
+			return fmt.Errorf("--device %d: the process sees %d GPU(s): %s", w, len(have), strings.Join(ords, ", "))
+		}
+	}
+	return nil
+}
+
 // probeSet is the GPU programs that run in one kernel, by site.
 type probeSet struct{ entry, exit, mem []GPUProgram }
 
@@ -703,6 +722,9 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 // placeModule loads and activates a prepared module's clones in one
 // context (once).
 func (p *Process) placeModule(pm *preparedModule, t agentproto.Target) {
+	if !p.s.Traces(int(t.Device)) {
+		return // --device: this GPU's launches run untouched
+	}
 	key := placeKey{pm.m.ID, t}
 	p.mu.Lock()
 	if p.placedOn[key] || p.closed {

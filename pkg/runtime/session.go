@@ -67,6 +67,10 @@ type Options struct {
 	// it exits), besides Calibrate; ClockSamples returns them all, so even
 	// a program that lives under a second has its launches bracketed.
 	Clocks bool
+	// Devices: trace only the kernels on these device ordinals (none: on
+	// every device the program uses). The others run untouched: no clone,
+	// no map is placed there.
+	Devices []int
 	// KernelTimes: when to turn CUPTI's kernel records on in a process
 	// (the agent finds libcupti there), for KernelTimes: each kernel's GPU
 	// start and end with its launch call's CPU time, kernels without PTX
@@ -255,6 +259,11 @@ func withVariables(spec *ebpf.CollectionSpec) (*ebpf.CollectionSpec, error) {
 		ms.Contents = []ebpf.MapKV{{Key: ms.Contents[0].Key, Value: data}}
 	}
 	return out, nil
+}
+
+// Traces says whether the session traces device ordinal dev (Options.Devices).
+func (s *Session) Traces(dev int) bool {
+	return len(s.opts.Devices) == 0 || slices.Contains(s.opts.Devices, dev)
 }
 
 // KernelIndex is the number bpf_gpu_kernel_index returns in kernel (a

@@ -177,7 +177,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 	if err != nil {
 		return err
 	}
-	sess, err := runtime.Open(t.Spec, runtime.Options{Programs: t.Programs, Kernels: KernelPatterns(c), Client: t.Name, Log: LogOf(c), Warn: WarnOf(t.Name), NoInject: c.Bool(FlagNoInject)})
+	sess, err := runtime.Open(t.Spec, runtime.Options{Programs: t.Programs, Kernels: KernelPatterns(c), Client: t.Name, Log: LogOf(c), Warn: WarnOf(t.Name), NoInject: c.Bool(FlagNoInject), Devices: DevicesOf(c)})
 	if err != nil {
 		return err
 	}

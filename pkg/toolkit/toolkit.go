@@ -50,6 +50,7 @@ const (
 	FlagVerbose   = "verbose"
 	FlagNoInject  = "no-inject"
 	FlagPerDevice = "per-device"
+	FlagDevice    = "device"
 )
 
 // CommonFlags returns the flags every tool accepts (CLI.md "Invocation").
@@ -70,8 +71,12 @@ func CommonFlags() []cli.Flag {
 // --no-inject.
 func GPUFlags() []cli.Flag {
 	return append(CommonFlags(),
-		&cli.BoolFlag{Name: FlagNoInject, Usage: "with -p, refuse a process started without the gpubpf agent instead of loading the agent into it (ptrace)"})
+		&cli.BoolFlag{Name: FlagNoInject, Usage: "with -p, refuse a process started without the gpubpf agent instead of loading the agent into it (ptrace)"},
+		&cli.IntSliceFlag{Name: FlagDevice, Usage: "trace only the kernels on GPU `ORDINAL` (may repeat; default: every GPU the program uses)"})
 }
+
+// DevicesOf is --device: the device ordinals to trace (nil: all).
+func DevicesOf(c *cli.Context) []int { return c.IntSlice(FlagDevice) }
 
 // PerDeviceFlag is --per-device, for the tools that sum their counts over
 // a process's GPUs: one summary per device instead, so the imbalance

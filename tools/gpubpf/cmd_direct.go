@@ -33,7 +33,6 @@ import (
 func directFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.BoolFlag{Name: "direct", Usage: "run the object's direct programs (SEC(\"gpu/direct\"), SEC(\"kprobe/__directly_run\")) as kernels of their own, with no application"},
-		&cli.IntFlag{Name: "device", Usage: "with --direct: the GPU to run on, by `ORDINAL`"},
 		&cli.StringFlag{Name: "grid", Usage: "with --direct: blocks per launch as `X[,Y[,Z]]` (default 1)"},
 		&cli.StringFlag{Name: "block", Usage: "with --direct: threads per block as `X[,Y[,Z]]` (default 256)"},
 		&cli.GenericFlag{Name: "map", Value: &repeated{}, Usage: "with --direct: fill a map before the programs run, as `NAME=JSON` (may repeat; see DIRECT RUNS)"},
@@ -236,6 +235,13 @@ func runDirect(c *cli.Context, obj string, cmdArgs []string) error {
 	case len(c.StringSlice("attach")) > 0:
 		return toolkit.Usagef("--attach places uprobes in an application, which --direct has none of: drop it")
 	}
+	dev := 0
+	switch devs := toolkit.DevicesOf(c); {
+	case len(devs) > 1:
+		return toolkit.Usagef("--direct runs on one GPU: give --device once")
+	case len(devs) == 1:
+		dev = devs[0]
+	}
 	grid, block, err := launchShape(c)
 	if err != nil {
 		return err
@@ -291,7 +297,7 @@ func runDirect(c *cli.Context, obj string, cmdArgs []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, runErr := sess.RunDirect(runtime.DirectOptions{
-		Device:  c.Int("device"),
+		Device:  dev,
 		Grid:    grid,
 		Block:   block,
 		Fill:    fills,

@@ -98,6 +98,7 @@ func runAction(c *cli.Context) error {
 		Programs:      c.StringSlice("program"),
 		Kernels:       c.StringSlice(toolkit.FlagKernel),
 		Client:        "gpubpf run",
+		Devices:       toolkit.DevicesOf(c),
 		Threads:       uint32(c.Uint("threads")),
 		RingBytes:     ringMB << 20,
 		Log:           toolkit.LogOf(c),

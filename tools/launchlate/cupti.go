@@ -45,7 +45,7 @@ func (l *launchlate) kernelTimes(final bool) {
 // addKernelTimes takes CUPTI's records into the statistics (and --events).
 func (l *launchlate) addKernelTimes(recs []runtime.KernelTime) {
 	for _, r := range recs {
-		if ownKernel(r.Kernel) || !l.wanted(r.Kernel) {
+		if ownKernel(r.Kernel) || !l.wanted(r.Kernel) || l.traces != nil && !l.traces(r.Device) {
 			continue
 		}
 		l.ktRecords++

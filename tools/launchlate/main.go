@@ -152,7 +152,7 @@ func run(c *cli.Context) error {
 		kt = runtime.KernelTimesAlways
 	}
 	sess, err := runtime.Open(spec, runtime.Options{Kernels: toolkit.KernelPatterns(c), Client: "launchlate", Log: toolkit.LogOf(c), Warn: toolkit.WarnOf("launchlate"), NoInject: c.Bool(toolkit.FlagNoInject),
-		LaunchWords: "launch_stamps", OptionalUprobes: uprobes, Clocks: true, KernelTimes: kt})
+		LaunchWords: "launch_stamps", OptionalUprobes: uprobes, Clocks: true, KernelTimes: kt, Devices: toolkit.DevicesOf(c)})
 	if err != nil {
 		return err
 	}
@@ -168,7 +168,7 @@ func run(c *cli.Context) error {
 	ctx, stop := toolkit.TraceContext(c)
 	defer stop()
 	l := &launchlate{
-		sess: sess, nameOf: sess.KernelName, indexOf: sess.KernelIndex, instrumented: sess.Instrumented, tr: newTracker(), w: os.Stdout, json: jsonOut, stamp: c.Bool(toolkit.FlagTimestamp),
+		sess: sess, nameOf: sess.KernelName, indexOf: sess.KernelIndex, instrumented: sess.Instrumented, traces: sess.Traces, tr: newTracker(), w: os.Stdout, json: jsonOut, stamp: c.Bool(toolkit.FlagTimestamp),
 		byStream: c.Bool("stream"), ms: c.Bool("milliseconds"), interval: c.Float64(toolkit.FlagInterval) > 0,
 		cur: map[key]*stats{}, events: c.Bool("events"), uprobes: uprobes, timing: timing, cupti: timing != timingProbe,
 		patterns: c.StringSlice(toolkit.FlagKernel),
@@ -224,6 +224,7 @@ type launchlate struct {
 	nameOf func(uint32) string // the session's mangled kernel names (a test's own)
 	// the session's kernel numbers and probes (a test's own)
 	indexOf                       func(string) uint32
+	traces                        func(int) bool // --device
 	instrumented                  func(string) bool
 	tr                            *tracker
 	w                             io.Writer
