@@ -205,3 +205,19 @@ func TestTrackerHoldsTornSlot(t *testing.T) {
 		t.Errorf("account %q does not show the held-back reading", got)
 	}
 }
+
+// Each device's clock is calibrated on its own; the account gives each
+// one's bound where there are several.
+func TestBoundsByDevice(t *testing.T) {
+	tr := newTracker()
+	tr.addClock(source{pid: 1, dev: 0}, runtime.ClockSample{Bound: 1200, At: 1})
+	if got := tr.boundsByDevice(); got != "" {
+		t.Errorf("one device: %q, want nothing more", got)
+	}
+	tr.addClock(source{pid: 1, dev: 1}, runtime.ClockSample{Bound: 1300, At: 1})
+	tr.addClock(source{pid: 1, dev: 1}, runtime.ClockSample{Bound: 900, At: 2})
+	tr.addClock(source{pid: 2, dev: 0}, runtime.ClockSample{Bound: 700, At: 1})
+	if got := tr.boundsByDevice(); got != ", per device: 0 1200 ns, 1 1300 ns" {
+		t.Errorf("got %q", got)
+	}
+}

@@ -458,7 +458,7 @@ func (l *launchlate) account(a *toolkit.Account) {
 		a.Note("CPU times taken by the gpubpf agent as each launch reached the driver (--uprobe: as the runtime API was called)")
 	}
 	if l.clocks > 0 {
-		a.Note(fmt.Sprintf("clock error bound %s (%d calibrations)", toolkit.FormatNs(l.maxBound), l.clocks))
+		a.Note(fmt.Sprintf("clock error bound %s (%d calibrations)%s", toolkit.FormatNs(l.maxBound), l.clocks, l.tr.boundsByDevice()))
 	}
 	if l.clockErr != "" {
 		a.Note("last clock calibration failed: " + l.clockErr)
