@@ -86,6 +86,18 @@ func NewReport(w io.Writer, json bool, names func(uint32) string, byDevice map[i
 	return r
 }
 
+// EachDevice calls fn with rep (dev -1: every device summed), or with
+// perDevice (--per-device) once for each device's report.
+func EachDevice(rep *Report, perDevice bool, fn func(r *Report, dev int)) {
+	if !perDevice {
+		fn(rep, -1)
+		return
+	}
+	for _, d := range rep.Devices() {
+		fn(rep.ForDevice(d), d)
+	}
+}
+
 // Devices are the devices whose maps were read, in order.
 func (r *Report) Devices() []int {
 	return slices.Sorted(maps.Keys(r.devTotals))

@@ -122,15 +122,10 @@ func (r *reporter) report(rep *toolkit.Report) {
 			r.exits += v
 		}
 	}
-	if !r.perDevice {
-		r.dev = -1
-		r.reportOne(rep)
-		return
-	}
-	for _, d := range rep.Devices() {
-		r.dev = d
-		r.reportOne(rep.ForDevice(d))
-	}
+	toolkit.EachDevice(rep, r.perDevice, func(d *toolkit.Report, dev int) {
+		r.dev = dev
+		r.reportOne(d)
+	})
 }
 
 func (r *reporter) reportOne(rep *toolkit.Report) {
