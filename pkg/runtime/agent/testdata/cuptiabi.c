@@ -1,9 +1,15 @@
 /* Checks cuptidefs.h (the agent's copy of the part of CUPTI's ABI it uses)
  * against a CUDA toolkit's CUPTI headers: compiles only where they agree.
  *   gcc -fsyntax-only -I$CUDA/include -Ipkg/runtime/agent pkg/runtime/agent/testdata/cuptiabi.c
+ * (the launch calls' parameter blocks need the CUDA 12+ headers their
+ * generated_*_meta.h were made with)
  * (scripts/gpu/cupti-check.sh runs it on the GPU machine). */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
+#include <generated_cuda_meta.h>
+#include <generated_cuda_runtime_api_meta.h>
 #include <cupti_driver_cbid.h>
 #include <cupti_runtime_cbid.h>
 #include <stddef.h>
@@ -75,3 +81,17 @@ R(cudaGraphLaunch_v10000);
 R(cudaGraphLaunch_ptsz_v10000);
 R(cudaLaunchKernelExC_v11060);
 R(cudaLaunchKernelExC_ptsz_v11060);
+
+/* the launch calls' parameters, where the callback reads the stream */
+#define P(mine, real, f) _Static_assert(offsetof(struct mine, f) == offsetof(real, f), #real "." #f)
+P(p_cuLaunchKernel, cuLaunchKernel_params, hStream);
+P(p_cuLaunchKernelEx, cuLaunchKernelEx_params, config);
+P(p_cuGraphLaunch, cuGraphLaunch_params, hStream);
+P(p_cuLaunchGridAsync, cuLaunchGridAsync_params, hStream);
+_Static_assert(offsetof(struct p_cuLaunchKernel, hStream) == offsetof(cuLaunchCooperativeKernel_params, hStream), "coop");
+P(p_cudaLaunchKernel, cudaLaunchKernel_v7000_params, stream);
+_Static_assert(offsetof(struct p_cudaLaunchKernel, stream) == offsetof(cudaLaunchCooperativeKernel_v9000_params, stream), "rt coop");
+P(p_cudaLaunchKernelExC, cudaLaunchKernelExC_v11060_params, config);
+P(p_cudaGraphLaunch, cudaGraphLaunch_v10000_params, stream);
+_Static_assert(offsetof(struct rt_launch_config, stream) == offsetof(cudaLaunchConfig_t, stream), "cudaLaunchConfig_t.stream");
+_Static_assert(offsetof(CUlaunchConfig, hStream) == 32, "CUlaunchConfig.hStream (cudefs.h)");
