@@ -709,6 +709,17 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 	if len(pm.sets) == 0 {
 		return
 	}
+	// A kernel without PTX: CUPTI's records come on now, as the module is
+	// read, not at its placement on a device (after the program's CUDA
+	// started): on the H100, CUPTI turned on in a running program saw none
+	// of its launches (-p on PyTorch), and the modules a program registers
+	// as it starts are read before its first CUDA call.
+	for k := range pm.sets {
+		if !pm.byName[k].HasPTX {
+			p.needKernelTimes()
+			break
+		}
+	}
 	if m.Ctx == 0 {
 		p.mu.Lock()
 		p.libs = append(p.libs, pm)

@@ -90,10 +90,11 @@ type KernelTimesMode int
 const (
 	KernelTimesOff KernelTimesMode = iota
 	// KernelTimesWhenNeeded: at the first kernel of the process that no
-	// probe can time (no PTX, or its instrumentation failed): CUPTI's
-	// launch callback costs launch-bound programs a third of their launch
-	// rate (H100), which a program whose kernels all have probes need not
-	// pay.
+	// probe can time: as a module with a kernel without PTX is read (for
+	// the modules a program registers as it starts, before its first CUDA
+	// call), or as a kernel's instrumentation fails. CUPTI's launch
+	// callback costs launch-bound programs a third of their launch rate
+	// (H100), which a program whose kernels all have probes need not pay.
 	KernelTimesWhenNeeded
 	// KernelTimesAlways: at the attach.
 	KernelTimesAlways
