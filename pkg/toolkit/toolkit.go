@@ -78,6 +78,22 @@ func GPUFlags() []cli.Flag {
 // DevicesOf is --device: the device ordinals to trace (nil: all).
 func DevicesOf(c *cli.Context) []int { return c.IntSlice(FlagDevice) }
 
+// Prometheus flags: --prometheus ADDR serves the tool's numbers for
+// Prometheus to scrape (pkg/promexport), --max-series bounds the label
+// sets of each metric.
+const (
+	FlagPrometheus = "prometheus"
+	FlagMaxSeries  = "max-series"
+)
+
+// PromFlags are --prometheus and --max-series.
+func PromFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: FlagPrometheus, Usage: "serve the numbers for Prometheus at `ADDR`/metrics (\":9400\", \"127.0.0.1:9400\") while tracing"},
+		&cli.IntFlag{Name: FlagMaxSeries, Value: 1000, Usage: "with --prometheus: at most `N` label sets per metric; more are folded into one \"other\" series, and counted"},
+	}
+}
+
 // PerDeviceFlag is --per-device, for the tools that sum their counts over
 // a process's GPUs: one summary per device instead, so the imbalance
 // between GPUs shows (JSON records gain "device").

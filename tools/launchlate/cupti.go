@@ -58,6 +58,9 @@ func (l *launchlate) addKernelTimes(recs []runtime.KernelTime) {
 		dur := r.End - min(r.End, r.Start)
 		st := l.get(l.keyOf(src, s))
 		st.addDur(dur)
+		if l.prom != nil {
+			l.prom.observeDuration(r.PID, l.metricName(s.kernel, s.isGraph()), dur)
+		}
 		if l.probed(s.kernel, r.Kernel) {
 			if l.timing == timingBoth && l.events && r.CPU != 0 {
 				l.batch = append(l.batch, launchEvent{src, latency{s: s, ns: int64(r.Start) - int64(r.CPU), dur: dur, cupti: true}})
@@ -65,22 +68,13 @@ func (l *launchlate) addKernelTimes(recs []runtime.KernelTime) {
 			continue
 		}
 		if r.CPU == 0 {
-			st.untimed++
-			l.untimedN++
+			l.untimed(src, s)
 			l.ktUntimed++
 			continue
 		}
-		lat := latency{s: s, ns: int64(r.Start) - int64(r.CPU), dur: dur, cupti: true}
-		st.add(lat)
+		l.timed(src, latency{s: s, ns: int64(r.Start) - int64(r.CPU), dur: dur, cupti: true})
 		st.cupti++
-		if l.events {
-			l.batch = append(l.batch, launchEvent{src, lat})
-		}
-		l.timedN++
 		l.ktTimed++
-		if s.isGraph() {
-			l.graphT++
-		}
 	}
 }
 

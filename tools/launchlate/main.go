@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -45,7 +46,7 @@ const (
 func main() {
 	app := toolkit.NewApp("launchlate", "CPU launch call to GPU kernel start latency of CUDA kernels", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
-	app.Flags = append(toolkit.GPUFlags(),
+	app.Flags = append(append(toolkit.GPUFlags(), toolkit.PromFlags()...),
 		&cli.BoolFlag{Name: "stream", Usage: "one histogram per kernel and stream"},
 		&cli.BoolFlag{Name: "milliseconds", Aliases: []string{"m"}, Usage: "histogram (and --events' LAT column) in milliseconds (default microseconds)"},
 		&cli.BoolFlag{Name: "events", Usage: "also print one line per timed launch as it is resolved (before the summary)"},
@@ -179,6 +180,17 @@ func run(c *cli.Context) error {
 			fmt.Fprint(l.w, l.ev.header())
 		}
 	}
+	if addr := c.String(toolkit.FlagPrometheus); addr != "" {
+		e := promexport.New("launchlate", c.Int(toolkit.FlagMaxSeries))
+		if err := e.Serve(addr); err != nil {
+			return err
+		}
+		defer e.Close()
+		l.prom = newMetrics(e)
+		if !jsonOut {
+			fmt.Fprintf(os.Stderr, "launchlate: Prometheus metrics at http://%s/metrics\n", e.Addr())
+		}
+	}
 	pollCtx, stopPoll := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -238,6 +250,7 @@ type launchlate struct {
 	timing                        string // --timing
 	cupti                         bool   // CUPTI's kernel records wanted (runtime.Options.KernelTimes)
 	probedK                       map[uint32]bool
+	prom                          *metrics        // --prometheus (nil: off)
 	patterns                      []string        // -k, for CUPTI's records (nil: every kernel)
 	want                          map[string]bool // patterns matched, by kernel
 	ktRecords, ktTimed, ktUntimed uint64          // CUPTI's records: all, timed from them, without a stamp
@@ -336,6 +349,9 @@ func (l *launchlate) takeClocks() {
 	cs := l.sess.ClockSamples()
 	for _, c := range cs[min(l.clocks, len(cs)):] {
 		l.tr.addClock(source{c.PID, c.Device, c.Ctx}, c)
+		if l.prom != nil {
+			l.prom.setBound(c.PID, c.Device, c.Bound)
+		}
 	}
 	l.clocks = len(cs)
 }
@@ -419,6 +435,9 @@ func (l *launchlate) get(k key) *stats {
 
 func (l *launchlate) timed(src source, lat latency) {
 	l.get(l.keyOf(src, lat.s)).add(lat)
+	if l.prom != nil {
+		l.prom.observeLatency(src.pid, l.metricName(lat.s.kernel, lat.s.isGraph()), lat.cupti, lat.ns)
+	}
 	if l.events {
 		l.batch = append(l.batch, launchEvent{src, lat})
 	}
@@ -432,6 +451,9 @@ func (l *launchlate) timed(src source, lat latency) {
 func (l *launchlate) untimed(src source, s start) {
 	l.get(l.keyOf(src, s)).untimed++
 	l.untimedN++
+	if l.prom != nil {
+		l.prom.addUntimed(src.pid, l.metricName(s.kernel, s.isGraph()))
+	}
 }
 
 func (l *launchlate) account(a *toolkit.Account) {

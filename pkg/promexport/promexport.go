@@ -1,0 +1,189 @@
+// Package promexport serves a tool's numbers to Prometheus (--prometheus
+// ADDR) with the official client library: a scrape endpoint at
+// ADDR/metrics, histograms as native histograms (with classic buckets too,
+// for scrapers that ask for text), and a bound on label cardinality: past
+// --max-series label sets a metric family folds new ones into one "other"
+// series, and counts them (gpubpf_series_folded_total), so a program with
+// ten thousand kernels cannot grow a fleet's metrics store without bound.
+//
+// Names are gpubpf_TOOL_WHAT_UNIT; every series of a process has its pid as
+// a label, so series can be dropped when the process goes (Forget).
+package promexport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Other is the label value a folded series takes (every label but pid).
+const Other = "other"
+
+// Exporter is one tool's endpoint.
+type Exporter struct {
+	Registry *prometheus.Registry
+	tool     string
+	srv      *http.Server
+	ln       net.Listener
+
+	mu        sync.Mutex
+	maxSeries int
+	seen      map[string]map[string]bool // family -> label sets admitted
+	folded    *prometheus.CounterVec
+	vecs      []deleter
+}
+
+type deleter interface {
+	DeletePartialMatch(prometheus.Labels) int
+}
+
+// New returns an exporter for tool with at most maxSeries label sets per
+// metric family (0: 1000), not serving yet (Serve).
+func New(tool string, maxSeries int) *Exporter {
+	if maxSeries <= 0 {
+		maxSeries = 1000
+	}
+	e := &Exporter{Registry: prometheus.NewRegistry(), tool: tool, maxSeries: maxSeries, seen: map[string]map[string]bool{}}
+	e.folded = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gpubpf_series_folded_total",
+		Help: "Label sets folded into the \"other\" series of a metric family past --max-series.",
+	}, []string{"tool", "family"})
+	e.Registry.MustRegister(e.folded)
+	return e
+}
+
+// Serve listens on addr (HOST:PORT, ":9400") and serves /metrics until
+// Close.
+func (e *Exporter) Serve(addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--prometheus %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(e.Registry, promhttp.HandlerOpts{Registry: e.Registry}))
+	e.ln = ln
+	e.srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go e.srv.Serve(ln)
+	return nil
+}
+
+// Addr is where it serves (useful with port 0).
+func (e *Exporter) Addr() string {
+	if e.ln == nil {
+		return ""
+	}
+	return e.ln.Addr().String()
+}
+
+// Close stops serving.
+func (e *Exporter) Close() error {
+	if e.srv == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := e.srv.Shutdown(ctx)
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}
+
+func (e *Exporter) name(what string) string { return "gpubpf_" + e.tool + "_" + what }
+
+// Histogram registers a histogram in seconds (what: "latency_seconds"):
+// native, and with classic buckets from 1 us to 10 s.
+func (e *Exporter) Histogram(what, help string, labels ...string) *prometheus.HistogramVec {
+	v := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:                            e.name(what),
+		Help:                            help,
+		Buckets:                         prometheus.ExponentialBuckets(1e-6, 4, 12),
+		NativeHistogramBucketFactor:     1.1,
+		NativeHistogramMaxBucketNumber:  160,
+		NativeHistogramMinResetDuration: time.Hour,
+	}, labels)
+	e.register(v)
+	return v
+}
+
+// Counter registers a counter (what ends in _total).
+func (e *Exporter) Counter(what, help string, labels ...string) *prometheus.CounterVec {
+	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: e.name(what), Help: help}, labels)
+	e.register(v)
+	return v
+}
+
+// Gauge registers a gauge.
+func (e *Exporter) Gauge(what, help string, labels ...string) *prometheus.GaugeVec {
+	v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: e.name(what), Help: help}, labels)
+	e.register(v)
+	return v
+}
+
+func (e *Exporter) register(v interface {
+	prometheus.Collector
+	deleter
+}) {
+	e.Registry.MustRegister(v)
+	e.mu.Lock()
+	e.vecs = append(e.vecs, v)
+	e.mu.Unlock()
+}
+
+// Labels returns the label values a series of family takes: values as
+// given while the family has fewer than max-series label sets, else (for
+// a set not seen before) every value but the first, the pid, replaced by
+// Other, and the fold counted.
+func (e *Exporter) Labels(family string, values ...string) []string {
+	key := strings.Join(values, "\x00")
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.seen[family]
+	if s == nil {
+		s = map[string]bool{}
+		e.seen[family] = s
+	}
+	if s[key] {
+		return values
+	}
+	if len(s) < e.maxSeries {
+		s[key] = true
+		return values
+	}
+	e.folded.WithLabelValues(e.tool, family).Inc()
+	out := make([]string, len(values))
+	for i, v := range values {
+		if i == 0 {
+			out[i] = v
+		} else {
+			out[i] = Other
+		}
+	}
+	return out
+}
+
+// Forget drops every series of process pid (it exited): labels "pid".
+func (e *Exporter) Forget(pid int) {
+	p := fmt.Sprint(pid)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, v := range e.vecs {
+		v.DeletePartialMatch(prometheus.Labels{"pid": p})
+	}
+	for fam, s := range e.seen {
+		for k := range s {
+			if strings.HasPrefix(k, p+"\x00") || k == p {
+				delete(s, k)
+			}
+		}
+		e.seen[fam] = s
+	}
+}
