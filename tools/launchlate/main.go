@@ -28,7 +28,8 @@ launchlate -- ./app                 # every kernel of ./app until it exits
 launchlate -p 4242 -i 5             # a running process, print every 5 seconds
 launchlate --stream -k gemm -- ./app  # kernels matching gemm, one histogram per stream
 launchlate -j -d 10 -p 4242         # JSON lines for 10 seconds
-launchlate --events -T -- ./app     # also one line per launch, with wall-clock time`
+launchlate --events -T -- ./app     # also one line per launch, with wall-clock time
+launchlate --prometheus :9400 -p 4242  # serve the numbers to Prometheus while tracing`
 
 // How often the GPU's start table is read and the clocks calibrated. The
 // table holds LL_STARTS launches per context, and LL_GRAPH_STARTS kernel
