@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
 // Other is the label value a folded series takes (every label but pid).
@@ -39,6 +40,7 @@ type Exporter struct {
 	seen      map[string]map[string]bool // family -> label sets admitted
 	folded    *prometheus.CounterVec
 	vecs      []deleter
+	mp        *sdkmetric.MeterProvider // PushOTLP's
 }
 
 type deleter interface {
@@ -83,18 +85,22 @@ func (e *Exporter) Addr() string {
 	return e.ln.Addr().String()
 }
 
-// Close stops serving.
+// Close stops serving, and pushes the last numbers to OTLP.
 func (e *Exporter) Close() error {
-	if e.srv == nil {
-		return nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	err := e.srv.Shutdown(ctx)
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
+	var errs []error
+	if e.mp != nil {
+		if err := e.mp.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("the last OTLP push: %w", err))
+		}
 	}
-	return err
+	if e.srv != nil {
+		if err := e.srv.Shutdown(ctx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func (e *Exporter) name(what string) string { return "gpubpf_" + e.tool + "_" + what }

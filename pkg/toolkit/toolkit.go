@@ -84,11 +84,13 @@ func DevicesOf(c *cli.Context) []int { return c.IntSlice(FlagDevice) }
 const (
 	FlagPrometheus = "prometheus"
 	FlagMaxSeries  = "max-series"
+	FlagOTLP       = "otlp"
 )
 
-// PromFlags are --prometheus and --max-series.
+// PromFlags are --prometheus, --otlp and --max-series.
 func PromFlags() []cli.Flag {
 	return []cli.Flag{
+		&cli.StringFlag{Name: FlagOTLP, Usage: "push the numbers to an OpenTelemetry collector every 10 s and at the end: `ENDPOINT` grpc://HOST:4317 (or HOST:4317) for OTLP/gRPC, http://HOST:4318 for OTLP/HTTP"},
 		&cli.StringFlag{Name: FlagPrometheus, Usage: "serve the numbers for Prometheus at `ADDR`/metrics (\":9400\", \"127.0.0.1:9400\") while tracing"},
 		&cli.IntFlag{Name: FlagMaxSeries, Value: 1000, Usage: "with --prometheus: at most `N` label sets per metric; more are folded into one \"other\" series, and counted"},
 	}

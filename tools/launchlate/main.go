@@ -29,7 +29,8 @@ launchlate -p 4242 -i 5             # a running process, print every 5 seconds
 launchlate --stream -k gemm -- ./app  # kernels matching gemm, one histogram per stream
 launchlate -j -d 10 -p 4242         # JSON lines for 10 seconds
 launchlate --events -T -- ./app     # also one line per launch, with wall-clock time
-launchlate --prometheus :9400 -p 4242  # serve the numbers to Prometheus while tracing`
+launchlate --prometheus :9400 -p 4242  # serve the numbers to Prometheus while tracing
+launchlate --otlp http://otel:4318 -p 4242  # push them to an OpenTelemetry collector`
 
 // How often the GPU's start table is read and the clocks calibrated. The
 // table holds LL_STARTS launches per context, and LL_GRAPH_STARTS kernel
@@ -181,16 +182,27 @@ func run(c *cli.Context) error {
 			fmt.Fprint(l.w, l.ev.header())
 		}
 	}
-	if addr := c.String(toolkit.FlagPrometheus); addr != "" {
+	if addr, otlp := c.String(toolkit.FlagPrometheus), c.String(toolkit.FlagOTLP); addr != "" || otlp != "" {
 		e := promexport.New("launchlate", c.Int(toolkit.FlagMaxSeries))
-		if err := e.Serve(addr); err != nil {
-			return err
+		if addr != "" {
+			if err := e.Serve(addr); err != nil {
+				return err
+			}
+			if !jsonOut {
+				fmt.Fprintf(os.Stderr, "launchlate: Prometheus metrics at http://%s/metrics\n", e.Addr())
+			}
 		}
-		defer e.Close()
+		if otlp != "" {
+			if err := e.PushOTLP(otlp, 10*time.Second); err != nil {
+				return err
+			}
+		}
+		defer func() {
+			if err := e.Close(); err != nil {
+				fmt.Fprintf(os.Stderr, "launchlate: %v\n", err)
+			}
+		}()
 		l.prom = newMetrics(e)
-		if !jsonOut {
-			fmt.Fprintf(os.Stderr, "launchlate: Prometheus metrics at http://%s/metrics\n", e.Addr())
-		}
 	}
 	pollCtx, stopPoll := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
