@@ -146,8 +146,8 @@ func (e *Exporter) register(v interface {
 
 // Labels returns the label values a series of family takes: values as
 // given while the family has fewer than max-series label sets, else (for
-// a set not seen before) every value but the first, the pid, replaced by
-// Other, and the fold counted.
+// a set not seen before) every value but the first (the pid, or the
+// device: labels of few values) replaced by Other, and the fold counted.
 func (e *Exporter) Labels(family string, values ...string) []string {
 	key := strings.Join(values, "\x00")
 	e.mu.Lock()

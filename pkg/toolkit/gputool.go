@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/urfave/cli/v2"
 
+	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
 	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
@@ -43,6 +44,10 @@ type GPUTool struct {
 	Report func(r *Report)
 	// Account adds the tool's own clauses to the completeness line.
 	Account func(a *Account, st runtime.Stats)
+	// Metrics sets the tool's numbers in r.Exporter's instruments
+	// (--prometheus, --otlp) from a report of the totals so far: every
+	// 10 s while tracing, and at the end.
+	Metrics func(r *Report)
 }
 
 // Report is one reading of the tool's maps: summed over every process and
@@ -62,6 +67,8 @@ type Report struct {
 	// by device: the same, for Devices and ForDevice (--per-device)
 	devMaps, devTotals map[int]map[string][]uint64
 	names              func(uint32) string // NewReport's, instead of the session's
+	// Exporter: set in a report for GPUTool.Metrics
+	Exporter *promexport.Exporter
 }
 
 // NewReport is the final report of the given maps' values by device (their
@@ -201,6 +208,33 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 	ctx, stop := TraceContext(c)
 	defer stop()
 	out := &reporter{t: t, sess: sess, w: os.Stdout, stamp: c.Bool(FlagTimestamp), json: jsonOut, interval: c.Float64(FlagInterval) > 0}
+	if t.Metrics != nil {
+		exp, err := StartExporter(c, t.Name)
+		if err != nil {
+			return err
+		}
+		if exp != nil {
+			defer func() {
+				if err := exp.Close(); err != nil {
+					fmt.Fprintf(os.Stderr, "%s: %v\n", t.Name, err)
+				}
+			}()
+			out.exp = exp
+			go func() {
+				tk := time.NewTicker(metricsEvery)
+				defer tk.Stop()
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-tk.C:
+						out.read()
+						out.metrics()
+					}
+				}
+			}()
+		}
+	}
 	batchesDone := make(chan struct{})
 	if t.Batch != nil {
 		batches := sess.Batches()
@@ -247,6 +281,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 		return traceErr
 	}
 	out.report(true)
+	out.metrics()
 	a := &Account{Tool: t.Name}
 	if t.Account != nil {
 		t.Account(a, st)
@@ -275,6 +310,26 @@ type reporter struct {
 	byCopy   map[copyKey][]byte
 	// by device, for --per-device
 	devLast, devCur map[int]map[string][]uint64
+	exp             *promexport.Exporter // --prometheus, --otlp
+}
+
+// metricsEvery is how often a GPU tool's metrics are refreshed while it
+// traces (a scrape or push in between sees the last ones).
+const metricsEvery = 10 * time.Second
+
+// metrics hands the totals so far to the tool's Metrics (o.exp set).
+func (o *reporter) metrics() {
+	if o.exp == nil || o.t.Metrics == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := &Report{Session: o.sess, Now: time.Now(), Final: true, W: io.Discard, maps: o.cur, totals: o.cur,
+		devMaps: o.devCur, devTotals: o.devCur, Exporter: o.exp}
+	if r.maps == nil {
+		r.maps = map[string][]uint64{}
+	}
+	o.t.Metrics(r)
 }
 
 type copyKey struct {

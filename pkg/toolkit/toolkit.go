@@ -6,6 +6,7 @@ package toolkit
 import (
 	"errors"
 	"fmt"
+	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"io"
 	"os"
 	"runtime/pprof"
@@ -94,6 +95,31 @@ func PromFlags() []cli.Flag {
 		&cli.StringFlag{Name: FlagPrometheus, Usage: "serve the numbers for Prometheus at `ADDR`/metrics (\":9400\", \"127.0.0.1:9400\") while tracing"},
 		&cli.IntFlag{Name: FlagMaxSeries, Value: 1000, Usage: "with --prometheus: at most `N` label sets per metric; more are folded into one \"other\" series, and counted"},
 	}
+}
+
+// StartExporter starts what --prometheus and --otlp ask for (nil, nil
+// when neither is given); the caller closes it at the end.
+func StartExporter(c *cli.Context, tool string) (*promexport.Exporter, error) {
+	addr, otlp := c.String(FlagPrometheus), c.String(FlagOTLP)
+	if addr == "" && otlp == "" {
+		return nil, nil
+	}
+	e := promexport.New(tool, c.Int(FlagMaxSeries))
+	if addr != "" {
+		if err := e.Serve(addr); err != nil {
+			return nil, err
+		}
+		if !c.Bool(FlagJSON) {
+			fmt.Fprintf(os.Stderr, "%s: Prometheus metrics at http://%s/metrics\n", tool, e.Addr())
+		}
+	}
+	if otlp != "" {
+		if err := e.PushOTLP(otlp, metricsEvery); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
+	return e, nil
 }
 
 // PerDeviceFlag is --per-device, for the tools that sum their counts over

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/olekukonko/tablewriter"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -111,6 +112,7 @@ type reporter struct {
 	// the one being rendered (-1: all devices together)
 	perDevice bool
 	dev       int
+	gauges    map[string]*prometheus.GaugeVec // --prometheus
 }
 
 func (r *reporter) report(rep *toolkit.Report) {
@@ -143,6 +145,37 @@ func (r *reporter) reportOne(rep *toolkit.Report) {
 	if len(sums) == 0 && !rep.JSON {
 		fmt.Fprintf(rep.W, "%sno instrumented thread exited\n", rep.Prefix())
 	}
+}
+
+// metrics sets, per kernel (and device with --per-device: "all" without),
+// the numbers of its summary (--prometheus, --otlp).
+func (r *reporter) metrics(rep *toolkit.Report) {
+	e := rep.Exporter
+	if r.gauges == nil {
+		r.gauges = map[string]*prometheus.GaugeVec{
+			"exits":      e.Gauge("exits", "Thread exits counted, per kernel (and device).", "device", "kernel"),
+			"late_lanes": e.Gauge("late_lanes", "Warp lanes that exit late (their median lateness well above the median lane's).", "device", "kernel"),
+			"spread_p99": e.Gauge("exit_spread_p99_seconds", "99th percentile of a thread's exit after its launch's first exit.", "device", "kernel"),
+			"spread_max": e.Gauge("exit_spread_max_seconds", "Largest exit after its launch's first exit.", "device", "kernel"),
+		}
+	}
+	toolkit.EachDevice(rep, r.perDevice, func(d *toolkit.Report, dev int) {
+		devl := "all"
+		if dev >= 0 {
+			devl = strconv.Itoa(dev)
+		}
+		for _, s := range summarize(d.U64("lanehist"), d.U64("spreadhist")) {
+			base, _ := d.Kernel(s.kernel)
+			if len(base) > 48 {
+				base = base[:45] + "..."
+			}
+			lv := e.Labels("kernel", devl, base)
+			r.gauges["exits"].WithLabelValues(lv...).Set(float64(s.exits))
+			r.gauges["late_lanes"].WithLabelValues(lv...).Set(float64(len(s.late)))
+			r.gauges["spread_p99"].WithLabelValues(lv...).Set(float64(s.spreadP99) / 1e9)
+			r.gauges["spread_max"].WithLabelValues(lv...).Set(float64(s.spreadMax) / 1e9)
+		}
+	})
 }
 
 func (r *reporter) text(w io.Writer, rep *toolkit.Report, s kernelSummary) {

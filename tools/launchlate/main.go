@@ -17,7 +17,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/urfave/cli/v2"
 
-	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -182,27 +181,17 @@ func run(c *cli.Context) error {
 			fmt.Fprint(l.w, l.ev.header())
 		}
 	}
-	if addr, otlp := c.String(toolkit.FlagPrometheus), c.String(toolkit.FlagOTLP); addr != "" || otlp != "" {
-		e := promexport.New("launchlate", c.Int(toolkit.FlagMaxSeries))
-		if addr != "" {
-			if err := e.Serve(addr); err != nil {
-				return err
-			}
-			if !jsonOut {
-				fmt.Fprintf(os.Stderr, "launchlate: Prometheus metrics at http://%s/metrics\n", e.Addr())
-			}
-		}
-		if otlp != "" {
-			if err := e.PushOTLP(otlp, 10*time.Second); err != nil {
-				return err
-			}
-		}
+	exp, err := toolkit.StartExporter(c, "launchlate")
+	if err != nil {
+		return err
+	}
+	if exp != nil {
 		defer func() {
-			if err := e.Close(); err != nil {
+			if err := exp.Close(); err != nil {
 				fmt.Fprintf(os.Stderr, "launchlate: %v\n", err)
 			}
 		}()
-		l.prom = newMetrics(e)
+		l.prom = newMetrics(exp)
 	}
 	pollCtx, stopPoll := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

@@ -20,7 +20,7 @@ threadhist --by warp -j -- ./app       # JSON lines, one object per kernel`
 func main() {
 	app := toolkit.NewApp("threadhist", "per-thread run counts and busy time of GPU kernels, counted on the GPU", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
-	app.Flags = append(toolkit.GPUFlags(), toolkit.PerDeviceFlag(),
+	app.Flags = append(append(toolkit.GPUFlags(), toolkit.PromFlags()...), toolkit.PerDeviceFlag(),
 		&cli.StringFlag{Name: "by", Value: "thread.x", Usage: "key threads by `KEY`: thread.x (threadIdx.x, summed over blocks), global (global thread id), block, warp (global warp id)"},
 		&cli.UintFlag{Name: "max-keys", Usage: "table size per kernel in `KEYS` (default: 1024 for thread.x, 1M for global, 64K for block, 256K for warp); keys beyond are counted as lost"},
 		&cli.UintFlag{Name: "top", Value: 5, Usage: "show the `N` busiest and idlest keys"},
@@ -75,5 +75,6 @@ func run(c *cli.Context) error {
 		Maps:    []string{"runs", "nsecs", "lost"},
 		Report:  r.report,
 		Account: r.account,
+		Metrics: r.metrics,
 	})
 }

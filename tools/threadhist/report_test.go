@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -95,6 +96,43 @@ func TestPerDevice(t *testing.T) {
 		}
 		if strings.Join(got, " ") != want {
 			t.Errorf("per-device %v: %v, want %s", per, got, want)
+		}
+	}
+}
+
+// --prometheus: the gauges are the table's numbers, per kernel and device
+// ("all" without --per-device).
+func TestMetricsEqualTable(t *testing.T) {
+	byDev := map[int]map[string][]uint64{
+		0: {"runs": {2, 2, 0, 0}, "nsecs": {20, 10, 0, 0}},
+		1: {"runs": {4, 4, 0, 0}, "nsecs": {40, 40, 0, 0}},
+	}
+	name := func(uint32) string { return "_Z4workv" }
+	for _, per := range []bool{false, true} {
+		e := promexport.New("threadhist", 0)
+		r := &reporter{by: byKey{name: "thread.x"}, keys: 4, shards: 1, top: 2, perDevice: per}
+		rep := toolkit.NewReport(&bytes.Buffer{}, true, name, byDev)
+		rep.Exporter = e
+		r.metrics(rep)
+		fams, err := e.Registry.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]float64{}
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				got[f.GetName()+"|"+m.GetLabel()[0].GetValue()+"|"+m.GetLabel()[1].GetValue()] = m.GetGauge().GetValue()
+			}
+		}
+		want := map[string]float64{"gpubpf_threadhist_runs|all|work": 12, "gpubpf_threadhist_max_over_mean|all|work": 60.0 / 55.0}
+		if per {
+			want = map[string]float64{"gpubpf_threadhist_runs|0|work": 4, "gpubpf_threadhist_runs|1|work": 8,
+				"gpubpf_threadhist_max_over_mean|0|work": 20.0 / 15.0, "gpubpf_threadhist_keys_below_80pct|0|work": 1}
+		}
+		for k, v := range want {
+			if g, ok := got[k]; !ok || g < v-1e-9 || g > v+1e-9 {
+				t.Errorf("per-device %v: %s = %v, want %v (got %v)", per, k, g, v, got)
+			}
 		}
 	}
 }
