@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/olekukonko/tablewriter"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -88,6 +89,7 @@ type tracer struct {
 	totals    map[launchKey]*kernelTotals // by (pid, kernel), grid 0
 	perKernel map[launchKey][]*launch     // the kept launches by (pid, kernel)
 	now       func() time.Time
+	gauges    map[string]*prometheus.GaugeVec // --prometheus
 }
 
 func newTracer(w *bufio.Writer, json, stamp bool, maxEvents int64, keep int) *tracer {
@@ -223,6 +225,41 @@ func (t *tracer) report(rep *toolkit.Report) {
 		t.perKernel = map[launchKey][]*launch{}
 		t.launches = map[launchKey]*launch{}
 		t.totals = map[launchKey]*kernelTotals{}
+	}
+}
+
+// metrics sets, per process and kernel, the launches and threads traced
+// and the last launch's start spread (--prometheus, --otlp).
+func (t *tracer) metrics(rep *toolkit.Report) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := rep.Exporter
+	if t.gauges == nil {
+		t.gauges = map[string]*prometheus.GaugeVec{
+			"launches": e.Gauge("launches", "Launches traced (their threads' entries received), per process and kernel.", "pid", "kernel"),
+			"threads":  e.Gauge("threads", "Thread entries received, per process and kernel.", "pid", "kernel"),
+			"spread":   e.Gauge("last_start_spread_seconds", "The last launch's start spread: its last thread's start after its first's.", "pid", "kernel"),
+			"sms":      e.Gauge("last_sms", "SMs the last launch's threads started on.", "pid", "kernel"),
+		}
+	}
+	for kk, tot := range t.totals {
+		base, _ := rep.Kernel(kk.kernel)
+		if len(base) > 48 {
+			base = base[:45] + "..."
+		}
+		lv := e.Labels("kernel", strconv.Itoa(kk.pid), base)
+		t.gauges["launches"].WithLabelValues(lv...).Set(float64(tot.launches))
+		t.gauges["threads"].WithLabelValues(lv...).Set(float64(tot.threads))
+		var last *launch
+		for _, l := range t.perKernel[kk] {
+			if last == nil || l.first > last.first {
+				last = l
+			}
+		}
+		if last != nil {
+			t.gauges["spread"].WithLabelValues(lv...).Set(float64(last.last-last.first) / 1e9)
+			t.gauges["sms"].WithLabelValues(lv...).Set(float64(len(last.smFirst)))
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
@@ -85,5 +86,34 @@ func TestLaunchIdentity(t *testing.T) {
 	}
 	if devs[0] != 2 || devs[1] != 4 {
 		t.Errorf("thread records by device %v, want 2 on 0, 4 on 1", devs)
+	}
+}
+
+// --prometheus: per process and kernel, the launches and threads the table
+// counts, and the last launch's start spread.
+func TestMetrics(t *testing.T) {
+	tr := newTracer(bufio.NewWriter(&bytes.Buffer{}), true, false, 0, 10)
+	tr.batch(runtime.NewBatch(7, 0, 0, "events", rec(1000, 5, 0, 0, 0), rec(1010, 5, 0, 1, 0)))
+	tr.batch(runtime.NewBatch(7, 1, 0, "events", rec(2000, 6, 0, 0, 3), rec(2400, 6, 0, 1, 4)))
+	e := promexport.New("kernel_trace", 0)
+	rep := toolkit.NewReport(&bytes.Buffer{}, true, func(uint32) string { return "_Z4workv" }, nil)
+	rep.Exporter = e
+	tr.metrics(rep)
+	fams, err := e.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			got[f.GetName()] = m.GetGauge().GetValue()
+		}
+	}
+	want := map[string]float64{"gpubpf_kernel_trace_launches": 2, "gpubpf_kernel_trace_threads": 4,
+		"gpubpf_kernel_trace_last_start_spread_seconds": 400e-9, "gpubpf_kernel_trace_last_sms": 2}
+	for k, v := range want {
+		if g := got[k]; g < v*0.999 || g > v*1.001 {
+			t.Errorf("%s = %v, want %v", k, g, v)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -100,4 +101,30 @@ func TestPerDevice(t *testing.T) {
 	if r.exits != 10 {
 		t.Errorf("exits %d over both devices, want 10", r.exits)
 	}
+}
+
+// --prometheus: per kernel and device, the exits of the summary.
+func TestMetrics(t *testing.T) {
+	const nb = toolkit.LinLogBuckets
+	lane := make([]uint64, 32*nb)
+	spread := make([]uint64, shards*nb)
+	lane[0], spread[0] = 5, 5
+	e := promexport.New("kernelretsnoop", 0)
+	rep := toolkit.NewReport(&bytes.Buffer{}, true, func(uint32) string { return "_Z4workv" },
+		map[int]map[string][]uint64{0: {"lanehist": lane, "spreadhist": spread}})
+	rep.Exporter = e
+	(&reporter{}).metrics(rep)
+	fams, err := e.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() == "gpubpf_kernelretsnoop_exits" {
+			if m := f.GetMetric()[0]; m.GetGauge().GetValue() != 5 || m.GetLabel()[0].GetValue() != "all" {
+				t.Errorf("exits %v", m)
+			}
+			return
+		}
+	}
+	t.Errorf("no exits gauge in %v", fams)
 }
