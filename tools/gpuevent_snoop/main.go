@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpubpf/gpubpf/pkg/procmaps"
+	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/runtime/launch"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -115,7 +116,7 @@ func newApp() *cli.App {
 	app := toolkit.NewApp("gpuevent_snoop", usageText, examples)
 	app.UsageText = "gpuevent_snoop [flags] [-p PID | -- CMD [ARGS...]]"
 	app.Description = description
-	app.Flags = append(toolkit.CommonFlags(),
+	app.Flags = append(append(toolkit.CommonFlags(), toolkit.PromFlags()...),
 		&cli.StringFlag{Name: "events", Aliases: []string{"e"}, Value: "all", Usage: "event kinds: `LIST` of malloc,free,memcpy,memset,launch,graph"},
 		&cli.StringFlag{Name: "min-size", Usage: "only sized calls of at least `BYTES` (suffix K, M, G: powers of 1024)"},
 		&cli.IntFlag{Name: "args", Aliases: []string{"a"}, Usage: "copy the first `N` kernel argument words (max 8)"},
@@ -193,6 +194,17 @@ func run(c *cli.Context) error {
 	if err := toolkit.RequireRoot(); err != nil {
 		return err
 	}
+	exp, err := toolkit.StartExporter(c, "gpuevent_snoop")
+	if err != nil {
+		return err
+	}
+	if exp != nil {
+		defer func() {
+			if err := exp.Close(); err != nil {
+				fmt.Fprintf(os.Stderr, "gpuevent_snoop: %v\n", err)
+			}
+		}()
+	}
 	for _, pid := range pids {
 		if pid <= 0 {
 			return toolkit.Usagef("-p %d is not a process ID", pid)
@@ -210,6 +222,7 @@ func run(c *cli.Context) error {
 		interval: time.Duration(c.Float64(toolkit.FlagInterval) * float64(time.Second)),
 		duration: time.Duration(c.Float64(toolkit.FlagDuration) * float64(time.Second)),
 		logf:     logf,
+		exp:      exp,
 	})
 }
 
@@ -226,6 +239,7 @@ type traceConfig struct {
 	interval       time.Duration
 	duration       time.Duration
 	logf           func(string, ...any)
+	exp            *promexport.Exporter // --prometheus, --otlp (nil: off)
 }
 
 func roundPow2(n int) uint32 {
@@ -459,6 +473,9 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	var mu = make(chan struct{}, 1)
 	lock := func() { mu <- struct{}{} }
 	unlock := func() { <-mu }
+	if cfg.exp != nil {
+		cfg.exp.Registry.MustRegister(newCollector(tr, cfg.exp, lock, unlock))
+	}
 	readerDone := make(chan error, 1)
 	go func() {
 		var rec ringbuf.Record

@@ -73,6 +73,8 @@ type procStats struct {
 	apis    [len(apisArray)]apiStats
 	kernels map[string]*kernelStats
 	live    map[uint64]allocation // device address -> allocation not yet freed
+	// copyBytes: bytes copied by direction (dirName), for --prometheus
+	copyBytes map[string]uint64
 }
 
 // apisArray only gives len(apis) as a constant.
@@ -99,7 +101,7 @@ func (t *Tracer) Flush() error { return t.w.Flush() }
 func (t *Tracer) proc(e *Event) *procStats {
 	p := t.procs[e.PID]
 	if p == nil {
-		p = &procStats{pid: e.PID, kernels: map[string]*kernelStats{}, live: map[uint64]allocation{}}
+		p = &procStats{pid: e.PID, kernels: map[string]*kernelStats{}, live: map[uint64]allocation{}, copyBytes: map[string]uint64{}}
 		t.procs[e.PID] = p
 	}
 	if p.comm == "" || e.TID == e.PID {
@@ -176,6 +178,9 @@ func (t *Tracer) Handle(e *Event) {
 		s.bytes += freedSize
 	} else {
 		s.bytes += e.Size
+		if e.API.Kind == KindMemcpy {
+			p.copyBytes[dirName(e.Dir)] += e.Size
+		}
 	}
 	if k != nil {
 		ks := p.kernels[k.Demangled]
