@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -174,6 +175,47 @@ func (e *Exporter) Labels(family string, values ...string) []string {
 		}
 	}
 	return out
+}
+
+// Gauges registers gauges with the same labels, by short name: what ->
+// {what, help}.
+func (e *Exporter) Gauges(labels []string, specs map[string][2]string) map[string]*prometheus.GaugeVec {
+	out := make(map[string]*prometheus.GaugeVec, len(specs))
+	for k, sp := range specs {
+		out[k] = e.Gauge(sp[0], sp[1], labels...)
+	}
+	return out
+}
+
+// Values flattens what the registry holds now into name|label|label... ->
+// value (a histogram's sample count, a counter's or gauge's value; labels
+// in name order, those named in skip left out; series that share a key
+// add up): for tests and checks.
+func (e *Exporter) Values(skip ...string) (map[string]float64, error) {
+	fams, err := e.Registry.Gather()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, f := range fams {
+		for _, m := range f.GetMetric() {
+			k := f.GetName()
+			for _, l := range m.GetLabel() {
+				if !slices.Contains(skip, l.GetName()) {
+					k += "|" + l.GetValue()
+				}
+			}
+			switch {
+			case m.GetHistogram() != nil:
+				out[k] += float64(m.GetHistogram().GetSampleCount())
+			case m.GetCounter() != nil:
+				out[k] += m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[k] += m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out, nil
 }
 
 // Forget drops every series of process pid (it exited): labels "pid".

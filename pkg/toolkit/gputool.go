@@ -1,6 +1,7 @@
 package toolkit
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -208,6 +209,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 	ctx, stop := TraceContext(c)
 	defer stop()
 	out := &reporter{t: t, sess: sess, w: os.Stdout, stamp: c.Bool(FlagTimestamp), json: jsonOut, interval: c.Float64(FlagInterval) > 0}
+	metricsDone := closed
 	if t.Metrics != nil {
 		exp, err := StartExporter(c, t.Name)
 		if err != nil {
@@ -220,19 +222,10 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 				}
 			}()
 			out.exp = exp
-			go func() {
-				tk := time.NewTicker(metricsEvery)
-				defer tk.Stop()
-				for {
-					select {
-					case <-ctx.Done():
-						return
-					case <-tk.C:
-						out.read()
-						out.metrics()
-					}
-				}
-			}()
+			metricsDone = every(ctx, metricsEvery, func() {
+				out.read()
+				out.metrics()
+			})
 		}
 	}
 	batchesDone := make(chan struct{})
@@ -248,27 +241,14 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 	} else {
 		close(batchesDone)
 	}
-	tickDone := make(chan struct{})
+	tickDone := closed
 	if iv := c.Float64(FlagInterval); iv > 0 {
-		go func() {
-			defer close(tickDone)
-			tk := time.NewTicker(time.Duration(iv * float64(time.Second)))
-			defer tk.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-tk.C:
-					out.report(false)
-				}
-			}
-		}()
-	} else {
-		close(tickDone)
+		tickDone = every(ctx, time.Duration(iv*float64(time.Second)), func() { out.report(false) })
 	}
 	code, traceErr := sess.Trace(ctx, targets)
 	stop()
 	<-tickDone
+	<-metricsDone
 	// Maps are read before detaching: a process still running keeps its
 	// device memory only while attached (the runtime keeps the last copy of
 	// the ones that exited).
@@ -311,6 +291,29 @@ type reporter struct {
 	// by device, for --per-device
 	devLast, devCur map[int]map[string][]uint64
 	exp             *promexport.Exporter // --prometheus, --otlp
+}
+
+// closed is a channel closed from the start: a loop that never ran.
+var closed <-chan struct{} = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// every calls fn every d until ctx ends; the channel closes once it has
+// stopped (fn is not running).
+func every(ctx context.Context, d time.Duration, fn func()) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tk := time.NewTicker(d)
+		defer tk.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tk.C:
+				fn()
+			}
+		}
+	}()
+	return done
 }
 
 // metricsEvery is how often a GPU tool's metrics are refreshed while it

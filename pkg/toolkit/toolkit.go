@@ -97,6 +97,15 @@ func PromFlags() []cli.Flag {
 	}
 }
 
+// ShortName shortens a kernel's demangled name as the tables and metric
+// labels show it: 48 characters at most.
+func ShortName(s string) string {
+	if len(s) <= 48 {
+		return s
+	}
+	return s[:45] + "..."
+}
+
 // StartExporter starts what --prometheus and --otlp ask for (nil, nil
 // when neither is given); the caller closes it at the end.
 func StartExporter(c *cli.Context, tool string) (*promexport.Exporter, error) {

@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpubpf/gpubpf/pkg/promexport"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
 // collector gives Prometheus (--prometheus, --otlp) the Tracer's totals as
@@ -83,7 +84,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		byKernel := map[string]uint64{}
 		for _, k := range p.kernels {
-			byKernel[c.e.Labels("kernel", pid, truncate(k.name, 48))[1]] += k.launches
+			byKernel[c.e.Labels("kernel", pid, toolkit.ShortName(k.name))[1]] += k.launches
 		}
 		for k, n := range byKernel {
 			m(c.launches, prometheus.CounterValue, float64(n), pid, k)

@@ -235,19 +235,16 @@ func (t *tracer) metrics(rep *toolkit.Report) {
 	defer t.mu.Unlock()
 	e := rep.Exporter
 	if t.gauges == nil {
-		t.gauges = map[string]*prometheus.GaugeVec{
-			"launches": e.Gauge("launches", "Launches traced (their threads' entries received), per process and kernel.", "pid", "kernel"),
-			"threads":  e.Gauge("threads", "Thread entries received, per process and kernel.", "pid", "kernel"),
-			"spread":   e.Gauge("last_start_spread_seconds", "The last launch's start spread: its last thread's start after its first's.", "pid", "kernel"),
-			"sms":      e.Gauge("last_sms", "SMs the last launch's threads started on.", "pid", "kernel"),
-		}
+		t.gauges = e.Gauges([]string{"pid", "kernel"}, map[string][2]string{
+			"launches": {"launches", "Launches traced (their threads' entries received), per process and kernel."},
+			"threads":  {"threads", "Thread entries received, per process and kernel."},
+			"spread":   {"last_start_spread_seconds", "The last launch's start spread: its last thread's start after its first's."},
+			"sms":      {"last_sms", "SMs the last launch's threads started on."},
+		})
 	}
 	for kk, tot := range t.totals {
 		base, _ := rep.Kernel(kk.kernel)
-		if len(base) > 48 {
-			base = base[:45] + "..."
-		}
-		lv := e.Labels("kernel", strconv.Itoa(kk.pid), base)
+		lv := e.Labels("kernel", strconv.Itoa(kk.pid), toolkit.ShortName(base))
 		t.gauges["launches"].WithLabelValues(lv...).Set(float64(tot.launches))
 		t.gauges["threads"].WithLabelValues(lv...).Set(float64(tot.threads))
 		var last *launch

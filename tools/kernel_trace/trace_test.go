@@ -99,15 +99,9 @@ func TestMetrics(t *testing.T) {
 	rep := toolkit.NewReport(&bytes.Buffer{}, true, func(uint32) string { return "_Z4workv" }, nil)
 	rep.Exporter = e
 	tr.metrics(rep)
-	fams, err := e.Registry.Gather()
+	got, err := e.Values("pid", "kernel")
 	if err != nil {
 		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, f := range fams {
-		for _, m := range f.GetMetric() {
-			got[f.GetName()] = m.GetGauge().GetValue()
-		}
 	}
 	want := map[string]float64{"gpubpf_kernel_trace_launches": 2, "gpubpf_kernel_trace_threads": 4,
 		"gpubpf_kernel_trace_last_start_spread_seconds": 400e-9, "gpubpf_kernel_trace_last_sms": 2}

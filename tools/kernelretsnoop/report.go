@@ -152,12 +152,12 @@ func (r *reporter) reportOne(rep *toolkit.Report) {
 func (r *reporter) metrics(rep *toolkit.Report) {
 	e := rep.Exporter
 	if r.gauges == nil {
-		r.gauges = map[string]*prometheus.GaugeVec{
-			"exits":      e.Gauge("exits", "Thread exits counted, per kernel (and device).", "device", "kernel"),
-			"late_lanes": e.Gauge("late_lanes", "Warp lanes that exit late (their median lateness well above the median lane's).", "device", "kernel"),
-			"spread_p99": e.Gauge("exit_spread_p99_seconds", "99th percentile of a thread's exit after its launch's first exit.", "device", "kernel"),
-			"spread_max": e.Gauge("exit_spread_max_seconds", "Largest exit after its launch's first exit.", "device", "kernel"),
-		}
+		r.gauges = e.Gauges([]string{"device", "kernel"}, map[string][2]string{
+			"exits":      {"exits", "Thread exits counted, per kernel (and device)."},
+			"late_lanes": {"late_lanes", "Warp lanes that exit late (their median lateness well above the median lane's)."},
+			"spread_p99": {"exit_spread_p99_seconds", "99th percentile of a thread's exit after its launch's first exit."},
+			"spread_max": {"exit_spread_max_seconds", "Largest exit after its launch's first exit."},
+		})
 	}
 	toolkit.EachDevice(rep, r.perDevice, func(d *toolkit.Report, dev int) {
 		devl := "all"
@@ -166,10 +166,7 @@ func (r *reporter) metrics(rep *toolkit.Report) {
 		}
 		for _, s := range summarize(d.U64("lanehist"), d.U64("spreadhist")) {
 			base, _ := d.Kernel(s.kernel)
-			if len(base) > 48 {
-				base = base[:45] + "..."
-			}
-			lv := e.Labels("kernel", devl, base)
+			lv := e.Labels("kernel", devl, toolkit.ShortName(base))
 			r.gauges["exits"].WithLabelValues(lv...).Set(float64(s.exits))
 			r.gauges["late_lanes"].WithLabelValues(lv...).Set(float64(len(s.late)))
 			r.gauges["spread_p99"].WithLabelValues(lv...).Set(float64(s.spreadP99) / 1e9)

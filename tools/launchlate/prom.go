@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/gpubpf/gpubpf/pkg/promexport"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
 // metrics are launchlate's numbers for Prometheus (--prometheus): the same
@@ -55,5 +56,5 @@ func (l *launchlate) metricName(k uint32, graph bool) string {
 	if graph {
 		n += " (in a CUDA graph)"
 	}
-	return trim(n, 48)
+	return toolkit.ShortName(n)
 }

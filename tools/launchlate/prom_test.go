@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"testing"
 
-	dto "github.com/prometheus/client_model/go"
-
 	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 )
@@ -48,26 +46,9 @@ func TestPrometheusEqualsTable(t *testing.T) {
 		{PID: 9, Kernel: "sm90_xmma_gemm", Start: 200_000, End: 280_000, Grid: 13},
 		{PID: 9, Kernel: "_Z8idleTickPj", CPU: 3_000, Start: 4_000, End: 9_000, Grid: 5},
 	})
-	fams, err := l.prom.e.Registry.Gather()
+	got, err := l.prom.e.Values("pid")
 	if err != nil {
 		t.Fatal(err)
-	}
-	got := map[string]float64{}
-	for _, f := range fams {
-		for _, m := range f.GetMetric() {
-			k := f.GetName()
-			for _, lp := range m.GetLabel() {
-				if lp.GetName() != "pid" {
-					k += "|" + lp.GetValue()
-				}
-			}
-			switch f.GetType() {
-			case dto.MetricType_HISTOGRAM:
-				got[k] = float64(m.GetHistogram().GetSampleCount())
-			case dto.MetricType_COUNTER:
-				got[k] = m.GetCounter().GetValue()
-			}
-		}
 	}
 	idle, gemm := l.cur[key{kernel: 0}], l.cur[key{kernel: 1}]
 	want := map[string]float64{

@@ -185,12 +185,12 @@ func (r *reporter) reportOne(rep *toolkit.Report) {
 func (r *reporter) metrics(rep *toolkit.Report) {
 	e := rep.Exporter
 	if r.gauges == nil {
-		r.gauges = map[string]*prometheus.GaugeVec{
-			"runs":          e.Gauge("runs", "Thread runs counted, per kernel (and device).", "device", "kernel"),
-			"busy_seconds":  e.Gauge("busy_seconds", "Busy time of the kernel's threads in all.", "device", "kernel"),
-			"max_over_mean": e.Gauge("max_over_mean", "Imbalance: the busiest key's busy time over the mean key's.", "device", "kernel"),
-			"below_80pct":   e.Gauge("keys_below_80pct", "Keys (threads, blocks, warps: --by) busy less than 80% of the mean.", "device", "kernel"),
-		}
+		r.gauges = e.Gauges([]string{"device", "kernel"}, map[string][2]string{
+			"runs":          {"runs", "Thread runs counted, per kernel (and device)."},
+			"busy_seconds":  {"busy_seconds", "Busy time of the kernel's threads in all."},
+			"max_over_mean": {"max_over_mean", "Imbalance: the busiest key's busy time over the mean key's."},
+			"below_80pct":   {"keys_below_80pct", "Keys (threads, blocks, warps: --by) busy less than 80% of the mean."},
+		})
 	}
 	toolkit.EachDevice(rep, r.perDevice, func(d *toolkit.Report, dev int) {
 		devl := "all"
@@ -199,21 +199,13 @@ func (r *reporter) metrics(rep *toolkit.Report) {
 		}
 		for _, s := range summarize(fold(d.U64("runs"), r.shards, r.keys), fold(d.U64("nsecs"), r.shards, r.keys), r.keys) {
 			base, _ := d.Kernel(s.kernel)
-			lv := e.Labels("kernel", devl, trimName(base))
+			lv := e.Labels("kernel", devl, toolkit.ShortName(base))
 			r.gauges["runs"].WithLabelValues(lv...).Set(float64(s.runs))
 			r.gauges["busy_seconds"].WithLabelValues(lv...).Set(float64(s.ns) / 1e9)
 			r.gauges["max_over_mean"].WithLabelValues(lv...).Set(float64(s.maxNs) / s.meanNs)
 			r.gauges["below_80pct"].WithLabelValues(lv...).Set(float64(len(s.below)))
 		}
 	})
-}
-
-// trimName shortens a kernel's name as the tables do.
-func trimName(s string) string {
-	if len(s) <= 48 {
-		return s
-	}
-	return s[:45] + "..."
 }
 
 func fmtNs(ns float64) string {
