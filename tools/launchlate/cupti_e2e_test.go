@@ -3,12 +3,18 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	goruntime "runtime"
 	"strings"
 	"testing"
+
+	collpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/gpubpf/gpubpf/internal/testenv"
 )
@@ -55,9 +61,22 @@ func TestKernelsWithoutPTX(t *testing.T) {
 	tool := filepath.Join(dir, "launchlate") // next to libgpubpf-agent.so
 	run("go", "build", "-o", tool, ".")
 
+	// An OpenTelemetry collector's OTLP/HTTP endpoint: what the tool pushes.
+	pushed := make(chan *collpb.ExportMetricsServiceRequest, 16)
+	otlp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		req := &collpb.ExportMetricsServiceRequest{}
+		if proto.Unmarshal(b, req) == nil {
+			pushed <- req
+		}
+		out, _ := proto.Marshal(&collpb.ExportMetricsServiceResponse{})
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.Write(out)
+	}))
+	defer otlp.Close()
 	launchlate := func(fatbin, log string) (stdout, stderr bytes.Buffer) {
 		t.Helper()
-		cmd := exec.Command(tool, "-j", "--", filepath.Join(dir, "app"))
+		cmd := exec.Command(tool, "-j", "--otlp", otlp.URL, "--", filepath.Join(dir, "app"))
 		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fatbin, "GPUBPF_CUPTI="+cupti,
 			"FAKECUPTI_LOG="+log, "GPUBPF_AGENT_SOCKET_DIR="+filepath.Join(dir, "sock"))
 		cmd.Stdin = strings.NewReader("launch\nlaunch\nlaunchp\nquit\n")
@@ -100,5 +119,24 @@ func TestKernelsWithoutPTX(t *testing.T) {
 	}
 	if sum == nil || sum["cupti_timed"] != 3.0 || sum["cupti_untimed"] != 0.0 || sum["cupti_records"] != 3.0 {
 		t.Errorf("summary %v: want 3 timed through CUPTI", sum)
+	}
+	// --otlp: the last push, at the end, has the table's 3 launches of the
+	// kernel (the run with PTX pushed too: take the last push).
+	var last *collpb.ExportMetricsServiceRequest
+	for len(pushed) > 0 {
+		last = <-pushed
+	}
+	counts := map[string]uint64{}
+	for _, rm := range last.GetResourceMetrics() {
+		for _, sm := range rm.GetScopeMetrics() {
+			for _, m := range sm.GetMetrics() {
+				for _, dp := range m.GetExponentialHistogram().GetDataPoints() {
+					counts[m.GetName()] += dp.GetCount()
+				}
+			}
+		}
+	}
+	if counts["gpubpf_launchlate_latency_seconds"] != 3 || counts["gpubpf_launchlate_duration_seconds"] != 3 {
+		t.Errorf("pushed over OTLP: %v, want 3 latencies and 3 run times", counts)
 	}
 }
