@@ -267,6 +267,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 		t.Account(a, st)
 	}
 	KernelAccount(a, st)
+	a.Export(out.exp)
 	if !jsonOut {
 		fmt.Fprintln(os.Stderr, a.String())
 		for _, f := range st.ProbeFailures {

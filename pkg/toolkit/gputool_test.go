@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"reflect"
 	"testing"
+
+	"github.com/gpubpf/gpubpf/pkg/promexport"
 )
 
 func words(v ...uint64) []byte {
@@ -51,5 +53,23 @@ func TestReportPerDevice(t *testing.T) {
 	}
 	if u := r.ForDevice(0).U64("runs"); !reflect.DeepEqual(u, []uint64{0, 0}) {
 		t.Errorf("device 0's change %v, want zeros", u)
+	}
+}
+
+// --prometheus: the account's counted clauses, by what they count.
+func TestAccountExport(t *testing.T) {
+	a := &Account{Tool: "threadhist"}
+	a.Add(5, "kernels instrumented", "")
+	a.Add(2, "records dropped", "the ring was full")
+	a.Note("a note has no number")
+	e := promexport.New("threadhist", 0)
+	a.Export(e)
+	got, err := e.Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"gpubpf_threadhist_account|kernels instrumented": 5, "gpubpf_threadhist_account|records dropped": 2}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("exported %v, want %v", got, want)
 	}
 }

@@ -2,6 +2,7 @@ package toolkit
 
 import (
 	"fmt"
+	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"io"
 	"strings"
 	"time"
@@ -36,8 +37,14 @@ func AppendJSONString(b []byte, s string) []byte {
 // Account is the one-line completeness account every tool ends with:
 // "gpuevent_snoop: 1200 events, 0 dropped (ring buffer full), ...".
 type Account struct {
-	Tool  string
-	parts []string
+	Tool   string
+	parts  []string
+	counts []accountCount
+}
+
+type accountCount struct {
+	what string
+	n    uint64
 }
 
 // Add appends one "N what" clause; why, if set, goes in parentheses.
@@ -47,6 +54,20 @@ func (a *Account) Add(n uint64, what, why string) {
 		s += " (" + why + ")"
 	}
 	a.parts = append(a.parts, s)
+	a.counts = append(a.counts, accountCount{what, n})
+}
+
+// Export sets the account's counts in e (--prometheus, --otlp):
+// gpubpf_TOOL_account{what="kernel starts timed"} and so on, one per
+// clause with a number, so a fleet sees what each trace left out.
+func (a *Account) Export(e *promexport.Exporter) {
+	if e == nil {
+		return
+	}
+	g := e.Gauge("account", "The trace's completeness account: each counted clause of the tool's last line, by what it counts.", "what")
+	for _, c := range a.counts {
+		g.WithLabelValues(c.what).Set(float64(c.n))
+	}
 }
 
 // Note appends a free-form clause.

@@ -778,6 +778,7 @@ loop:
 		b = append(b, "}\n"...)
 		stdout.Write(b)
 	}
+	acc.Export(cfg.exp)
 	fmt.Fprintln(stderr, acc.String())
 	driverWhy := ""
 	for _, pid := range tr.PIDs() {

@@ -220,6 +220,9 @@ func run(c *cli.Context) error {
 	a := &toolkit.Account{Tool: "launchlate"}
 	l.account(a)
 	toolkit.KernelAccount(a, l.ktAccount(a, st))
+	if l.prom != nil {
+		a.Export(l.prom.e)
+	}
 	if !jsonOut {
 		fmt.Fprintln(os.Stderr, a.String())
 		for _, f := range st.ProbeFailures {
