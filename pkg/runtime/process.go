@@ -307,6 +307,9 @@ func (p *Process) watch() {
 		case <-p.stop:
 			return
 		case <-p.conn.Done():
+			if gone := p.s.opts.ProcessGone; gone != nil {
+				go gone(p.PID)
+			}
 			return
 		case n, ok := <-p.conn.Notifications():
 			if !ok {

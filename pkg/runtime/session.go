@@ -67,6 +67,9 @@ type Options struct {
 	// it exits), besides Calibrate; ClockSamples returns them all, so even
 	// a program that lives under a second has its launches bracketed.
 	Clocks bool
+	// ProcessGone, if set, is called once for each traced process that
+	// exits (after its last look), on a goroutine of its own.
+	ProcessGone func(pid int)
 	// Devices: trace only the kernels on these device ordinals (none: on
 	// every device the program uses). The others run untouched: no clone,
 	// no map is placed there.

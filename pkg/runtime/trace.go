@@ -4,15 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentlib"
+	"github.com/gpubpf/gpubpf/pkg/runtime/cudawatch"
 	"github.com/gpubpf/gpubpf/pkg/runtime/launch"
 )
 
@@ -22,6 +25,11 @@ type Targets struct {
 	PIDs []int
 	// Command is started traced (-- CMD ARGS).
 	Command []string
+	// CUDA (--all): every CUDA process of the host, running now or
+	// initialising CUDA while the tool runs, the agent loaded into each
+	// that has none (as -p does). Without it and without PIDs or a
+	// command: every process that has the agent.
+	CUDA bool
 }
 
 // All reports whether the tool traces every process (no -p, no command).
@@ -36,6 +44,8 @@ func (t Targets) Describe() string {
 		return fmt.Sprintf("in PID %d", t.PIDs[0])
 	case len(t.PIDs) > 1:
 		return fmt.Sprintf("in PIDs %v", t.PIDs)
+	case t.CUDA:
+		return "in every CUDA process of this host (and each new one as it initialises CUDA)"
 	}
 	return "in every process with the gpubpf agent"
 }
@@ -139,8 +149,49 @@ func (s *Session) Trace(ctx context.Context, t Targets) (code int, err error) {
 				}
 			}
 		}
+	case t.CUDA:
+		return 0, s.traceCUDA(ctx, start)
 	default:
 		return 0, s.traceAll(ctx, start)
+	}
+}
+
+// traceCUDA (--all) attaches to every CUDA process of the host: those that
+// map libcuda now, and each that calls cuInit from now on (a uprobe on the
+// library, cudawatch), until ctx ends; processes come and go.
+func (s *Session) traceCUDA(ctx context.Context, start time.Time) error {
+	var mu sync.Mutex
+	tried := map[int]bool{}
+	attach := func(pid int) {
+		mu.Lock()
+		seen := tried[pid]
+		tried[pid] = true
+		mu.Unlock()
+		if seen || pid == os.Getpid() {
+			return
+		}
+		if _, err := s.Attach(pid, AttachOptions{Start: start, Context: ctx}); err != nil {
+			s.warnf("process %d: %v", pid, err)
+		}
+	}
+	// The watch first: a process that starts CUDA while the running ones
+	// are listed is seen by one or the other.
+	w, err := cudawatch.Start(ctx, cudawatch.Libraries(), attach)
+	if err != nil {
+		return err
+	}
+	for _, pid := range cudawatch.Running() {
+		if ctx.Err() != nil {
+			break
+		}
+		attach(pid)
+	}
+	select {
+	case <-ctx.Done():
+		<-w.Done()
+		return nil
+	case err := <-w.Done():
+		return err
 	}
 }
 

@@ -52,6 +52,7 @@ const (
 	FlagNoInject  = "no-inject"
 	FlagPerDevice = "per-device"
 	FlagDevice    = "device"
+	FlagAll       = "all"
 )
 
 // CommonFlags returns the flags every tool accepts (CLI.md "Invocation").
@@ -73,7 +74,8 @@ func CommonFlags() []cli.Flag {
 func GPUFlags() []cli.Flag {
 	return append(CommonFlags(),
 		&cli.BoolFlag{Name: FlagNoInject, Usage: "with -p, refuse a process started without the gpubpf agent instead of loading the agent into it (ptrace)"},
-		&cli.IntSliceFlag{Name: FlagDevice, Usage: "trace only the kernels on GPU `ORDINAL` (may repeat; default: every GPU the program uses)"})
+		&cli.IntSliceFlag{Name: FlagDevice, Usage: "trace only the kernels on GPU `ORDINAL` (may repeat; default: every GPU the program uses)"},
+		&cli.BoolFlag{Name: FlagAll, Usage: "trace every CUDA process of this host, those running and each new one as it initialises CUDA (the agent is loaded into each, as with -p)"})
 }
 
 // DevicesOf is --device: the device ordinals to trace (nil: all).

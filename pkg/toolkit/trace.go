@@ -22,9 +22,12 @@ import (
 // refusing contradictory or negative flags, and checks that the targets can
 // be traced before any banner is printed (runtime.Targets.Check).
 func TargetsOf(c *cli.Context, command []string) (runtime.Targets, error) {
-	t := runtime.Targets{PIDs: c.IntSlice(FlagPID), Command: command}
+	t := runtime.Targets{PIDs: c.IntSlice(FlagPID), Command: command, CUDA: c.Bool(FlagAll)}
 	if len(t.Command) > 0 && len(t.PIDs) > 0 {
 		return t, Usagef("give either -p PID or -- CMD, not both")
+	}
+	if t.CUDA && (len(t.Command) > 0 || len(t.PIDs) > 0) {
+		return t, Usagef("--all traces every CUDA process of the host: drop -p or -- CMD, or drop --all")
 	}
 	if err := CheckTimes(c); err != nil {
 		return t, err

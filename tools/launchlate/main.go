@@ -133,6 +133,9 @@ func run(c *cli.Context) error {
 	if err != nil {
 		return fmt.Errorf("loading the embedded BPF object: %w", err)
 	}
+	// processes that exited: their metric series go (--prometheus) once
+	// their last numbers were taken
+	gone := make(chan int, 64)
 	timing := c.String("timing")
 	if timing != timingAuto && timing != timingProbe && timing != timingBoth {
 		return fmt.Errorf("--timing %q: want auto, probe or both", timing)
@@ -154,7 +157,13 @@ func run(c *cli.Context) error {
 		kt = runtime.KernelTimesAlways
 	}
 	sess, err := runtime.Open(spec, runtime.Options{Kernels: toolkit.KernelPatterns(c), Client: "launchlate", Log: toolkit.LogOf(c), Warn: toolkit.WarnOf("launchlate"), NoInject: c.Bool(toolkit.FlagNoInject),
-		LaunchWords: "launch_stamps", OptionalUprobes: uprobes, Clocks: true, KernelTimes: kt, Devices: toolkit.DevicesOf(c)})
+		LaunchWords: "launch_stamps", OptionalUprobes: uprobes, Clocks: true, KernelTimes: kt, Devices: toolkit.DevicesOf(c),
+		ProcessGone: func(pid int) {
+			select {
+			case gone <- pid:
+			default: // the trace is ending: nothing forgets any more
+			}
+		}})
 	if err != nil {
 		return err
 	}
@@ -195,10 +204,14 @@ func run(c *cli.Context) error {
 	}
 	pollCtx, stopPoll := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		l.poll(pollCtx, time.Duration(c.Float64(toolkit.FlagInterval)*float64(time.Second)))
+	}()
+	go func() {
+		defer wg.Done()
+		l.forgetGone(pollCtx, gone)
 	}()
 	code, traceErr := sess.Trace(ctx, targets)
 	stop()

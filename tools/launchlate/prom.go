@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -57,4 +59,30 @@ func (l *launchlate) metricName(k uint32, graph bool) string {
 		n += " (in a CUDA graph)"
 	}
 	return toolkit.ShortName(n)
+}
+
+// forgetAfter: a process that exited keeps its series this long (its last
+// starts and CUPTI records are taken in the next readings, a scrape or two
+// sees its final numbers), then they go: --all runs for days while
+// processes come and go.
+const forgetAfter = 30 * time.Second
+
+// forgetGone drops the series of each process that exited, forgetAfter
+// later, until ctx ends.
+func (l *launchlate) forgetGone(ctx context.Context, gone <-chan int) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case pid := <-gone:
+			if l.prom == nil {
+				continue
+			}
+			t := time.AfterFunc(forgetAfter, func() { l.prom.e.Forget(pid) })
+			go func() {
+				<-ctx.Done()
+				t.Stop() // the trace ended: the last push keeps them
+			}()
+		}
+	}
 }

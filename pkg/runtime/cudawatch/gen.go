@@ -1,0 +1,4 @@
+package cudawatch
+
+// The BPF object is generated and committed, so `go build` needs no clang.
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -mcpu=v3 -g -Wall -I../../../bpf -I../../../bpf/include" -target bpfel cudainit ../../../bpf/cudainit.bpf.c
