@@ -53,6 +53,12 @@ check() {
 	[ -n "$summary" ] || summary=$(grep -v '^[[:space:]]*$' "$log" | tail -1)
 	local verdict=PASS
 	[ $rc -eq 0 ] || verdict="FAIL($rc)"
+	# exit 3: the check cannot run here (a 2-GPU check on one GPU); its
+	# "skip:" line says why
+	if [ $rc -eq 3 ]; then
+		verdict=SKIP
+		summary=$(grep -a '^skip:' "$log" | tail -1)
+	fi
 	[ $rc -eq 124 ] && verdict="TIMEOUT"
 	tail -n 40 "$log"
 	printf '%s\t%s\t%s\t%s\n' "$name" "$verdict" "$secs" "${summary:0:90}" >>"$RESULTS"
@@ -118,7 +124,8 @@ echo "== gpubpf GPU check: $(date -u +%Y-%m-%d) ${DEVICE:-unknown GPU}, $NVCC ==
 	printf 'check\tresult\tsecs\tsummary\n'
 	cat "$RESULTS"
 } | awk -F'\t' '{ printf "%-16s %-10s %5s  %s\n", $1, $2, $3, $4 }'
-fails=$(awk -F'\t' '$2 != "PASS"' "$RESULTS" | wc -l)
+fails=$(awk -F'\t' '$2 != "PASS" && $2 != "SKIP"' "$RESULTS" | wc -l)
+skips=$(awk -F'\t' '$2 == "SKIP"' "$RESULTS" | wc -l)
 total=$(wc -l <"$RESULTS")
-echo "$((total - fails)) passed, $fails failed"
+echo "$((total - fails - skips)) passed, $fails failed, $skips skipped"
 [ "$fails" -eq 0 ]
