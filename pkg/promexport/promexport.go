@@ -218,7 +218,9 @@ func (e *Exporter) Values(skip ...string) (map[string]float64, error) {
 	return out, nil
 }
 
-// Forget drops every series of process pid (it exited): labels "pid".
+// Forget drops every series of process pid (it exited): labels "pid", and
+// the label sets admitted under it (families whose first label is the pid,
+// as Labels takes them).
 func (e *Exporter) Forget(pid int) {
 	p := fmt.Sprint(pid)
 	e.mu.Lock()

@@ -462,8 +462,9 @@ func (p *Process) moduleCode(m agentproto.Module, inv *agentproto.Inventory) (*m
 	if err != nil {
 		return nil, err
 	}
+	m.Format = formatOf(m, img)
 	mc, err := parseModule(m, img)
-	if err == nil && formatOf(m, img) == agentproto.FormatELF {
+	if err == nil && m.Format == agentproto.FormatELF {
 		p.tritonPTX(m, img, mc)
 	}
 	return mc, err

@@ -76,22 +76,20 @@ type Report struct {
 // totals summed over the devices), with kernel index i named names(i): for
 // a tool's tests.
 func NewReport(w io.Writer, json bool, names func(uint32) string, byDevice map[int]map[string][]uint64) *Report {
-	r := &Report{Now: time.Now(), Final: true, JSON: json, W: w, maps: map[string][]uint64{}, names: names,
-		devMaps: byDevice, devTotals: byDevice}
-	for _, m := range byDevice {
+	// through the reporter's own sums, as a reading of one copy per device
+	o := &reporter{byCopy: map[copyKey][]byte{}}
+	for d, m := range byDevice {
 		for name, vals := range m {
-			s := r.maps[name]
-			if len(s) < len(vals) {
-				s = append(s, make([]uint64, len(vals)-len(s))...)
-			}
+			b := make([]byte, 8*len(vals))
 			for i, v := range vals {
-				s[i] += v
+				binary.LittleEndian.PutUint64(b[i*8:], v)
 			}
-			r.maps[name] = s
+			o.byCopy[copyKey{name: name, device: d}] = b
 		}
 	}
-	r.totals = r.maps
-	return r
+	o.sum()
+	return &Report{Now: time.Now(), Final: true, JSON: json, W: w, maps: o.cur, totals: o.cur, names: names,
+		devMaps: o.devCur, devTotals: o.devCur}
 }
 
 // EachDevice calls fn with rep (dev -1: every device summed), or with

@@ -61,9 +61,10 @@ func (l *launchlate) addKernelTimes(recs []runtime.KernelTime) {
 		if l.prom != nil {
 			l.prom.observeDuration(r.PID, l.metricName(s.kernel, s.isGraph()), dur)
 		}
+		lat := latency{s: s, ns: int64(r.Start) - int64(r.CPU), dur: dur, cupti: true}
 		if l.probed(s.kernel, r.Kernel) {
 			if l.timing == timingBoth && l.events && r.CPU != 0 {
-				l.batch = append(l.batch, launchEvent{src, latency{s: s, ns: int64(r.Start) - int64(r.CPU), dur: dur, cupti: true}})
+				l.batch = append(l.batch, launchEvent{src, lat})
 			}
 			continue
 		}
@@ -72,7 +73,7 @@ func (l *launchlate) addKernelTimes(recs []runtime.KernelTime) {
 			l.ktUntimed++
 			continue
 		}
-		l.timed(src, latency{s: s, ns: int64(r.Start) - int64(r.CPU), dur: dur, cupti: true})
+		l.timed(src, lat)
 		st.cupti++
 		l.ktTimed++
 	}

@@ -68,21 +68,17 @@ func (l *launchlate) metricName(k uint32, graph bool) string {
 const forgetAfter = 30 * time.Second
 
 // forgetGone drops the series of each process that exited, forgetAfter
-// later, until ctx ends.
+// later, until ctx ends (a timer that fires after the trace ended finds the
+// last push made and the endpoint closed).
 func (l *launchlate) forgetGone(ctx context.Context, gone <-chan int) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case pid := <-gone:
-			if l.prom == nil {
-				continue
+			if l.prom != nil {
+				time.AfterFunc(forgetAfter, func() { l.prom.e.Forget(pid) })
 			}
-			t := time.AfterFunc(forgetAfter, func() { l.prom.e.Forget(pid) })
-			go func() {
-				<-ctx.Done()
-				t.Stop() // the trace ended: the last push keeps them
-			}()
 		}
 	}
 }

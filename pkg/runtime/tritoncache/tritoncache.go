@@ -133,7 +133,7 @@ func Dirs(pid int) []string {
 	if h := env["HOME"]; h != "" {
 		cands = append(cands, filepath.Join(h, ".triton", "cache"))
 	}
-	if u := userOf(pid); u != "" {
+	if u := userOf(pid, env); u != "" {
 		cands = append(cands, filepath.Join("/tmp", "torchinductor_"+u, "triton"))
 	}
 	var out []string
@@ -168,10 +168,9 @@ func environ(pid int) map[string]string {
 	return env
 }
 
-// userOf is the name of pid's real user, as Inductor's getpass.getuser()
-// would find it when no USER-like variable says otherwise.
-func userOf(pid int) string {
-	env := environ(pid)
+// userOf is the name of pid's user as Inductor's getpass.getuser() finds
+// it: a USER-like variable of its environment env, else its real uid's.
+func userOf(pid int, env map[string]string) string {
 	for _, k := range []string{"LOGNAME", "USER", "LNAME", "USERNAME"} {
 		if v := env[k]; v != "" {
 			return v
