@@ -115,6 +115,12 @@ func (p *Process) readKernelTimes(final bool) error {
 		st.KernelTimesRecords = map[int]uint64{}
 	}
 	st.KernelTimesRecords[p.PID] += uint64(len(rep.Records))
+	if rep.Library != "" { // the read's account (agents before it send none)
+		if st.KernelTimesCUPTI == nil {
+			st.KernelTimesCUPTI = map[int]string{}
+		}
+		st.KernelTimesCUPTI[p.PID] = rep.Library
+	}
 	p.s.mu.Unlock()
 	return nil
 }

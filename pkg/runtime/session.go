@@ -362,7 +362,11 @@ type Stats struct {
 	// the records delivered.
 	KernelTimesDropped uint64
 	KernelTimesRecords map[int]uint64
-	firstAttachDone    bool
+	// KernelTimesCUPTI: by process, the agent's last account of what CUPTI
+	// handed over (buffers, records by kind, how launches are stamped):
+	// what to look at where no record comes.
+	KernelTimesCUPTI map[int]string
+	firstAttachDone  bool
 }
 
 // Open prepares a session for spec: splits GPU and CPU programs, loads the
@@ -644,6 +648,7 @@ func (s *Session) Stats() Stats {
 	st.KernelTimesFrom = maps.Clone(s.stats.KernelTimesFrom)
 	st.KernelTimesOff = maps.Clone(s.stats.KernelTimesOff)
 	st.KernelTimesRecords = maps.Clone(s.stats.KernelTimesRecords)
+	st.KernelTimesCUPTI = maps.Clone(s.stats.KernelTimesCUPTI)
 	s.mu.Unlock()
 	for _, p := range procs {
 		p.addStats(&st)

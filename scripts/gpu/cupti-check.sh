@@ -109,7 +109,8 @@ if result_ok both launch_story && [[ "$xc" == ok* ]]; then ok "--timing both: ${
 
 # 4. Cost on the no-PTX path: launch_heavy_sass, alternating; the parts:
 #    CUPTI alone (the activity tracer injected), the agent alone (--timing
-#    probe), launchlate with the runtime API's callbacks too.
+#    probe), launchlate stamping from CUPTI's launch callback
+#    (GPUBPF_CUPTI_JOIN=callback, the way before the external correlation).
 LH=(samples/bin/launch_heavy_sass 100000 4 2000 64)
 CUPTI_LIB=""
 scripts/gpu/cupti/build.sh >"$LOGS/tracer-build.txt" 2>&1 && CUPTI_LIB=$PWD/scripts/gpu/cupti/libcupti_trace.so
@@ -118,7 +119,7 @@ for i in $(seq "$COST_RUNS"); do
 	run lh0-$i "${LH[@]}"
 	run lh1-$i launchlate -j -- "${LH[@]}"
 	run lhp-$i launchlate --timing probe -- "${LH[@]}"
-	run lhd-$i env GPUBPF_CUPTI_CALLBACKS=all launchlate -j -- "${LH[@]}"
+	run lhd-$i env GPUBPF_CUPTI_JOIN=callback launchlate -j -- "${LH[@]}"
 	[ -n "$CUPTI_LIB" ] && run lhc-$i env CUDA_INJECTION64_PATH="$CUPTI_LIB" CUPTI_TRACE_OUT=/dev/null "${LH[@]}"
 	for v in 0 1 p d c; do
 		[ -f "$LOGS/lh$v-$i.out" ] && rates[$v]+=" $(grep -ao '[0-9.]* launches/s' "$LOGS/lh$v-$i.out" | awk '{print $1}')"
@@ -129,9 +130,9 @@ import statistics, sys
 a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]
 print(f'{statistics.median(b)/statistics.median(a):.3f}')" "$1" "$2" 2>/dev/null || echo nan; }
 lh="$(ratio "${rates[0]}" "${rates[1]}") (untraced $(python3 -c "import statistics,sys; print(f'{statistics.median(float(x) for x in sys.argv[1:]):.0f}')" ${rates[0]})/s, median of $COST_RUNS)"
-echo "  launch_heavy_sass launch rate, ratio to untraced: launchlate $(ratio "${rates[0]}" "${rates[1]}"); its parts: the agent alone (--timing probe) $(ratio "${rates[0]}" "${rates[p]}"), CUPTI's activity records alone (injected tracer) $(ratio "${rates[0]}" "${rates[c]:-}"), launchlate with the runtime API's callbacks too $(ratio "${rates[0]}" "${rates[d]}")"
+echo "  launch_heavy_sass launch rate, ratio to untraced: launchlate $(ratio "${rates[0]}" "${rates[1]}"); its parts: the agent alone (--timing probe) $(ratio "${rates[0]}" "${rates[p]}"), CUPTI's activity records alone (injected tracer) $(ratio "${rates[0]}" "${rates[c]:-}"), launchlate stamping from CUPTI's callback (GPUBPF_CUPTI_JOIN=callback) $(ratio "${rates[0]}" "${rates[d]}")"
 t1=$(field lh1-1 cupti_timed) u1=$(field lh1-1 cupti_untimed) td=$(field lhd-1 cupti_timed) ud=$(field lhd-1 cupti_untimed)
-echo "  stamps: driver-API callbacks $t1 timed / $u1 untimed; with the runtime API's too $td timed / $ud untimed"
+echo "  stamps: the agent's wrappers (external correlation) $t1 timed / $u1 untimed; CUPTI's callback $td timed / $ud untimed"
 if result_ok lh1-1 launch_heavy && [ "${t1:-0}" = 100001 ]; then
 	ok "launch_heavy_sass under launchlate: all $t1 starts timed through CUPTI; launch rate ratio $lh (goal >= 0.9)"
 else
@@ -190,6 +191,8 @@ wait $waiter
 apprc=$?
 tp=$(grep -ao '[0-9]* kernel starts timed through CUPTI' "$LOGS/torch-p.err" | awk '{print $1}')
 said=$(grep -ao 'CUPTI gave no kernel records[^,]*' "$LOGS/torch-p.err" | head -1)
+# what CUPTI handed over there (buffers, records by kind), for the next step
+grep -ao 'CUPTI handed over.*' "$LOGS/torch-p.err" | head -1 | sed 's/^/  -p on PyTorch: /'
 if [ $apprc = 0 ] && grep -aq "RESULT torch_train ok" "$LOGS/torch-p-app.out" && { [ "${tp:-0}" -gt 0 ] || [ -n "$said" ]; }; then
 	if [ "${tp:-0}" -gt 0 ]; then
 		ok "-p on PyTorch started without the agent: ${tp} starts timed through CUPTI, the loop ran on"

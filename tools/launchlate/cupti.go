@@ -144,6 +144,9 @@ func (l *launchlate) ktAccount(a *toolkit.Account, st runtime.Stats) runtime.Sta
 			// sees none of its launches.
 			a.Note(fmt.Sprintf("process %d: CUPTI gave no kernel records (turned on in a running program, it may see none of "+
 				"the launches of a CUDA started without it): start the program under launchlate (-- CMD) to time kernels without PTX", pid))
+			if seen := st.KernelTimesCUPTI[pid]; seen != "" {
+				a.Note(fmt.Sprintf("process %d: %s", pid, seen))
+			}
 		}
 	}
 	libs := map[string]bool{}

@@ -242,6 +242,18 @@ extern int g_active; /* fast-path flags: */
 #define ACTIVE_DISCOVER 2 /* loaded late: learn the kernels launched (late.c) */
 #define ACTIVE_GATE 4     /* a tool request is in the driver: see drv_gate */
 #define ACTIVE_EVENTS 8   /* a tool takes every launch as an event (events.c) */
+#define ACTIVE_KTIMES 16  /* CUPTI's kernel records joined to the wrappers' stamps (cupti.c) */
+/* cupti.c: the launch on stream s about to reach the driver is stamped and
+ * its id pushed as CUPTI's external correlation; kt_launch_end(what it
+ * returned) pops it after the call. */
+HIDDEN int kt_launch_begin(CUstream s);
+HIDDEN void kt_launch_end(int pushed);
+HIDDEN int kt_agent_launch_begin(void); /* around the agent's own launches */
+static inline int kt_begin(CUstream s)
+{
+	return __builtin_expect(__atomic_load_n(&g_active, __ATOMIC_RELAXED) & ACTIVE_KTIMES, 0) ? kt_launch_begin(s)
+												: 0;
+}
 /* Called by the launch paths: pauses the calling thread (bounded) while a
  * tool request has waited long in the driver (gate.c). */
 HIDDEN void drv_gate(void);

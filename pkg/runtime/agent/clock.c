@@ -186,7 +186,9 @@ static int clock_run(struct session *s, uint32_t req, CUcontext c, uint32_t roun
 			__atomic_store_n(&k->mb[i], 0, __ATOMIC_RELAXED);
 		__atomic_thread_fence(__ATOMIC_SEQ_CST);
 		void *args[3] = {&k->dmb, &rounds, &gen};
+		int kx = kt_agent_launch_begin();
 		cr = D.cuLaunchKernel(k->fn, 1, 1, 1, 1, 1, 1, 0, k->st, args, NULL);
+		kt_launch_end(kx);
 		if (cr == CUDA_SUCCESS)
 			break;
 		/* the context these were made in may be gone (and its handle

@@ -1,12 +1,19 @@
 /* Kernel times through CUPTI (op kernel-times, docs/agent-protocol.md).
  *
  * A kernel without PTX cannot carry a probe, but CUPTI's activity records
- * give every kernel's GPU start and end, and its callbacks the launch call
- * each came from. While a tool asks for them:
- *   - a CUPTI callback on the driver's launch entry points takes the CPU
- *     time as the call enters and files it under the call's correlation id
- *     (a runtime launch's driver call has its runtime call's), in a table
- *     the records are joined with;
+ * give every kernel's GPU start and end, and the launch call each came
+ * from. While a tool asks for them:
+ *   - the agent's own launch wrappers take the CPU time as the call goes to
+ *     the driver, file it in a table under an id of their own and push that
+ *     id to CUPTI as the call's external correlation: CUPTI's external
+ *     correlation records then name, for each of its correlation ids, the
+ *     stamp to join its kernel records with. No CUPTI callback on the
+ *     launch path: on the H100 one cost a third of launch_heavy_sass's
+ *     launch rate (x0.67), CUPTI's records alone a twentieth (x0.94).
+ *     GPUBPF_CUPTI_JOIN=callback stamps from CUPTI's launch callback
+ *     instead (the way before, kept to compare: a launch path the agent's
+ *     wrappers miss is stamped there), as does a CUPTI without external
+ *     correlation;
  *   - CUPTI's concurrent-kernel records, on CLOCK_MONOTONIC (a timestamp
  *     callback: CUPTI converts its GPU times to our clock), come back in
  *     buffers CUPTI fills; each kernel becomes one queued record with the
@@ -24,7 +31,7 @@
  * while CUPTI may call back into kt_mu's holders' way); kt_mu guards the
  * owner, the queue and the names, which the buffer callback fills. The stamp
  * table is written by launching threads without a lock (each slot's
- * correlation id last, read first). */
+ * id last, read first). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <glob.h>
@@ -38,7 +45,7 @@
 #define KT_FLUSH_MS 100u
 
 struct kt_stamp {
-	uint64_t corr; /* correlation id + 1, stored last (0: empty) */
+	uint64_t corr; /* correlation id (external id with KT_JOIN_EXTERNAL) + 1, stored last (0: empty) */
 	uint64_t t;
 	uint64_t stream;
 	uint64_t ctx;
@@ -54,6 +61,25 @@ struct kt_rec {
 	uint32_t graph, flags;
 };
 _Static_assert(sizeof(struct kt_rec) == 64, "kernel-time record size");
+
+/* A kernel record waiting for its read: the stamp is found then, when
+ * every buffer CUPTI completed (the external correlations among them) is
+ * in. age: reads it has waited for a correlation that has not come. */
+struct kt_raw {
+	struct kt_rec r;
+	uint32_t corr, age;
+};
+
+/* CUPTI's correlation id -> the external id a launch wrapper pushed. */
+struct kt_corr {
+	uint64_t corr; /* correlation id + 1 (0: empty) */
+	uint64_t ext;
+};
+
+#define KT_JOIN_EXTERNAL 0
+#define KT_JOIN_CALLBACK 1
+/* The external id of the agent's own launches (its clock): no record. */
+#define KT_EXT_AGENT (1ull << 63)
 
 static struct {
 	void *lib;
@@ -74,6 +100,8 @@ static struct {
 	CUptiResult (*ActivityGetNextRecord)(uint8_t *, size_t, CUpti_Activity **);
 	CUptiResult (*ActivityGetNumDroppedRecords)(CUcontext, uint32_t, size_t *);
 	CUptiResult (*Finalize)(void);
+	CUptiResult (*PushExternalCorrelationId)(uint32_t, uint64_t); /* optional */
+	CUptiResult (*PopExternalCorrelationId)(uint32_t, uint64_t *); /* optional */
 } C;
 
 static pthread_mutex_t kt_life = PTHREAD_MUTEX_INITIALIZER;
@@ -83,18 +111,28 @@ static CUpti_SubscriberHandle kt_sub;     /* kt_life */
 static int kt_on;                         /* records wanted (atomic) */
 static int kt_finalize;                   /* finalize at the next callback exit (atomic) */
 static struct kt_stamp *kt_stamps;        /* never freed once made */
-static struct kt_rec *kt_q;               /* kt_mu */
+static struct kt_raw *kt_q;               /* kt_mu */
 static size_t kt_qn, kt_qcap;             /* kt_mu */
 static uint64_t kt_dropped, kt_cupti_dropped; /* kt_mu */
+static int kt_join;                       /* KT_JOIN_*, set at start (kt_life and kt_mu) */
+static int kt_callbacks_on;               /* the launch callbacks are enabled (kt_life) */
+static uint64_t kt_next_ext;              /* the last external id given (atomic) */
+static struct kt_corr *kt_corrs;          /* KT_STAMPS of them, never freed once made; kt_mu */
+/* What CUPTI handed over since the start (kt_mu): the read's one-line
+ * account, for a process where no record comes. */
+static struct {
+	uint64_t buffers, kernels, corrs, other, unmatched;
+} kt_seen;
 
 /* Kernel names, interned: CUPTI's name pointers are its own, and a name
  * goes to the tool once. */
 struct kt_name {
 	char *s;
 	uint64_t h;
+	int sent; /* to the tool that has the records now */
 };
 static struct kt_name *kt_names; /* by id - 1; kt_mu */
-static uint32_t kt_nnames, kt_names_cap, kt_names_sent;
+static uint32_t kt_nnames, kt_names_cap;
 static uint32_t *kt_index; /* open addressing: id, 0 empty */
 static uint32_t kt_index_cap;
 
@@ -139,6 +177,8 @@ static int kt_try(const char *path, char *why, size_t whysz)
 		return -1;
 	}
 	SYM(ActivityFlushPeriod, "cuptiActivityFlushPeriod");
+	SYM(PushExternalCorrelationId, "cuptiActivityPushExternalCorrelationId");
+	SYM(PopExternalCorrelationId, "cuptiActivityPopExternalCorrelationId");
 #undef SYM
 	C.lib = h;
 	if (C.GetVersion(&C.version) != CUPTI_SUCCESS)
@@ -257,7 +297,7 @@ static int kt_load(char *why, size_t whysz)
 
 /* ---- the launch callback: a stamp per launch call ---- */
 
-static void kt_file(uint32_t corr, uint64_t t, uint64_t stream, uint64_t ctx)
+static void kt_file(uint64_t corr, uint64_t t, uint64_t stream, uint64_t ctx)
 {
 	struct kt_stamp *e = &kt_stamps[corr & (KT_STAMPS - 1)];
 	__atomic_store_n(&e->corr, 0, __ATOMIC_RELAXED);
@@ -266,7 +306,37 @@ static void kt_file(uint32_t corr, uint64_t t, uint64_t stream, uint64_t ctx)
 	e->stream = stream;
 	e->ctx = ctx;
 	e->agent = g_agent_thread;
-	__atomic_store_n(&e->corr, (uint64_t)corr + 1, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->corr, corr + 1, __ATOMIC_RELEASE);
+}
+
+/* The launch wrappers' side of KT_JOIN_EXTERNAL (ACTIVE_KTIMES set): the
+ * launch on stream s is stamped and its id pushed for the driver call the
+ * caller makes next; kt_launch_end pops it. Returns whether it pushed. */
+int kt_launch_begin(CUstream s)
+{
+	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED) || !C.PushExternalCorrelationId)
+		return 0;
+	uint64_t id = __atomic_add_fetch(&kt_next_ext, 1, __ATOMIC_RELAXED) & ~KT_EXT_AGENT;
+	CUcontext ctx = NULL;
+	if (D.cuCtxGetCurrent)
+		D.cuCtxGetCurrent(&ctx);
+	kt_file(id, mono_ns(), (uint64_t)(uintptr_t)s, (uint64_t)(uintptr_t)ctx);
+	return C.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, id) == CUPTI_SUCCESS;
+}
+
+void kt_launch_end(int pushed)
+{
+	uint64_t last;
+	if (pushed)
+		C.PopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, &last);
+}
+
+/* Around the agent's own launches: their records are left out. */
+int kt_agent_launch_begin(void)
+{
+	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED) || kt_join != KT_JOIN_EXTERNAL || !C.PushExternalCorrelationId)
+		return 0;
+	return C.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, KT_EXT_AGENT) == CUPTI_SUCCESS;
 }
 
 static CUstream kt_stream(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const void *params)
@@ -332,14 +402,16 @@ static void CUPTIAPI kt_callback(void *ud, CUpti_CallbackDomain dom, CUpti_Callb
 			if (!kt_owner && kt_sub) {
 				CUptiResult r = C.Finalize();
 				DBG("CUPTI finalized: %s", r == CUPTI_SUCCESS ? "ok" : cupti_err(r));
-				if (r == CUPTI_SUCCESS)
+				if (r == CUPTI_SUCCESS) {
 					kt_sub = NULL;
+					kt_callbacks_on = 0;
+				}
 			}
 			pthread_mutex_unlock(&kt_life);
 		}
 		return;
 	}
-	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED))
+	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED) || kt_join != KT_JOIN_CALLBACK)
 		return;
 	uint64_t t = mono_ns();
 	uint64_t st = (uint64_t)(uintptr_t)kt_stream(dom, cbid, cb->functionParams);
@@ -420,7 +492,7 @@ static uint32_t kt_name_id(const char *s)
 	char *d = strdup(s);
 	if (!d)
 		return 0;
-	kt_names[kt_nnames] = (struct kt_name){d, h};
+	kt_names[kt_nnames] = (struct kt_name){d, h, 0};
 	uint32_t id = ++kt_nnames;
 	uint32_t i = (uint32_t)h & (kt_index_cap - 1);
 	while (kt_index[i])
@@ -429,11 +501,11 @@ static uint32_t kt_name_id(const char *s)
 	return id;
 }
 
-static void kt_push(const struct kt_rec *r)
+static void kt_push(const struct kt_raw *r)
 {
 	if (kt_qn == kt_qcap) {
 		size_t cap = kt_qcap ? kt_qcap * 2 : 4096;
-		struct kt_rec *q = cap <= KT_QMAX ? realloc(kt_q, cap * sizeof(*q)) : NULL;
+		struct kt_raw *q = cap <= KT_QMAX ? realloc(kt_q, cap * sizeof(*q)) : NULL;
 		if (!q) {
 			kt_dropped++;
 			return;
@@ -452,31 +524,34 @@ static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t
 	CUpti_Activity *a = NULL;
 	pthread_mutex_lock(&kt_mu);
 	int keep = kt_owner != NULL;
+	if (keep)
+		kt_seen.buffers++;
 	while (keep && C.ActivityGetNextRecord(buf, valid, &a) == CUPTI_SUCCESS) {
-		if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && a->kind != CUPTI_ACTIVITY_KIND_KERNEL)
+		if (a->kind == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION) {
+			const cupti_ext_corr *x = (const void *)a;
+			if (x->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2)
+				continue;
+			kt_seen.corrs++;
+			struct kt_corr *c = &kt_corrs[x->correlationId & (KT_STAMPS - 1)];
+			c->corr = (uint64_t)x->correlationId + 1;
+			c->ext = x->externalId;
 			continue;
-		const cupti_kernel_prefix *k = (const void *)a;
-		struct kt_rec r = {0};
-		struct kt_stamp *e = &kt_stamps[k->correlationId & (KT_STAMPS - 1)];
-		if (__atomic_load_n(&e->corr, __ATOMIC_ACQUIRE) == (uint64_t)k->correlationId + 1) {
-			r.cpu = e->t;
-			r.stream = e->stream;
-			r.ctx = e->ctx;
-			int agent = e->agent;
-			/* the slot may have been filed again as it was read */
-			if (__atomic_load_n(&e->corr, __ATOMIC_ACQUIRE) != (uint64_t)k->correlationId + 1)
-				r.cpu = r.stream = r.ctx = 0;
-			else if (agent)
-				continue; /* the agent's own kernel (its clock) */
 		}
-		r.start = k->start;
-		r.end = k->end;
-		r.grid = (uint64_t)k->gridId;
-		r.dev = (int32_t)k->deviceId;
-		r.name = k->name ? kt_name_id(k->name) : 0;
+		if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && a->kind != CUPTI_ACTIVITY_KIND_KERNEL) {
+			kt_seen.other++;
+			continue;
+		}
+		kt_seen.kernels++;
+		const cupti_kernel_prefix *k = (const void *)a;
+		struct kt_raw r = {.corr = k->correlationId};
+		r.r.start = k->start;
+		r.r.end = k->end;
+		r.r.grid = (uint64_t)k->gridId;
+		r.r.dev = (int32_t)k->deviceId;
+		r.r.name = k->name ? kt_name_id(k->name) : 0;
 		uint32_t graph = 0;
 		memcpy(&graph, (const uint8_t *)a + CUPTI_KERNEL_GRAPH_ID_OFF, sizeof(graph));
-		r.graph = graph;
+		r.r.graph = graph;
 		kt_push(&r);
 	}
 	size_t dropped = 0;
@@ -484,6 +559,36 @@ static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t
 		kt_cupti_dropped += dropped;
 	pthread_mutex_unlock(&kt_mu);
 	free(buf);
+}
+
+/* The launch stamp of a kernel record (kt_mu held): 1 with r's cpu, stream
+ * and context filled, 0 when there is none (r goes untimed), -1 for the
+ * agent's own kernel, 2 when its external correlation has not come yet. */
+static int kt_resolve(struct kt_raw *r)
+{
+	uint64_t id = r->corr;
+	if (kt_join == KT_JOIN_EXTERNAL) {
+		const struct kt_corr *c = &kt_corrs[r->corr & (KT_STAMPS - 1)];
+		if (c->corr != (uint64_t)r->corr + 1)
+			return 2;
+		if (c->ext == KT_EXT_AGENT)
+			return -1;
+		id = c->ext;
+	}
+	struct kt_stamp *e = &kt_stamps[id & (KT_STAMPS - 1)];
+	if (__atomic_load_n(&e->corr, __ATOMIC_ACQUIRE) != id + 1)
+		return 0;
+	uint64_t t = e->t, st = e->stream, ctx = e->ctx;
+	int agent = e->agent;
+	/* the slot may have been filed again as it was read */
+	if (__atomic_load_n(&e->corr, __ATOMIC_ACQUIRE) != id + 1)
+		return 0;
+	if (agent)
+		return -1; /* the agent's own kernel (its clock) */
+	r->r.cpu = t;
+	r->r.stream = st;
+	r->r.ctx = ctx;
+	return 1;
 }
 
 /* ---- on and off ---- */
@@ -494,15 +599,31 @@ static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t
  * x0.67 against x0.63 with the runtime API's callbacks as well (2026-11-28).
  * GPUBPF_CUPTI_CALLBACKS=all adds those (a launch path the driver's
  * callbacks would miss). */
-static void kt_enable_callbacks(uint32_t on)
+static void kt_enable_callbacks(int on)
 {
+	if (kt_callbacks_on == on)
+		return;
+	kt_callbacks_on = on;
 	for (size_t i = 0; i < sizeof(kt_driver_cbids) / sizeof(kt_driver_cbids[0]); i++)
-		C.EnableCallback(on, kt_sub, CUPTI_CB_DOMAIN_DRIVER_API, kt_driver_cbids[i]);
+		C.EnableCallback((uint32_t)on, kt_sub, CUPTI_CB_DOMAIN_DRIVER_API, kt_driver_cbids[i]);
 	const char *which = getenv("GPUBPF_CUPTI_CALLBACKS");
-	if (!which || strcmp(which, "all"))
+	if (on && (!which || strcmp(which, "all")))
 		return;
 	for (size_t i = 0; i < sizeof(kt_runtime_cbids) / sizeof(kt_runtime_cbids[0]); i++)
-		C.EnableCallback(on, kt_sub, CUPTI_CB_DOMAIN_RUNTIME_API, kt_runtime_cbids[i]);
+		C.EnableCallback((uint32_t)on, kt_sub, CUPTI_CB_DOMAIN_RUNTIME_API, kt_runtime_cbids[i]);
+}
+
+/* How launches are stamped: the agent's wrappers with an external
+ * correlation, unless GPUBPF_CUPTI_JOIN=callback or CUPTI has no external
+ * correlation (before CUDA 8). The wrappers see every launch of a program
+ * the agent was preloaded into and of one it was injected into (late.c);
+ * a launch from a driver entry point found neither way goes untimed. */
+static int kt_join_wanted(void)
+{
+	const char *j = getenv("GPUBPF_CUPTI_JOIN");
+	if (j && !strcmp(j, "callback"))
+		return KT_JOIN_CALLBACK;
+	return C.PushExternalCorrelationId && C.PopExternalCorrelationId ? KT_JOIN_EXTERNAL : KT_JOIN_CALLBACK;
 }
 
 /* kt_life held. */
@@ -524,12 +645,21 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 	}
 	if (kt_load(why, whysz) != 0)
 		return -1;
-	if (!kt_stamps && !(kt_stamps = calloc(KT_STAMPS, sizeof(*kt_stamps)))) {
-		snprintf(why, whysz, "no memory for the launch stamps (%zu KiB)", KT_STAMPS * sizeof(*kt_stamps) >> 10);
+	if ((!kt_stamps && !(kt_stamps = calloc(KT_STAMPS, sizeof(*kt_stamps)))) ||
+	    (!kt_corrs && !(kt_corrs = calloc(KT_STAMPS, sizeof(*kt_corrs))))) {
+		snprintf(why, whysz, "no memory for the launch stamps (%zu KiB)",
+			 KT_STAMPS * (sizeof(*kt_stamps) + sizeof(*kt_corrs)) >> 10);
 		return -1;
 	}
+	/* CUPTI may number its correlations from 1 again after a finalize */
+	memset(kt_stamps, 0, KT_STAMPS * sizeof(*kt_stamps));
+	memset(kt_corrs, 0, KT_STAMPS * sizeof(*kt_corrs));
+	int join = kt_join_wanted();
 	CUptiResult r;
 	__atomic_store_n(&kt_finalize, 0, __ATOMIC_RELEASE);
+	/* Subscribed with the external join too, though no callback is on:
+	 * a profiler holding CUPTI refuses the subscriber, where registering
+	 * our buffers would take its records. */
 	if (!kt_sub) {
 		r = C.Subscribe(&kt_sub, kt_callback, NULL);
 		if (r != CUPTI_SUCCESS) {
@@ -542,7 +672,7 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 				snprintf(why, whysz, "CUPTI (%.600s) refused a subscriber: %s (%d)", C.path, cupti_err(r), r);
 			return -1;
 		}
-		kt_enable_callbacks(1);
+		kt_callbacks_on = 0;
 	}
 	if ((r = C.ActivityRegisterTimestampCallback(kt_clock)) != CUPTI_SUCCESS ||
 	    (r = C.ActivityRegisterCallbacks(kt_buffer_requested, kt_buffer_completed)) != CUPTI_SUCCESS ||
@@ -554,16 +684,27 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 		kt_sub = NULL;
 		return -1;
 	}
+	if (join == KT_JOIN_EXTERNAL && (r = C.ActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) != CUPTI_SUCCESS) {
+		DBG("CUPTI refused external correlation records (%s): launches stamped from its callback", cupti_err(r));
+		join = KT_JOIN_CALLBACK;
+	}
+	kt_enable_callbacks(join == KT_JOIN_CALLBACK);
 	if (C.ActivityFlushPeriod)
 		C.ActivityFlushPeriod(KT_FLUSH_MS);
 	pthread_mutex_lock(&kt_mu);
 	kt_owner = s;
 	kt_qn = 0;
 	kt_dropped = kt_cupti_dropped = 0;
-	kt_names_sent = 0; /* a new tool learns every name */
+	for (uint32_t i = 0; i < kt_nnames; i++)
+		kt_names[i].sent = 0; /* a new tool learns every name */
+	kt_join = join;
+	memset(&kt_seen, 0, sizeof(kt_seen));
 	pthread_mutex_unlock(&kt_mu);
 	__atomic_store_n(&kt_on, 1, __ATOMIC_RELEASE);
-	DBG("kernel times on: %s (CUPTI %u)", C.path, C.version);
+	if (join == KT_JOIN_EXTERNAL)
+		__atomic_or_fetch(&g_active, ACTIVE_KTIMES, __ATOMIC_RELEASE);
+	DBG("kernel times on: %s (CUPTI %u), launches stamped %s", C.path, C.version,
+	    join == KT_JOIN_EXTERNAL ? "by the agent's wrappers (external correlation)" : "from CUPTI's launch callback");
 	return 0;
 }
 
@@ -576,11 +717,14 @@ void kt_release(struct session *s)
 		return;
 	}
 	__atomic_store_n(&kt_on, 0, __ATOMIC_RELEASE);
+	__atomic_and_fetch(&g_active, ~ACTIVE_KTIMES, __ATOMIC_RELEASE);
 	pthread_mutex_lock(&kt_mu);
 	kt_owner = NULL; /* buffers completed from now on are dropped */
 	pthread_mutex_unlock(&kt_mu);
 	/* outside kt_mu: a flush hands buffers to kt_buffer_completed */
 	C.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+	if (kt_join == KT_JOIN_EXTERNAL)
+		C.ActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
 	if (C.ActivityFlushPeriod)
 		C.ActivityFlushPeriod(0);
 	C.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -590,6 +734,8 @@ void kt_release(struct session *s)
 	kt_qn = kt_qcap = 0;
 	pthread_mutex_unlock(&kt_mu);
 	__atomic_store_n(&kt_finalize, 1, __ATOMIC_RELEASE);
+	/* the finalize waits for a launch callback's exit */
+	kt_enable_callbacks(1);
 	pthread_mutex_unlock(&kt_life);
 }
 
@@ -644,23 +790,64 @@ int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf
 		/* CUPTI hands over what completed (all it holds when final) */
 		C.ActivityFlushAll((flags & 1) ? CUPTI_ACTIVITY_FLAG_FLUSH_FORCED : 0);
 		pthread_mutex_lock(&kt_mu);
-		struct kt_rec *q = kt_q;
-		size_t n = kt_qn;
+		struct kt_raw *raw = kt_q;
+		size_t nraw = kt_qn;
 		kt_q = NULL;
 		kt_qn = kt_qcap = 0;
+		/* joined now that every buffer CUPTI completed is in; one whose
+		 * correlation is not waits for the next read (not the last) */
+		struct kt_rec *q = nraw ? malloc(nraw * sizeof(*q)) : NULL;
+		size_t n = 0;
+		if (nraw && !q) {
+			kt_dropped += nraw;
+			nraw = 0;
+		}
+		for (size_t i = 0; i < nraw; i++) {
+			struct kt_raw cur = raw[i];
+			int rc = kt_resolve(&cur);
+			if (rc == 2 && !(flags & 1) && cur.age == 0) {
+				cur.age = 1;
+				kt_push(&cur);
+				continue;
+			}
+			if (rc == 2)
+				kt_seen.unmatched++;
+			if (rc < 0)
+				continue;
+			q[n++] = cur.r;
+		}
+		free(raw);
 		uint64_t cd = kt_cupti_dropped, d = kt_dropped;
 		kt_cupti_dropped = kt_dropped = 0;
-		uint32_t from = kt_names_sent, to = kt_nnames;
-		kt_names_sent = to;
+		/* the names of the kernels sent, the first time each is */
+		uint32_t nnew = 0;
+		for (size_t i = 0; i < n; i++) {
+			struct kt_name *nm = q[i].name ? &kt_names[q[i].name - 1] : NULL;
+			if (nm && !nm->sent) {
+				nm->sent = 2;
+				nnew++;
+			}
+		}
+		char account[256];
+		snprintf(account, sizeof(account),
+			 "CUPTI handed over %llu buffers: %llu kernel records, %llu launch correlations, %llu other; %llu "
+			 "kernels without their launch's correlation; launches stamped %s",
+			 (unsigned long long)kt_seen.buffers, (unsigned long long)kt_seen.kernels,
+			 (unsigned long long)kt_seen.corrs, (unsigned long long)kt_seen.other,
+			 (unsigned long long)kt_seen.unmatched,
+			 kt_join == KT_JOIN_EXTERNAL ? "by the agent (external correlation)" : "by CUPTI's callback");
 		wb_i32(w, ST_OK);
-		wb_str(w, "");
+		wb_str(w, account);
 		wb_u32(w, 0);
 		wb_u64(w, cd);
 		wb_u64(w, d);
-		wb_u32(w, to - from);
-		for (uint32_t id = from + 1; id <= to; id++) {
-			wb_u32(w, id);
-			wb_str(w, kt_names[id - 1].s);
+		wb_u32(w, nnew);
+		for (uint32_t id = 1; nnew && id <= kt_nnames; id++) {
+			if (kt_names[id - 1].sent == 2) {
+				kt_names[id - 1].sent = 1;
+				wb_u32(w, id);
+				wb_str(w, kt_names[id - 1].s);
+			}
 		}
 		pthread_mutex_unlock(&kt_mu);
 		/* A primary context's records go by device (the placement the

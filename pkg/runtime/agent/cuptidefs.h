@@ -54,6 +54,21 @@ typedef struct {
 #define CUPTI_ACTIVITY_KIND_KERNEL 3
 #define CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL 10
 #define CUPTI_ACTIVITY_FLAG_FLUSH_FORCED (1 << 0)
+#define CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION 39
+#define CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2 5
+
+/* CUpti_ActivityExternalCorrelation: the id a thread pushed
+ * (cuptiActivityPushExternalCorrelationId) when it made the API call of
+ * CUPTI's correlation id. */
+typedef struct {
+	CUpti_ActivityKind kind;
+	uint32_t externalKind;
+	uint64_t externalId;
+	uint32_t correlationId;
+	uint32_t reserved;
+} cupti_ext_corr;
+_Static_assert(offsetof(cupti_ext_corr, externalId) == 8 && offsetof(cupti_ext_corr, correlationId) == 16,
+	       "CUPTI external correlation record");
 
 /* CUpti_ActivityKernel4..10's common prefix (the fields read here). */
 typedef struct {

@@ -751,7 +751,7 @@ static inline int launch_enter(uint64_t *t0)
 	drv_gate();
 	int act = __atomic_load_n(&g_active, __ATOMIC_RELAXED);
 	*t0 = act & ACTIVE_EVENTS ? mono_ns() : 0;
-	return act & ~ACTIVE_GATE;
+	return act & ~(ACTIVE_GATE | ACTIVE_KTIMES);
 }
 
 static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds, CUfunction f, unsigned gx,
@@ -760,8 +760,12 @@ static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds
 						      const void *caller)
 {
 	uint64_t t0;
-	if (!launch_enter(&t0))
-		return real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+	int act = launch_enter(&t0), kx = kt_begin(s);
+	if (!act) {
+		CUresult r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p, e);
+		kt_launch_end(kx);
+		return r;
+	}
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
@@ -788,6 +792,7 @@ static __attribute__((noinline)) CUresult launch_slow(launch_t real_fn, int ptds
 		lev_record(ptds ? LEV_LAUNCH_PTSZ : LEV_LAUNCH, f, g, b, sh, s, r, t0, caller);
 	}
 	pthread_rwlock_unlock(&g_rw);
+	kt_launch_end(kx);
 	return r;
 }
 
@@ -810,8 +815,12 @@ static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int pt
 						    unsigned sh, CUstream s, void **p, const void *caller)
 {
 	uint64_t t0;
-	if (!launch_enter(&t0))
-		return real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p);
+	int act = launch_enter(&t0), kx = kt_begin(s);
+	if (!act) {
+		CUresult r = real_fn(f, gx, gy, gz, bx, by, bz, sh, s, p);
+		kt_launch_end(kx);
+		return r;
+	}
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
@@ -838,6 +847,7 @@ static __attribute__((noinline)) CUresult coop_slow(launchcoop_t real_fn, int pt
 		lev_record(ptds ? LEV_COOP_PTSZ : LEV_COOP, f, g, b, sh, s, r, t0, caller);
 	}
 	pthread_rwlock_unlock(&g_rw);
+	kt_launch_end(kx);
 	return r;
 }
 
@@ -859,8 +869,12 @@ static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, 
 						  CUfunction f, void **p, void **e, const void *caller)
 {
 	uint64_t t0;
-	if (!launch_enter(&t0))
-		return real_fn(cfg, f, p, e);
+	int act = launch_enter(&t0), kx = kt_begin(cfg ? cfg->hStream : NULL);
+	if (!act) {
+		CUresult r = real_fn(cfg, f, p, e);
+		kt_launch_end(kx);
+		return r;
+	}
 	late_seen(f);
 	struct activation *a = NULL;
 	pthread_rwlock_rdlock(&g_rw);
@@ -890,6 +904,7 @@ static __attribute__((noinline)) CUresult ex_slow(launchex_t real_fn, int ptds, 
 			   caller);
 	}
 	pthread_rwlock_unlock(&g_rw);
+	kt_launch_end(kx);
 	return r;
 }
 
@@ -1099,7 +1114,10 @@ static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_f
 			w = 0;
 	}
 	pthread_rwlock_unlock(&g_rw);
-	return real_fn(x, s);
+	int kx = kt_begin(s);
+	CUresult r = real_fn(x, s);
+	kt_launch_end(kx);
+	return r;
 }
 
 #define GRAPH_LAUNCH(NAME, PTDS)                                                                               \
@@ -1108,7 +1126,8 @@ static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_f
 		graphlaunch_t r = (graphlaunch_t)LOADP(reals[R_##NAME]);                                        \
 		if (UNLIKELY(!r) && !(r = REAL(graphlaunch_t, NAME)))                                           \
 			return NOFUNC;                                                                          \
-		if (LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)) || LIKELY(!gw_any()))                 \
+		int act = __atomic_load_n(&g_active, __ATOMIC_RELAXED);                                        \
+		if (LIKELY(!act) || (LIKELY(!gw_any()) && !(act & ACTIVE_KTIMES)))                              \
 			return r(x, s);                                                                         \
 		return graph_launch_slow(r, PTDS, x, s);                                                        \
 	}

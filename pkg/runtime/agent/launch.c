@@ -57,7 +57,9 @@ static int launch_run(struct session *s, uint32_t req, CUcontext c, CUfunction f
 	uint64_t t0 = mono_ns();
 	int refused = 0;
 	if (cr == CUDA_SUCCESS) {
+		int kx = kt_agent_launch_begin();
 		cr = D.cuLaunchKernel(f, g[0], g[1], g[2], b[0], b[1], b[2], shmem, st, NULL, plen ? extra : NULL);
+		kt_launch_end(kx);
 		refused = cr != CUDA_SUCCESS;
 	}
 	if (cr == CUDA_SUCCESS) {

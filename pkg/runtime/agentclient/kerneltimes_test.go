@@ -68,63 +68,112 @@ func fakeCUPTI(t *testing.T, f fixture) string {
 // a kernel record with its launch call's CPU time (before its GPU start),
 // its name (sent once), the primary context as 0; the agent's own kernels
 // stay out; a stop finalizes CUPTI at the next launch's callback, and a
-// new start works again. A CUPTI another subscriber holds is refused.
+// new start works again. So with each way of stamping launches: the
+// agent's wrappers joined through external correlation records (the
+// default), CUPTI's launch callback (asked for, or where CUPTI refuses
+// external correlation). A CUPTI another subscriber holds is refused.
 func TestKernelTimesStandIn(t *testing.T) {
 	f := build(t)
 	lib := fakeCUPTI(t, f)
-	log := filepath.Join(f.dir, "cupti.log")
-	a, c := f.startDialed(t, "GPUBPF_CUPTI="+lib, "FAKECUPTI_LOG="+log)
-	a.launch("launch") // before the start: no record
-	got, ver, err := c.KernelTimesStart()
-	if err != nil || got != lib || ver != 130001 {
-		t.Fatalf("start: %q %d %v, want %s, 130001", got, ver, err, lib)
+	for _, tc := range []struct {
+		name, env, join, enable, disable string
+	}{
+		{"external correlation", "", "by the agent (external correlation)", "enable\nenable correlation\n", "disable\ndisable correlation\nfinalize\n"},
+		{"GPUBPF_CUPTI_JOIN=callback", "GPUBPF_CUPTI_JOIN=callback", "by CUPTI's callback", "enable\n", "disable\nfinalize\n"},
+		{"no external correlation", "FAKECUPTI_NOEXT=1", "by CUPTI's callback", "enable\n", "disable\nfinalize\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			log := filepath.Join(t.TempDir(), "cupti.log")
+			env := []string{"GPUBPF_CUPTI=" + lib, "FAKECUPTI_LOG=" + log}
+			if tc.env != "" {
+				env = append(env, tc.env)
+			}
+			a, c := f.startDialed(t, env...)
+			a.launch("launch") // before the start: no record
+			got, ver, err := c.KernelTimesStart()
+			if err != nil || got != lib || ver != 130001 {
+				t.Fatalf("start: %q %d %v, want %s, 130001", got, ver, err, lib)
+			}
+			if b, _ := os.ReadFile(log); !strings.HasSuffix(string(b), tc.enable) {
+				t.Errorf("CUPTI's calls at the start:\n%s\nwant them to end in %q", b, tc.enable)
+			}
+			if _, err := c.Clock(OnDevice(0), 2); err != nil { // the agent's own kernel
+				t.Fatal(err)
+			}
+			before := agentproto.MonoNow()
+			for _, cmd := range []string{"launch", "launchp", "launch"} {
+				if k := a.launch(cmd); k != "_Z6vecAddPfi" {
+					t.Fatalf("%s ran %s", cmd, k)
+				}
+			}
+			after := agentproto.MonoNow()
+			rep, err := c.KernelTimes(false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Records) != 3 || len(rep.Names) != 1 || rep.Names[0].Name != "_Z6vecAddPfi" {
+				t.Fatalf("3 launches gave %d records, names %v: %+v", len(rep.Records), rep.Names, rep.Records)
+			}
+			grids := map[uint64]bool{}
+			for _, r := range rep.Records {
+				if r.CPU < before || r.CPU > after || r.Start <= r.CPU || r.End <= r.Start || r.Name != rep.Names[0].ID || r.Ctx != 0 || r.Device != 0 {
+					t.Errorf("record %+v: want the call's time within [%d, %d] before start and end, the name's id, ctx 0", r, before, after)
+				}
+				grids[r.Grid] = true
+			}
+			if len(grids) != 3 {
+				t.Errorf("grid ids %v: want three", grids)
+			}
+			if !strings.Contains(rep.Library, "4 kernel records") || !strings.HasSuffix(rep.Library, "launches stamped "+tc.join) {
+				t.Errorf("the read's account %q: want the agent's kernel among 4 records, launches stamped %s", rep.Library, tc.join)
+			}
+			a.launch("launch")
+			rep, err = c.KernelTimes(true)
+			if err != nil || len(rep.Records) != 1 || len(rep.Names) != 0 || rep.Records[0].CPU == 0 {
+				t.Fatalf("second read: %+v %v: want one stamped record, no name sent again", rep, err)
+			}
+			if err := c.KernelTimesStop(); err != nil {
+				t.Fatal(err)
+			}
+			a.launch("launch") // its callback's exit finalizes CUPTI
+			if b, _ := os.ReadFile(log); !strings.HasSuffix(string(b), tc.disable) {
+				t.Errorf("CUPTI's calls after the stop:\n%s\nwant them to end in %q", b, tc.disable)
+			}
+			if _, _, err := c.KernelTimesStart(); err != nil {
+				t.Fatalf("a start after the finalize: %v", err)
+			}
+			a.launch("launch")
+			if rep, err = c.KernelTimes(false); err != nil || len(rep.Records) != 1 || len(rep.Names) != 1 || rep.Records[0].CPU == 0 {
+				t.Fatalf("after a new start: %+v %v: want one stamped record, its name sent again", rep, err)
+			}
+		})
 	}
-	if _, err := c.Clock(OnDevice(0), 2); err != nil { // the agent's own kernel
-		t.Fatal(err)
-	}
-	before := agentproto.MonoNow()
-	for _, cmd := range []string{"launch", "launchp", "launch"} {
-		if k := a.launch(cmd); k != "_Z6vecAddPfi" {
-			t.Fatalf("%s ran %s", cmd, k)
+
+	// A kernel record whose correlation comes a flush later waits one read
+	// for it; at the last read it goes untimed, counted, never dropped.
+	t.Run("correlation late", func(t *testing.T) {
+		a, c := f.startDialed(t, "GPUBPF_CUPTI="+lib, "FAKECUPTI_CORR_LATE=1")
+		if _, _, err := c.KernelTimesStart(); err != nil {
+			t.Fatal(err)
 		}
-	}
-	after := agentproto.MonoNow()
-	rep, err := c.KernelTimes(false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rep.Records) != 3 || len(rep.Names) != 1 || rep.Names[0].Name != "_Z6vecAddPfi" {
-		t.Fatalf("3 launches gave %d records, names %v: %+v", len(rep.Records), rep.Names, rep.Records)
-	}
-	grids := map[uint64]bool{}
-	for _, r := range rep.Records {
-		if r.CPU < before || r.CPU > after || r.Start <= r.CPU || r.End <= r.Start || r.Name != rep.Names[0].ID || r.Ctx != 0 || r.Device != 0 {
-			t.Errorf("record %+v: want the call's time within [%d, %d] before start and end, the name's id, ctx 0", r, before, after)
+		a.launch("launch")
+		a.launch("launch")
+		if rep, err := c.KernelTimes(false); err != nil || len(rep.Records) != 0 {
+			t.Fatalf("first read: %+v %v: want both records held for their correlations", rep, err)
 		}
-		grids[r.Grid] = true
-	}
-	if len(grids) != 3 {
-		t.Errorf("grid ids %v: want three", grids)
-	}
-	a.launch("launch")
-	rep, err = c.KernelTimes(true)
-	if err != nil || len(rep.Records) != 1 || len(rep.Names) != 0 || rep.Records[0].CPU == 0 {
-		t.Fatalf("second read: %+v %v: want one stamped record, no name sent again", rep, err)
-	}
-	if err := c.KernelTimesStop(); err != nil {
-		t.Fatal(err)
-	}
-	a.launch("launch") // its callback's exit finalizes CUPTI
-	if b, _ := os.ReadFile(log); !strings.Contains(string(b), "disable\nfinalize\n") {
-		t.Errorf("CUPTI's calls after the stop:\n%s", b)
-	}
-	if _, _, err := c.KernelTimesStart(); err != nil {
-		t.Fatalf("a start after the finalize: %v", err)
-	}
-	a.launch("launch")
-	if rep, err = c.KernelTimes(false); err != nil || len(rep.Records) != 1 || len(rep.Names) != 1 {
-		t.Fatalf("after a new start: %+v %v: want one record, its name sent again", rep, err)
-	}
+		rep, err := c.KernelTimes(false)
+		if err != nil || len(rep.Records) != 2 || rep.Records[0].CPU == 0 || rep.Records[1].CPU == 0 {
+			t.Fatalf("second read: %+v %v: want both records stamped", rep, err)
+		}
+		a.launch("launch")
+		rep, err = c.KernelTimes(true)
+		if err != nil || len(rep.Records) != 1 || rep.Records[0].CPU != 0 || rep.Records[0].End <= rep.Records[0].Start {
+			t.Fatalf("last read: %+v %v: want the record untimed, with its run time", rep, err)
+		}
+		if !strings.Contains(rep.Library, "1 kernels without their launch's correlation") {
+			t.Errorf("the read's account %q does not count the record without its correlation", rep.Library)
+		}
+	})
 
 	_, busy := f.startDialed(t, "GPUBPF_CUPTI="+lib, "FAKECUPTI_BUSY=1")
 	if _, _, err := busy.KernelTimesStart(); err == nil || !strings.Contains(err.Error(), "held by another subscriber") {

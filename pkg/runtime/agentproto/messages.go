@@ -1148,9 +1148,11 @@ func (m *KernelTimesRequest) Encode(e *Encoder) { e.U32(m.Action); e.U32(m.Flags
 func (m *KernelTimesRequest) Decode(d *Decoder) { m.Action = d.U32(); m.Flags = d.U32() }
 
 // KernelTimesReply answers KernelTimesRequest. Start fills Library and
-// Version; Read fills the rest.
+// Version; Read fills the rest, and Library with the agent's account of
+// what CUPTI handed over since the start (buffers, records by kind, how
+// launches are stamped), in words.
 type KernelTimesReply struct {
-	Library string // the libcupti the agent loaded
+	Library string // start: the libcupti the agent loaded; read: the account
 	Version uint32 // cuptiGetVersion
 	// CUPTIDropped: records CUPTI dropped (it had no buffer); Dropped:
 	// records the agent dropped (the tool read too slowly: its queue was

@@ -27,6 +27,8 @@ enum {
 	real_KERNEL = CUPTI_ACTIVITY_KIND_KERNEL,
 	real_CK = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 	real_FORCED = CUPTI_ACTIVITY_FLAG_FLUSH_FORCED,
+	real_EXTCORR = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+	real_CUSTOM2 = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2,
 };
 
 #define GPUBPF_CUDEFS_H /* cuda.h's types are the real ones here */
@@ -42,6 +44,14 @@ _Static_assert(real_RT == CUPTI_CB_DOMAIN_RUNTIME_API, "CUPTI_CB_DOMAIN_RUNTIME_
 _Static_assert(real_ENTER == CUPTI_API_ENTER && real_EXIT == CUPTI_API_EXIT, "callback sites");
 _Static_assert(real_KERNEL == CUPTI_ACTIVITY_KIND_KERNEL && real_CK == CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, "kinds");
 _Static_assert(real_FORCED == CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, "CUPTI_ACTIVITY_FLAG_FLUSH_FORCED");
+_Static_assert(real_EXTCORR == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION && real_CUSTOM2 == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2,
+	       "external correlation kinds");
+_Static_assert(offsetof(cupti_ext_corr, externalKind) == offsetof(CUpti_ActivityExternalCorrelation, externalKind) &&
+		       offsetof(cupti_ext_corr, externalId) == offsetof(CUpti_ActivityExternalCorrelation, externalId) &&
+		       offsetof(cupti_ext_corr, correlationId) ==
+			       offsetof(CUpti_ActivityExternalCorrelation, correlationId) &&
+		       sizeof(cupti_ext_corr) == sizeof(CUpti_ActivityExternalCorrelation),
+	       "external correlation record");
 
 #define OFF(f) _Static_assert(offsetof(cupti_kernel_prefix, f) == offsetof(CUpti_ActivityKernel10, f), "kernel record " #f)
 OFF(start);

@@ -3,8 +3,13 @@
  * each kernel launch here (fakecupti_launch), as the real driver reports to
  * CUPTI: the subscriber's callback at the call's entry and exit, and, with
  * kernel records on, a CUpti_ActivityKernel10-shaped record that the next
- * flush hands over in a buffer the client gave.
+ * flush hands over in a buffer the client gave; with external correlation
+ * records on and an id pushed on the launching thread, the record tying
+ * the launch's correlation id to it (before the kernel's, as CUPTI writes
+ * it at the call).
  *   FAKECUPTI_BUSY=1   another subscriber holds CUPTI (subscribe fails, 39)
+ *   FAKECUPTI_NOEXT=1  external correlation records refused (enable fails)
+ *   FAKECUPTI_CORR_LATE=1  correlation records held back one flush
  *   FAKECUPTI_LOG=F    appends "subscribe", "enable", "finalize"... to F
  * Build: gcc -shared -fPIC -o libfakecupti.so fakecupti.c */
 #include <pthread.h>
@@ -14,6 +19,7 @@
 #include <string.h>
 
 #define REC 216 /* sizeof(CUpti_ActivityKernel10), CUDA 13.0 */
+#define XREC 24 /* sizeof(CUpti_ActivityExternalCorrelation) */
 
 typedef void (*cb_fn)(void *, int, uint32_t, const void *);
 typedef struct {
@@ -29,15 +35,17 @@ typedef struct {
 } cb_data;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int subscribed, records_on;
+static int subscribed, records_on, corr_on;
 static cb_fn callback;
 static void *userdata;
 static uint8_t driver_on[1024];
 static void (*req)(uint8_t **, size_t *, size_t *);
 static void (*done)(void *, uint32_t, uint8_t *, size_t, size_t);
 static uint64_t (*clock_fn)(void);
-static uint8_t *pending;
-static size_t npending;
+static uint8_t *pending, *late; /* records, back to back; late: correlations held back */
+static size_t npending, nlate;  /* bytes */
+static __thread uint64_t xstack[8];
+static __thread int nx;
 static uint32_t corr;
 static int64_t grid;
 
@@ -92,6 +100,13 @@ int cuptiActivityEnable(int kind)
 		records_on = 1;
 		note("enable");
 	}
+	if (kind == 39) {
+		const char *no = getenv("FAKECUPTI_NOEXT");
+		if (no && *no == '1')
+			return 1;
+		corr_on = 1;
+		note("enable correlation");
+	}
 	return 0;
 }
 int cuptiActivityDisable(int kind)
@@ -100,7 +115,43 @@ int cuptiActivityDisable(int kind)
 		records_on = 0;
 		note("disable");
 	}
+	if (kind == 39 && corr_on) {
+		corr_on = 0;
+		note("disable correlation");
+	}
 	return 0;
+}
+int cuptiActivityPushExternalCorrelationId(int kind, uint64_t id)
+{
+	if (kind != 5 || nx == 8)
+		return 1;
+	xstack[nx++] = id;
+	return 0;
+}
+int cuptiActivityPopExternalCorrelationId(int kind, uint64_t *last)
+{
+	if (kind != 5 || nx == 0)
+		return 1;
+	*last = xstack[--nx];
+	return 0;
+}
+
+static size_t rec_size(const uint8_t *r)
+{
+	uint32_t kind;
+	memcpy(&kind, r, 4);
+	return kind == 39 ? XREC : REC;
+}
+
+/* mu held */
+static void append(uint8_t **buf, size_t *n, const uint8_t *r, size_t sz)
+{
+	uint8_t *p = realloc(*buf, *n + sz);
+	if (!p)
+		return;
+	memcpy(p + *n, r, sz);
+	*buf = p;
+	*n += sz;
 }
 int cuptiActivityRegisterCallbacks(void (*r)(uint8_t **, size_t *, size_t *),
 				   void (*d)(void *, uint32_t, uint8_t *, size_t, size_t))
@@ -117,31 +168,44 @@ int cuptiActivityRegisterTimestampCallback(uint64_t (*f)(void))
 int cuptiActivityFlushPeriod(uint32_t ms) { return 0; }
 int cuptiActivityFlushAll(uint32_t flag)
 {
+	pthread_mutex_lock(&mu);
+	uint8_t *held = late;
+	size_t nheld = nlate;
+	late = NULL;
+	nlate = 0;
+	pthread_mutex_unlock(&mu);
 	for (;;) {
 		pthread_mutex_lock(&mu);
 		if (!npending || !req || !done) {
 			pthread_mutex_unlock(&mu);
-			return 0;
+			break;
 		}
 		uint8_t *buf = NULL;
 		size_t size = 0, max = 0;
 		req(&buf, &size, &max);
-		size_t n = buf ? size / REC : 0;
-		if (n > npending)
-			n = npending;
-		memcpy(buf, pending, n * REC);
-		memmove(pending, pending + n * REC, (npending - n) * REC);
+		size_t n = 0;
+		while (buf && n < npending && n + rec_size(pending + n) <= size)
+			n += rec_size(pending + n);
+		memcpy(buf, pending, n);
+		memmove(pending, pending + n, npending - n);
 		npending -= n;
 		pthread_mutex_unlock(&mu);
-		done(NULL, 0, buf, size, n * REC);
+		done(NULL, 0, buf, size, n);
 		if (!n)
-			return 0;
+			break;
 	}
+	/* what was held back comes with the next flush */
+	pthread_mutex_lock(&mu);
+	if (nheld)
+		append(&pending, &npending, held, nheld);
+	pthread_mutex_unlock(&mu);
+	free(held);
+	return 0;
 }
 int cuptiActivityGetNextRecord(uint8_t *buf, size_t valid, void **rec)
 {
-	uint8_t *next = *rec ? (uint8_t *)*rec + REC : buf;
-	if (next + REC > buf + valid)
+	uint8_t *next = *rec ? (uint8_t *)*rec + rec_size(*rec) : buf;
+	if (next + 4 > buf + valid || next + rec_size(next) > buf + valid)
 		return 12; /* CUPTI_ERROR_MAX_LIMIT_REACHED */
 	*rec = next;
 	return 0;
@@ -153,7 +217,7 @@ int cuptiActivityGetNumDroppedRecords(void *ctx, uint32_t stream, size_t *n)
 }
 int cuptiFinalize(void)
 {
-	subscribed = records_on = 0;
+	subscribed = records_on = corr_on = 0;
 	memset(driver_on, 0, sizeof(driver_on));
 	note("finalize");
 	return 0;
@@ -179,23 +243,32 @@ void fakecupti_launch(const char *name, void *s, void *ctx, uint32_t cbid)
 	if (on)
 		f(userdata, 1, cbid, &d);
 	pthread_mutex_lock(&mu);
+	if (records_on && corr_on && nx) {
+		uint8_t x[XREC] = {0};
+		uint32_t kind = 39, xkind = 5;
+		memcpy(x, &kind, 4);
+		memcpy(x + 4, &xkind, 4);
+		memcpy(x + 8, &xstack[nx - 1], 8);
+		memcpy(x + 16, &id, 4);
+		const char *lt = getenv("FAKECUPTI_CORR_LATE");
+		if (lt && *lt == '1')
+			append(&late, &nlate, x, XREC);
+		else
+			append(&pending, &npending, x, XREC);
+	}
 	if (records_on && clock_fn) {
-		uint8_t *p = realloc(pending, (npending + 1) * REC);
-		if (p) {
-			pending = p;
-			uint8_t *r = p + npending++ * REC;
-			memset(r, 0, REC);
-			uint32_t kind = 10, dev = 0;
-			uint64_t start = clock_fn() + 2000, end = start + 500;
-			int64_t g = ++grid;
-			memcpy(r, &kind, 4);
-			memcpy(r + 16, &start, 8);
-			memcpy(r + 24, &end, 8);
-			memcpy(r + 40, &dev, 4);
-			memcpy(r + 92, &id, 4);
-			memcpy(r + 96, &g, 8);
-			memcpy(r + 104, &name, sizeof(name));
-		}
+		uint8_t r[REC] = {0};
+		uint32_t kind = 10, dev = 0;
+		uint64_t start = clock_fn() + 2000, end = start + 500;
+		int64_t g = ++grid;
+		memcpy(r, &kind, 4);
+		memcpy(r + 16, &start, 8);
+		memcpy(r + 24, &end, 8);
+		memcpy(r + 40, &dev, 4);
+		memcpy(r + 92, &id, 4);
+		memcpy(r + 96, &g, 8);
+		memcpy(r + 104, &name, sizeof(name));
+		append(&pending, &npending, r, REC);
 	}
 	pthread_mutex_unlock(&mu);
 	d.site = 1;
