@@ -96,6 +96,9 @@ type ringState struct {
 	// discarded, read by Stats while drains run (and after the mirror is
 	// unmapped).
 	produced, dropped, discarded, pending atomic.Uint64
+	// budget: the trace_printk ring's count of probe calls that spent
+	// their loop budget (gpumap.OffBudget), as of the last drain
+	budget atomic.Uint64
 	// Drains so far, data bytes they copied, time spent in them, the part
 	// of it the agent worked on them, the part it waited for its copies,
 	// the agent still busy with the drain before when one was sent, and the
@@ -403,6 +406,7 @@ func (rs *ringState) addStats(st *Stats) {
 	}
 	st.RecordsProduced += rs.produced.Load()
 	st.RingDrops += rs.dropped.Load()
+	st.LoopBudgetSpent += rs.budget.Load()
 	st.RecordsDiscard += rs.discarded.Load()
 	st.RingPending += rs.pending.Load()
 	st.Drains += rs.drains.Load()

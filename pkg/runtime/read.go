@@ -169,13 +169,14 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 			return
 		}
 		rs.failed = false
-		var delivered, discarded, pending, produced, dropped uint64
+		var delivered, discarded, pending, produced, dropped, budget uint64
 		work := rs.scans[:0]
 		for j, r := range rs.readers {
 			reserved := r.Reserved()
 			rs.reserved[j], rs.pend[j] = reserved, 0
 			produced += r.Produced()
 			dropped += r.Dropped()
+			budget += r.BudgetSpent()
 			// Scan also when nothing is ready: it marks what this copy
 			// shows committed, for the next drain to consume
 			if r.Pending(reserved) > 0 {
@@ -211,6 +212,7 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 		rs.discarded.Add(discarded)
 		rs.produced.Store(produced)
 		rs.dropped.Store(dropped)
+		rs.budget.Store(budget)
 		rs.pending.Store(pending)
 		if !final || pending == 0 {
 			return

@@ -80,12 +80,25 @@ type Options struct {
 	// included. A process where CUPTI cannot be had is traced without
 	// them, its reason in Stats.KernelTimesOff.
 	KernelTimes KernelTimesMode
+	// LoopBudget: the iterations a probe's thread may run through the loop
+	// heads of one function call, where the loops' bounds come from data
+	// and the verifier proved only their memory safety (0:
+	// DefaultLoopBudget). A call that spends it returns 0, the probe goes
+	// no further and the application's kernel goes on; Stats.LoopBudgetSpent
+	// counts those returns.
+	LoopBudget uint64
 	// Direct: the session runs the object's direct programs (sections
 	// gpu/direct, kprobe/__directly_run) as kernels of their own with
 	// RunDirect, and nothing else; without it they are left out. With
 	// Programs, they run in that order.
 	Direct bool
 }
+
+// DefaultLoopBudget is Options.LoopBudget's default: loop heads a probe's
+// thread passes in one function call. bpftime's GEMM passes K of them; a
+// thread that spends the budget costs its kernel about as much as a
+// 65,536-step loop, milliseconds, not a hang.
+const DefaultLoopBudget = 1 << 16
 
 // KernelTimesMode says when a session turns CUPTI's kernel records on.
 type KernelTimesMode int
@@ -197,13 +210,16 @@ type Session struct {
 	// usesKernelIndex: a GPU program calls bpf_gpu_kernel_index, so its
 	// output has kernel indexes a tool should name.
 	usesKernelIndex bool
-	gone            []*Process  // detached, kept for their counters
-	fatbins         fatbinCache // device code of mapped files (late.go)
-	closed          bool
-	running         int  // CommandRunning
-	woundUp         bool // windUp
-	stats           Stats
-	clocks          []ClockSample
+	// budgeted: the programs that run with the loop budget
+	// (verify.Verdict.LoopBudget), by name
+	budgeted map[string]bool
+	gone     []*Process  // detached, kept for their counters
+	fatbins  fatbinCache // device code of mapped files (late.go)
+	closed   bool
+	running  int  // CommandRunning
+	woundUp  bool // windUp
+	stats    Stats
+	clocks   []ClockSample
 	// sink, set by RunDirect while it drains after a kernel, takes the
 	// batches instead of Batches (they belong to that kernel).
 	sink func(*Batch)
@@ -326,6 +342,7 @@ type Stats struct {
 	RecordsLost     uint64            // records delivered while no one read Batches
 	RecordsProduced uint64            // records GPU producers tried to write (GPU count)
 	RingDrops       uint64            // records GPU producers dropped (ring full; GPU count)
+	LoopBudgetSpent uint64            // probe function calls that spent their loop budget and returned 0 (GPU count)
 	RecordsDiscard  uint64            // records the program reserved and discarded
 	RingPending     uint64            // bytes reserved on the GPU not consumed yet (in flight)
 	Drains          uint64            // ring drains (agent round trips)
@@ -435,6 +452,15 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 	}
 	if err := verify.Programs(spec, checks); err != nil {
 		return nil, err
+	}
+	for _, c := range checks {
+		if c.Verdict.LoopBudget {
+			if s.budgeted == nil {
+				s.budgeted = map[string]bool{}
+			}
+			s.budgeted[c.Spec.Name] = true
+			s.logf("GPU program %s: its loops' bounds come from data: each runs with an iteration budget of %d per call", c.Spec.Name, s.loopBudget())
+		}
 	}
 	for _, g := range gpu {
 		f, err := s.compile(g, placeholderPlacements(spec, g), gpumap.Placement{Kind: gpumap.RingBuf, Addr: 0x7f0000000000, HostResident: true, MaxEntries: 1 << 20}, 0)
@@ -577,11 +603,22 @@ func probeFuncName(prog string) string { return "gpubpf_" + nonIdent.ReplaceAllS
 
 // compile compiles one GPU program against real or placeholder placements.
 func (s *Session) compile(g GPUProgram, maps map[string]gpumap.Placement, printk gpumap.Placement, pid uint32) (*jit.Function, error) {
-	f, err := jit.Compile(g.Spec, jit.Options{Maps: maps, Printk: printk, PID: pid, FuncName: probeFuncName(g.Spec.Name), Constants: s.constants})
+	var budget uint64
+	if s.budgeted[g.Spec.Name] {
+		budget = s.loopBudget()
+	}
+	f, err := jit.Compile(g.Spec, jit.Options{Maps: maps, Printk: printk, PID: pid, FuncName: probeFuncName(g.Spec.Name), Constants: s.constants, LoopBudget: budget})
 	if err != nil {
 		return nil, fmt.Errorf("GPU program %s (section %s): %w", g.Spec.Name, g.Spec.SectionName, err)
 	}
 	return f, nil
+}
+
+func (s *Session) loopBudget() uint64 {
+	if s.opts.LoopBudget > 0 {
+		return s.opts.LoopBudget
+	}
+	return DefaultLoopBudget
 }
 
 // CheckGPUMaps refuses, before anything is loaded or started, a map a GPU

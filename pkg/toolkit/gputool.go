@@ -444,6 +444,10 @@ func KernelAccount(a *Account, st runtime.Stats) {
 	if st.RecordsProduced > 0 || st.RingPending > 0 {
 		a.Note(RecordAccount(st))
 	}
+	if st.LoopBudgetSpent > 0 {
+		a.Add(st.LoopBudgetSpent, "probe calls stopped by their loop budget",
+			"a loop whose bound comes from data ran past it: the probe returned there, the kernel went on")
+	}
 }
 
 // SkippedAccount is the kernels-skipped clause: kernels without PTX (most

@@ -132,6 +132,50 @@ else
 	bad "building ctxcreate.c: $(tail -n 3 "$T/ctxcreate.build")"
 fi
 
+# 6b. loops whose bounds come from data, in probes (issue 44): the loop
+# budget. A probe whose loop runs K times, K a map value: every one of the
+# 4096 threads' sums exact; a probe whose loop never ends: each thread
+# spends its budget once per launch, counted exactly, and vec_add's result
+# stays right.
+LOOPS=pkg/runtime/verify/testdata/loops.bpf.o
+LAUNCHES=$((ITER + 1))
+timeout 300 gpubpf run -j --program map_bounded_probe "$LOOPS" -- samples/bin/vec_add 4096 $ITER $THR $BLK >"$T/budget-map.out" 2>"$T/budget-map.err"
+rc=$?
+chk=$(python3 - "$T/budget-map.out" $((THR * BLK)) $LAUNCHES <<'PY'
+import json, sys
+f, n, launches = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+h = 0
+for k in range(40):
+    h = (h * 31 + k) % (1 << 64)
+want = (h * launches) % (1 << 64)
+want = want - (1 << 64) if want >= 1 << 63 else want  # out holds s64
+got = {}
+for line in open(f):
+    try: o = json.loads(line)
+    except ValueError: continue
+    if o.get("type") == "map" and o.get("map") == "out":
+        got[int(o["key"])] = int(o["value"])
+bad = [k for k in range(n) if got.get(k) != want]
+spent = next((json.loads(l).get("loop_budget_spent") for l in open(f) if '"type":"summary"' in l), None)
+print(("ok" if not bad and spent == 0 else "bad") + f" {n - len(bad)}/{n} slots = {want}; budget spent {spent}")
+PY
+)
+if [ $rc -eq 0 ] && grep -q "RESULT vec_add ok" "$T/budget-map.out" && [[ "$chk" == ok* ]]; then
+	ok "a probe's loop bounded by a map value (K=40) on vec_add: ${chk#ok }"
+else
+	bad "map-bounded probe loop: rc=$rc $chk; $(tail -n 2 "$T/budget-map.err" | tr '\n' ' ')"
+fi
+timeout 300 gpubpf run -j --loop-budget 4096 --program endless_probe "$LOOPS" -- samples/bin/vec_add 4096 $ITER $THR $BLK >"$T/budget-endless.out" 2>"$T/budget-endless.err"
+rc=$?
+spent=$(summary_field "$T/budget-endless.out" loop_budget_spent)
+timeout 300 gpubpf run --loop-budget 4096 --program endless_probe "$LOOPS" -- samples/bin/vec_add 4096 $ITER $THR $BLK >"$T/budget-endless-text.out" 2>"$T/budget-endless-text.err"
+if [ $rc -eq 0 ] && grep -q "RESULT vec_add ok" "$T/budget-endless.out" && [ "$spent" = $((LAUNCHES * THR * BLK)) ] &&
+	grep -q "probe calls stopped by their loop budget" "$T/budget-endless-text.err"; then
+	ok "a probe's endless loop: every thread left through its budget, $spent counted (want $((LAUNCHES * THR * BLK))), vec_add's result right; said: $(grep -ao '[0-9]* probe calls stopped by their loop budget' "$T/budget-endless-text.err")"
+else
+	bad "endless probe loop: rc=$rc spent=$spent (want $((LAUNCHES * THR * BLK))); $(tail -n 2 "$T/budget-endless.err" "$T/budget-endless-text.err" | tr '\n' ' ')"
+fi
+
 # (The agent's idle cost is measured by agent-check.sh: median of 7 alternating runs.)
 # 7. two GPUs: one clone and one set of maps per device
 if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')" -ge 2 ]; then

@@ -63,11 +63,16 @@ func ptxCmd(c *cli.Context) error {
 		return fmt.Errorf("%s: %w", file, err)
 	}
 	want := c.String("program")
+	budget := map[string]uint64{} // the programs a run gives the loop budget
 	for _, g := range gpu {
 		if want != "" && g.Spec.Name != want {
 			continue
 		}
-		if err := verify.ProgramWith(spec, g.Spec, verify.Options{Direct: g.Direct()}); errors.Is(err, verify.ErrPrivileges) {
+		v, err := verify.Judge(spec, g.Spec, verify.Options{Direct: g.Direct()})
+		if v.LoopBudget {
+			budget[g.Spec.Name] = runtime.DefaultLoopBudget
+		}
+		if errors.Is(err, verify.ErrPrivileges) {
 			// The text reaches no GPU: print it, unchecked, and say so.
 			fmt.Fprintf(c.App.ErrWriter, "gpubpf ptx: %s not checked: %v\n", g.Spec.Name, err)
 		} else if err != nil {
@@ -78,7 +83,7 @@ func ptxCmd(c *cli.Context) error {
 	constants := runtime.ReadOnlyData(spec)
 	printk := gpumap.Placement{Kind: gpumap.RingBuf, Addr: placeholderBase - 0x10000000, HostResident: true, MaxEntries: 1 << 20}
 	if into := c.String("into"); into != "" {
-		return ptxInto(c, file, gpu, into, jit.Options{Maps: maps, Printk: printk, Constants: constants})
+		return ptxInto(c, file, gpu, into, jit.Options{Maps: maps, Printk: printk, Constants: constants}, budget)
 	}
 	var fns []*jit.Function
 	w := c.App.Writer
@@ -86,7 +91,7 @@ func ptxCmd(c *cli.Context) error {
 		if want != "" && g.Spec.Name != want {
 			continue
 		}
-		f, err := jit.Compile(g.Spec, jit.Options{Maps: maps, Printk: printk, FuncName: "gpubpf_" + sanitize(g.Spec.Name), Constants: constants})
+		f, err := jit.Compile(g.Spec, jit.Options{Maps: maps, Printk: printk, FuncName: "gpubpf_" + sanitize(g.Spec.Name), Constants: constants, LoopBudget: budget[g.Spec.Name]})
 		if err != nil {
 			return fmt.Errorf("%s: %w", file, err)
 		}
@@ -96,6 +101,9 @@ func ptxCmd(c *cli.Context) error {
 		}
 		fmt.Fprintf(w, "// gpubpf ptx %s: program %s (section %s) -> .func %s %s; reads ctx: %v (%d bytes)\n",
 			file, g.Spec.Name, g.Spec.SectionName, f.Name, where, f.UsesCtx, f.CtxBytes)
+		if b := budget[g.Spec.Name]; b > 0 {
+			fmt.Fprintf(w, "//   its loops' bounds come from data: each loop head counts, and a call past %d returns 0 there\n", b)
+		}
 		fns = append(fns, f)
 	}
 	n := len(fns)
@@ -161,7 +169,7 @@ func sanitize(s string) string {
 
 // ptxInto prints the clone of into's kernels that --program's section
 // selects, the program pasted at its site.
-func ptxInto(c *cli.Context, file string, gpu []runtime.GPUProgram, into string, opts jit.Options) error {
+func ptxInto(c *cli.Context, file string, gpu []runtime.GPUProgram, into string, opts jit.Options, budget map[string]uint64) error {
 	want := c.String("program")
 	if want == "" {
 		return toolkit.Usagef("gpubpf ptx --into needs --program NAME: the entry or exit program to paste in")
@@ -176,6 +184,7 @@ func ptxInto(c *cli.Context, file string, gpu []runtime.GPUProgram, into string,
 		return fmt.Errorf("--into: %s has no entry or exit program %s (gpu/entry/KERNEL, gpu/exit/KERNEL, kprobe/KERNEL or kretprobe/KERNEL)", file, want)
 	}
 	opts.FuncName = "gpubpf_" + sanitize(g.Spec.Name)
+	opts.LoopBudget = budget[g.Spec.Name]
 	f, err := jit.Compile(g.Spec, opts)
 	if err != nil {
 		return fmt.Errorf("%s: %w", file, err)

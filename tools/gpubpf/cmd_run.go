@@ -49,6 +49,7 @@ final {"type":"summary",...}.` + directHelp,
 			&cli.BoolFlag{Name: "summary", Usage: "count ring-buffer records instead of printing them (maps, printk lines and the record account still print)"},
 			&cli.StringSliceFlag{Name: "attach", Usage: "attach the bare uprobe/uretprobe program PROG to function SYMBOL of PATH (absolute or a library name; default: the traced executable) as `PROG=SYMBOL[@PATH]` (may repeat)"},
 			&cli.UintFlag{Name: "ring-mb", Usage: "data size of each GPU ring buffer per device in `MiB`, a power of two (default: the map's max_entries, at least 32)"},
+			&cli.Uint64Flag{Name: "loop-budget", Usage: "iterations a probe's thread may run in one function call through loops whose bounds come from data (a map value); past it the call returns 0 and the kernel goes on, counted", Value: runtime.DefaultLoopBudget},
 		), directFlags()...),
 		Action: runAction,
 	})
@@ -83,6 +84,9 @@ func runAction(c *cli.Context) error {
 	if ringMB != 0 && (ringMB&(ringMB-1) != 0 || ringMB > 1<<14) {
 		return toolkit.Usagef("--ring-mb %d: want a power of two of at most 16384", ringMB)
 	}
+	if c.Uint64("loop-budget") == 0 {
+		return toolkit.Usagef("--loop-budget 0: want at least 1 iteration")
+	}
 	uprobes, err := parseAttach(c.StringSlice("attach"))
 	if err != nil {
 		return err
@@ -105,6 +109,7 @@ func runAction(c *cli.Context) error {
 		Warn:          toolkit.WarnOf("gpubpf"),
 		UprobeTargets: uprobes,
 		NoInject:      c.Bool(toolkit.FlagNoInject),
+		LoopBudget:    c.Uint64("loop-budget"),
 	})
 	if err != nil {
 		return fmt.Errorf("%s: %w", obj, err)
@@ -489,7 +494,7 @@ func (o *runOutput) summary(st runtime.Stats) {
 		o.emit(map[string]any{"type": "summary", "processes": st.Processes, "kernels_instrumented": matched,
 			"kernels_skipped": st.KernelsSkipped, "instrumented_launches": st.Launches, "launch_failures": st.LaunchFailures,
 			"records_produced": st.RecordsProduced, "records": st.Records, "printk_lines": st.PrintkLines, "records_dropped_gpu": st.RingDrops,
-			"records_discarded": st.RecordsDiscard, "records_lost_tool": st.RecordsLost, "records_in_flight_bytes": st.RingPending,
+			"loop_budget_spent": st.LoopBudgetSpent, "records_discarded": st.RecordsDiscard, "records_lost_tool": st.RecordsLost, "records_in_flight_bytes": st.RingPending,
 			"ring_drains": st.Drains, "ring_drain_bytes": st.DrainBytes, "ring_drain_ms": float64(st.DrainTime.Microseconds()) / 1000,
 			"ring_drain_agent_ms": float64(st.DrainAgent.Microseconds()) / 1000, "ring_drain_wait_ms": float64(st.DrainWait.Microseconds()) / 1000,
 			"ring_drain_agent_busy_ms": float64(st.DrainAgentBusy.Microseconds()) / 1000, "ring_drain_agent_post_ms": float64(st.DrainAgentPost.Microseconds()) / 1000, "ring_drain_to_agent_ms": float64(st.DrainToAgent.Microseconds()) / 1000, "ring_drain_from_agent_ms": float64(st.DrainFromAgent.Microseconds()) / 1000,
@@ -504,6 +509,9 @@ func (o *runOutput) summary(st runtime.Stats) {
 		line += fmt.Sprintf(" (%d refused by the driver, original ran)", st.LaunchFailures)
 	}
 	line += "; " + toolkit.RecordAccount(st)
+	if st.LoopBudgetSpent > 0 {
+		line += fmt.Sprintf("; %d probe calls stopped by their loop budget (returned 0 there, the kernel went on; --loop-budget raises it)", st.LoopBudgetSpent)
+	}
 	if st.Clones > 0 {
 		line += fmt.Sprintf("; JIT %.1f ms, first probe active %.0f ms after start", float64(st.JIT.Microseconds())/1000, float64(st.FirstAttach.Microseconds())/1000)
 	}

@@ -43,9 +43,12 @@ func verifyCmd(c *cli.Context) error {
 			continue
 		}
 		n++
-		err := verify.ProgramWith(spec, g.Spec, verify.Options{Direct: g.Direct()})
+		v, err := verify.Judge(spec, g.Spec, verify.Options{Direct: g.Direct()})
 		var e *verify.Error
 		switch {
+		case err == nil && v.LoopBudget:
+			fmt.Fprintf(w, "%s (%s): ok, memory-safe however long its loops run; their bounds come from data, so each runs with an iteration budget (gpubpf run --loop-budget, default %d per call)\n",
+				g.Spec.Name, g.Spec.SectionName, runtime.DefaultLoopBudget)
 		case err == nil:
 			fmt.Fprintf(w, "%s (%s): ok\n", g.Spec.Name, g.Spec.SectionName)
 		case errors.Is(err, verify.ErrPrivileges):

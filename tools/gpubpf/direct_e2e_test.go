@@ -139,12 +139,24 @@ func TestDirectRunEndToEnd(t *testing.T) {
 	}
 
 	// A loop whose bound comes from a map (bpftime's direct-run GEMM):
-	// refused as a probe, run as a direct program (the stand-in driver
-	// runs no PTX: the launch is what it shows).
+	// run as a direct program as it is (the stand-in driver runs no PTX:
+	// the launch is what it shows), accepted as a probe with the loop
+	// budget, which verify and ptx say.
 	loops := "../../pkg/runtime/verify/testdata/loops.bpf.o"
 	out, errOut, code, _ = gpubpf(nil, "run", "--direct", "--program", "data_bounded", "--map", "dims=[4]", loops)
 	if code != 0 || !strings.Contains(out, "DIRECT gpubpf_direct_data_bounded grid 1,1,1") {
 		t.Errorf("a direct program with a data-bounded loop: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, errOut, code, _ = gpubpf(nil, "verify", "--program", "endless_probe", loops)
+	if code != 0 || !strings.Contains(out, "endless_probe (kprobe/vectorAdd): ok, memory-safe however long its loops run; their bounds come from data, so each runs with an iteration budget (gpubpf run --loop-budget, default 65536 per call)") {
+		t.Errorf("verify of a probe that may never end: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	out, errOut, code, _ = gpubpf(nil, "ptx", "--program", "endless_probe", loops)
+	if code != 0 || !strings.Contains(out, "a call past 65536 returns 0 there") || !strings.Contains(out, "setp.gt.u64 %plb, %lb, 65536;") {
+		t.Errorf("ptx of a probe that may never end: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if _, errOut, code, _ = gpubpf(nil, "run", "--loop-budget", "0", loops); code != 2 || !strings.Contains(errOut, "--loop-budget 0: want at least 1 iteration") {
+		t.Errorf("--loop-budget 0: exit %d\n%s", code, errOut)
 	}
 	hostsLeft()
 

@@ -202,6 +202,7 @@ const (
 	OffRecords                       = 32
 	OffTail                          = 40
 	OffShards                        = 44
+	OffBudget                        = 48 // the trace_printk ring's first control block: see LoopBudget in package jit
 	OffReserved                      = 64
 	OffReleased                      = 128
 	OffClaimed                       = 192

@@ -132,6 +132,11 @@ func (r *Reader) Produced() uint64 {
 	return atomic.LoadUint64(r.u64(OffRecords)) + atomic.LoadUint64(r.u64(OffErrors))
 }
 
+// BudgetSpent is, in the trace_printk ring's first shard, the probe calls
+// that spent their loop budget (jit.Options.LoopBudget), as of the header
+// in mem; 0 in any other ring.
+func (r *Reader) BudgetSpent() uint64 { return atomic.LoadUint64(r.u64(OffBudget)) }
+
 // Reserved is the producers' position as of the header in mem.
 func (r *Reader) Reserved() uint64 { return atomic.LoadUint64(r.u64(OffReserved)) }
 

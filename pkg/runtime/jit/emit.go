@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 )
 
 func (c *compiler) e(format string, a ...any) {
@@ -67,12 +69,18 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 			}
 		}
 	}
+	heads := c.loopHeads(sp)
 	reset(sp.start)
 	for i := sp.start; i < sp.end; i++ {
 		c.cur = i
 		if isTarget[i] {
 			fmt.Fprintf(c.b, "$L%d:\n", i)
 			reset(i)
+		}
+		if heads[i] {
+			c.e("add.u64 %%lb, %%lb, 1;")
+			c.e("setp.gt.u64 %%plb, %%lb, %d;", c.opts.LoopBudget)
+			c.e("@%%plb bra $LB%d;", sp.start)
 		}
 		ins := &c.insns[i]
 		c.stackUse(ins, flow[i-sp.start], &known)
@@ -85,6 +93,16 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 	if j := last.OpCode.JumpOp(); !last.OpCode.Class().IsJump() || (j != asm.Exit && j != asm.Ja) {
 		return "", c.errAt(sp.end-1, fmt.Errorf("function starting at instruction %d falls off its end", sp.start))
 	}
+	if len(heads) > 0 {
+		// The budget spent: counted once per return, and r0 = 0 back to
+		// the caller, as the twin's may_goto exit.
+		fmt.Fprintf(c.b, "$LB%d:\n", sp.start)
+		c.e("mov.u64 %%t7, %s;", imm64(int64(c.opts.Printk.Addr+gpumap.OffBudget)))
+		c.e("red.global.add.u64 [%%t7], 1;")
+		c.e("mov.u64 %%r0, 0;")
+		c.e("st.param.b64 [ret], %%r0;")
+		c.e("ret;")
+	}
 
 	var f, inner strings.Builder
 	if sp.start == 0 {
@@ -94,6 +112,9 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 	}
 	fw := &inner
 	fw.WriteString("\t.reg .b64 %r<11>;\n\t.reg .b64 %t<12>;\n\t.reg .b32 %w<12>;\n\t.reg .pred %p<4>;\n")
+	if len(heads) > 0 {
+		fw.WriteString("\t.reg .b64 %lb;\n\t.reg .pred %plb;\n\tmov.u64 %lb, 0;\n")
+	}
 	text := body.String()
 	var slots []int
 	if usesStack && !c.stackAll {
@@ -136,6 +157,27 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 		c.inline = inner.String()
 	}
 	return f.String(), nil
+}
+
+// loopHeads are sp's loop heads when the program runs with a loop budget
+// (Options.LoopBudget): each instruction a jump goes back to, itself or
+// one before it, other than the function's first (verify's loopHeads, where
+// the CPU twin has its may_goto).
+func (c *compiler) loopHeads(sp *subprog) map[int]bool {
+	if c.opts.LoopBudget == 0 {
+		return nil
+	}
+	heads := map[int]bool{}
+	for i := sp.start; i < sp.end; i++ {
+		ins := &c.insns[i]
+		if jop := ins.OpCode.JumpOp(); !ins.OpCode.Class().IsJump() || jop == asm.Call || jop == asm.Exit {
+			continue
+		}
+		if t := c.target[i]; t >= 0 && t <= i && t != sp.start {
+			heads[t] = true
+		}
+	}
+	return heads
 }
 
 func imm64(v int64) string { return fmt.Sprintf("0x%X", uint64(v)) }

@@ -43,6 +43,15 @@ type Options struct {
 	// offset the compiler can follow becomes an immediate, one memory
 	// round trip fewer on every thread that reads a knob.
 	Constants map[string][]byte
+	// LoopBudget, when not 0, puts a per-thread iteration budget on every
+	// loop head of the program (a jump back to it), where the verifier's
+	// CPU twin has its may_goto (verify.Verdict.LoopBudget): each
+	// function call counts the heads it passes, and past LoopBudget of
+	// them returns 0 at the head, the path the twin's may_goto verified;
+	// from the probe's entry function that leaves the probe, and the
+	// application's kernel goes on. Each such return adds 1 to the u64 at
+	// Printk.Addr + gpumap.OffBudget, which the drains of that ring read.
+	LoopBudget uint64
 }
 
 // Function is a compiled probe.

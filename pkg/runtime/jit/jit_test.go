@@ -1043,3 +1043,57 @@ func TestReadOnlyFold(t *testing.T) {
 		t.Errorf("folded without Options.Constants:\n%s", g.PTX)
 	}
 }
+
+// TestLoopBudget: with Options.LoopBudget every loop head (a jump back to
+// it), in the entry function and in a subprogram, counts and, past the
+// budget, returns 0 from its function after one add to the trace_printk
+// ring's budget word; straight code gets none, a program without the
+// option neither; the module assembles (the inlined entry too).
+func TestLoopBudget(t *testing.T) {
+	insns := asm.Instructions{
+		asm.Mov.Imm(asm.R6, 0),
+		asm.Add.Imm(asm.R6, 1).WithSymbol("head"),
+		asm.JLT.Reg(asm.R6, asm.R1, "head"),
+		asm.Call.Label("spin"),
+		asm.Return(),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("spin"),
+		asm.Add.Imm(asm.R0, 1).WithSymbol("again"),
+		asm.Ja.Label("again"),
+	}
+	opts := testOpts()
+	opts.LoopBudget = 4096
+	f, err := Compile(prog(insns...), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	word := fmt.Sprintf("mov.u64 %%t7, 0x%X;\n\tred.global.add.u64 [%%t7], 1;\n\tmov.u64 %%r0, 0;\n\tst.param.b64 [ret], %%r0;\n\tret;", testPrintk.Addr+gpumap.OffBudget)
+	if n := strings.Count(f.PTX, "setp.gt.u64 %plb, %lb, 4096;"); n != 2 {
+		t.Errorf("%d budget checks, want one per loop head (2):\n%s", n, f.PTX)
+	}
+	if n := strings.Count(f.PTX, word); n != 2 {
+		t.Errorf("%d budget exits, want one per function with a loop (2):\n%s", n, f.PTX)
+	}
+	// the check sits at the head, where the back edge lands
+	if !strings.Contains(f.PTX, "$L1:\n\tadd.u64 %lb, %lb, 1;") || !strings.Contains(f.PTX, "$L6:\n\tadd.u64 %lb, %lb, 1;") {
+		t.Errorf("the checks are not at the loop heads:\n%s", f.PTX)
+	}
+	assemble(t, f)
+	if body := f.inlineBody("%rd1", "", "u0"); !strings.Contains(body, "bra.uni $u0_exit;") || strings.Contains(body, "\tret;\n\t}") {
+		t.Errorf("the inlined entry keeps a ret at its budget exit:\n%s", body)
+	}
+
+	plain, err := Compile(prog(insns...), testOpts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(plain.PTX, "%lb") {
+		t.Errorf("a budget without LoopBudget:\n%s", plain.PTX)
+	}
+	straight, err := Compile(prog(asm.Mov.Imm(asm.R0, 1), asm.Return()), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(straight.PTX, "%lb") {
+		t.Errorf("a budget on straight code:\n%s", straight.PTX)
+	}
+}

@@ -78,6 +78,10 @@ type Error struct {
 	ByKernel bool
 	// tooManyPaths: the kernel gave up on its pending branches (EFAULT).
 	tooManyPaths bool
+	// unlogged: a gave-up told by its errno alone, from a load without
+	// the verifier's log (twin.load); loadLogged gives the reason and the
+	// place.
+	unlogged bool
 }
 
 func (e *Error) Error() string {
@@ -104,20 +108,37 @@ func (e *Error) Error() string {
 type Check struct {
 	Spec *ebpf.ProgramSpec
 	Options
+	// Verdict is what Programs found for an accepted program.
+	Verdict Verdict
+}
+
+// Verdict says how an accepted program must run.
+type Verdict struct {
+	// LoopBudget: the kernel's verifier proved the program's memory
+	// accesses safe however many times its loops run, but not that they
+	// end (their bounds come from data). As a probe it runs with the
+	// GPU's iteration budget on its loop heads (jit.Options.LoopBudget):
+	// a call of a function that spends it returns 0 there, the path the
+	// verifier checked, and the probe's thread goes on with the
+	// application's kernel.
+	LoopBudget bool
 }
 
 // Programs verifies the GPU programs of spec that checks name, each on its
-// own twin. It returns nil when the kernel accepts them all, and otherwise
-// the errors joined (an *Error for each refused program).
+// own twin, and fills each accepted one's Verdict. It returns nil when the
+// kernel accepts them all, and otherwise the errors joined (an *Error for
+// each refused program).
 func Programs(spec *ebpf.CollectionSpec, checks []Check) error {
 	var errs []error
-	for _, c := range checks {
-		if err := ProgramWith(spec, c.Spec, c.Options); err != nil {
+	for i, c := range checks {
+		v, err := Judge(spec, c.Spec, c.Options)
+		if err != nil {
 			if errors.Is(err, ErrPrivileges) {
 				return err
 			}
 			errs = append(errs, err)
 		}
+		checks[i].Verdict = v
 	}
 	return errors.Join(errs...)
 }
@@ -129,8 +150,8 @@ type Options struct {
 	// ends. A loop whose bound comes from data (a map value: bpftime's GEMM
 	// runs K times) is accepted there once the kernel's verifier has
 	// proven its memory accesses safe for any number of iterations. A
-	// probe runs inside the application's kernels and must end: its loops
-	// need bounds the verifier can prove.
+	// probe runs inside the application's kernels and must end: there
+	// such a loop runs with the GPU's iteration budget (Verdict.LoopBudget).
 	Direct bool
 }
 
@@ -141,32 +162,41 @@ func Program(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec) error {
 
 // ProgramWith verifies one GPU program of spec, run as opts say.
 func ProgramWith(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec, opts Options) error {
+	_, err := Judge(spec, p, opts)
+	return err
+}
+
+// Judge verifies one GPU program of spec, run as opts say, and says how an
+// accepted one must run.
+func Judge(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec, opts Options) (Verdict, error) {
 	if e := leak(spec, p); e != nil {
-		return e
+		return Verdict{}, e
 	}
 	tw, err := build(spec, p, false)
 	if err != nil {
-		return err
+		return Verdict{}, err
 	}
 	err = tw.load()
 	var e *Error
 	if err == nil || !errors.As(err, &e) || !e.gaveUp() {
-		return err
+		return Verdict{}, err
 	}
 	// The verifier gave up on a loop. Checked again with a may_goto at
 	// each loop head and every register the loop's body sets made an
 	// unknown number there, so that the body's check converges for values
 	// that stand for every iteration's: what it accepts is safe however
 	// many times the loop runs.
+	// A probe then runs with the GPU's iteration budget where the twin has
+	// its may_goto: a thread never loops forever inside the application's
+	// kernel. A direct run is a kernel of its own that -d ends.
 	wide, werr := build(spec, p, true)
 	if werr != nil || wide.load() != nil {
-		return err
+		if e.unlogged {
+			return Verdict{}, tw.loadLogged() // refused: now the reason and where
+		}
+		return Verdict{}, err
 	}
-	if opts.Direct {
-		return nil
-	}
-	e.Explain = "its loops are memory-safe for any number of iterations, but the verifier cannot prove they end (their bounds come from data: a map value, the kernel's arguments, the thread's index), and a probe runs inside the application's kernel, which a thread that never finishes hangs. Give each loop a constant upper bound as well (for (i = 0; i < 1024 && i < n; i++)); a direct run (gpubpf run --direct) accepts it as it is"
-	return e
+	return Verdict{LoopBudget: !opts.Direct}, nil
 }
 
 // gaveUp reports a refusal because the verifier gave up on the number of
@@ -176,7 +206,29 @@ func (e *Error) gaveUp() bool {
 }
 
 // load loads the twin into the kernel's verifier: nil, or why it refused.
+// First without the verifier's log: on a loop it cannot bound the verifier
+// runs to its million-instruction limit, and cilium then loads the program
+// again with a log it grows each time, a full run each (20 s for a loop
+// bounded by a map value, 2026-11-28, against 1 s). Giving up says E2BIG
+// (or EFAULT) without a log; any other refusal is loaded again with it for
+// the reason.
 func (tw *twin) load() error {
+	coll, err := ebpf.NewCollectionWithOptions(tw.spec, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogDisabled: true}})
+	if err == nil {
+		coll.Close()
+		return nil
+	}
+	if errors.Is(err, unix.E2BIG) || errors.Is(err, unix.EFAULT) {
+		p := tw.prog
+		return &Error{Program: p.Name, Section: p.SectionName, Insn: -1, Reason: err.Error(), ByKernel: true, tooManyPaths: true, unlogged: true,
+			Explain: "the verifier gave up: the program has too many paths or instructions to check (usually a loop it cannot bound)"}
+	}
+	return tw.loadLogged()
+}
+
+// loadLogged loads the twin with the verifier's log: nil, or why it
+// refused, where.
+func (tw *twin) loadLogged() error {
 	p := tw.prog
 	coll, err := ebpf.NewCollectionWithOptions(tw.spec, ebpf.CollectionOptions{})
 	if err == nil {

@@ -47,7 +47,7 @@ func TestRefusesUnsafe(t *testing.T) {
 	want := map[string]string{
 		"null_deref":     "without checking it for NULL",
 		"stack_by_tid":   "stack outside its frame",
-		"endless":        "cannot prove they end",
+		"endless":        "", // memory-safe: accepted with the loop budget (TestDataBoundedLoops)
 		"leak_store":     "copies a pointer",
 		"leak_update":    "copies a pointer",
 		"ctx_far":        "outside its size",
@@ -66,7 +66,13 @@ func TestRefusesUnsafe(t *testing.T) {
 	}
 	for _, p := range progs {
 		t.Run(p.Name, func(t *testing.T) {
-			err := verify.Program(spec, p)
+			v, err := verify.Judge(spec, p, verify.Options{})
+			if want[p.Name] == "" {
+				if err != nil || !v.LoopBudget {
+					t.Fatalf("a loop that may never end but is memory-safe: %+v %v, want accepted with the loop budget", v, err)
+				}
+				return
+			}
 			var e *verify.Error
 			if !errors.As(err, &e) {
 				t.Fatalf("want a refusal, got %v", err)
@@ -89,8 +95,9 @@ func TestRefusesUnsafe(t *testing.T) {
 // A loop whose bound comes from a map value (bpftime's direct-run GEMM):
 // the verifier cannot bound it, so it is checked once for every iteration
 // (the registers its body sets made unknown at its head). A direct run
-// accepts it; a probe, which must end, is told why not; an unsafe access
-// inside such a loop is refused either way.
+// accepts it as it is; a probe, which must end, with the GPU's iteration
+// budget on its loop heads; an unsafe access inside such a loop is refused
+// either way.
 func TestDataBoundedLoops(t *testing.T) {
 	needRoot(t)
 	if !kernelAtLeast(6, 9) {
@@ -104,13 +111,21 @@ func TestDataBoundedLoops(t *testing.T) {
 		}
 		return p
 	}
-	if err := verify.ProgramWith(spec, prog("data_bounded"), verify.Options{Direct: true}); err != nil {
-		t.Fatalf("direct run of a data-bounded loop: %v", err)
+	if v, err := verify.Judge(spec, prog("data_bounded"), verify.Options{Direct: true}); err != nil || v.LoopBudget {
+		t.Fatalf("direct run of a data-bounded loop: %+v %v, want accepted as it is", v, err)
 	}
 	var e *verify.Error
-	err := verify.ProgramWith(spec, prog("data_bounded_probe"), verify.Options{})
-	if !errors.As(err, &e) || !strings.Contains(e.Explain, "cannot prove they end") || !strings.Contains(e.Explain, "gpubpf run --direct") {
-		t.Fatalf("probe with a data-bounded loop: %v, want refused as one that may not end, naming direct runs", err)
+	if v, err := verify.Judge(spec, prog("data_bounded_probe"), verify.Options{}); err != nil || !v.LoopBudget {
+		t.Fatalf("probe with a data-bounded loop: %+v %v, want accepted with the loop budget", v, err)
+	}
+	for _, name := range []string{"map_bounded_probe", "endless_probe"} {
+		if v, err := verify.Judge(spec, prog(name), verify.Options{}); err != nil || !v.LoopBudget {
+			t.Fatalf("%s: %+v %v, want accepted with the loop budget", name, v, err)
+		}
+	}
+	// a loop the verifier can bound needs no budget
+	if v, err := verify.Judge(spec, prog("bounded_probe"), verify.Options{}); err != nil || v.LoopBudget {
+		t.Fatalf("probe with a constant-bounded loop: %+v %v, want accepted without a budget", v, err)
 	}
 	// the same object's probe, as a direct program, is the same loop: the
 	// widening, not the section, makes the difference
@@ -118,7 +133,7 @@ func TestDataBoundedLoops(t *testing.T) {
 		t.Fatalf("the probe's loop, checked as a direct run: %v", err)
 	}
 	for _, direct := range []bool{false, true} {
-		err := verify.ProgramWith(spec, prog("data_bounded_unsafe"), verify.Options{Direct: direct})
+		_, err := verify.Judge(spec, prog("data_bounded_unsafe"), verify.Options{Direct: direct})
 		if !errors.As(err, &e) || !strings.Contains(e.Source, "/* BAD */") || !strings.Contains(e.Error(), "stack") {
 			t.Fatalf("stack indexed by a data-bounded loop (direct %v): %v, want refused on the BAD line", direct, err)
 		}

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // Loops whose bound comes from data (a map value), as bpftime's direct-run
 // GEMM has. The test (verify_test.go) checks that a direct run accepts them,
-// that a probe refuses them saying why, and that an unsafe access in such a
-// loop is refused either way on the line marked BAD.
+// that a probe accepts them with the GPU's loop budget (and a loop the
+// verifier can bound without one), and that an unsafe access in such a loop
+// is refused either way on the line marked BAD.
 #include "types.h"
 #include <bpf/bpf_helpers.h>
 #include "gpu.h"
@@ -46,6 +47,64 @@ SEC("kprobe/vectorAdd")
 int data_bounded_probe(void *ctx)
 {
 	return dot();
+}
+
+/* A constant bound the verifier follows: no budget needed. */
+SEC("kprobe/vectorAdd")
+int bounded_probe(void *ctx)
+{
+	u32 k0 = 0;
+	u32 *K = bpf_map_lookup_elem(&dims, &k0);
+	s64 acc = 0;
+
+	if (!K)
+		return 0;
+	for (u32 k = 0; k < 16; k++)
+		acc += (s64)k * *K;
+	bpf_map_update_elem(&out, &k0, &acc, BPF_ANY);
+	return 0;
+}
+
+/* On vec_add (scripts/gpu/runtime-check.sh): K from a map value the probe
+ * seeds (40), so the verifier cannot bound the loop; each thread adds the
+ * hash h(40) (h = h * 31 + k for k < 40, from 0, mod 2^64) to its slot of
+ * out at every launch. */
+SEC("kprobe/vectorAdd")
+int map_bounded_probe(void *ctx)
+{
+	u32 k0 = 0;
+	u32 *K = bpf_map_lookup_elem(&dims, &k0);
+
+	if (!K)
+		return 0;
+	if (*K == 0)
+		*K = 40;
+	u32 id = bpf_gpu_thread_id();
+	s64 *slot = bpf_map_lookup_elem(&out, &id);
+	s64 acc = 0;
+
+	if (!slot)
+		return 0;
+	for (u32 k = 0; k < *K; k++)
+		acc = acc * 31 + k;
+	*slot += acc;
+	return 0;
+}
+
+/* Never ends: dims[1] stays 0. Memory-safe, so a probe runs it with the
+ * loop budget, which every thread spends once per launch. */
+SEC("kprobe/vectorAdd")
+int endless_probe(void *ctx)
+{
+	u32 k1 = 1;
+	u32 *spin = bpf_map_lookup_elem(&dims, &k1);
+	u64 n = 0;
+
+	if (!spin)
+		return 0;
+	while (*(volatile u32 *)spin == 0)
+		n++;
+	return n;
 }
 
 /* The loop's index used on the stack: unsafe however the loop is bounded. */
