@@ -87,7 +87,7 @@ vet:
 # statistics (no GPU).
 test: fmt vet agent
 	$(GO) test -count=1 ./...
-	PYTHONDONTWRITEBYTECODE=1 python3 -m unittest scripts/gpu/test_bench_table.py scripts/gpu/test_launchrate_stats.py
+	PYTHONDONTWRITEBYTECODE=1 python3 -m unittest scripts/gpu/test_bench_table.py scripts/gpu/test_launchrate_stats.py scripts/gpu/test_soak_util.py
 
 # On the GPU machine: build samples and agent, run every GPU test and
 # benchmark, print a table last. Go binaries come prebuilt (make gpu-bundle).

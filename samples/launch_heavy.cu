@@ -13,6 +13,10 @@
 // synchronisation, and checks the counters. LAUNCH_HEAVY_GATE=FILE: after the
 // warm-up, print "GATED pid=PID" and wait (60 s at most) for FILE before the
 // timed launches, so a test can attach a tool with -p first.
+// LAUNCH_HEAVY_SECONDS=S: launch for S seconds instead of LAUNCHES times;
+// LAUNCH_HEAVY_REPORT_S=R: every R seconds print "RATE t=T launches=N
+// per_s=X" for that interval (a soak: scripts/gpu/soak-check.sh). Keep
+// THREADS x launches per stream under 2^32 (the counters are 32-bit).
 #include "common.h"
 
 #include <cstdlib>
@@ -63,11 +67,27 @@ int main(int argc, char **argv)
 			usleep(2000);
 	}
 
-	double t0 = now_ns();
-	for (int k = 0; k < launches; k++) {
+	const char *secs_env = getenv("LAUNCH_HEAVY_SECONDS"), *report_env = getenv("LAUNCH_HEAVY_REPORT_S");
+	double secs = secs_env ? atof(secs_env) : 0, report = report_env ? atof(report_env) : 0;
+	double t0 = now_ns(), since = t0;
+	int k = 0, at_since = 0;
+	for (; secs > 0 ? k < 2000000000 : k < launches; k++) {
+		if ((secs > 0 || report > 0) && (k & 1023) == 0) {
+			double t = now_ns();
+			if (report > 0 && t - since >= report * 1e9) {
+				printf("RATE t=%.1f launches=%d per_s=%.0f\n", (t - t0) / 1e9, k - at_since,
+				       (k - at_since) / ((t - since) / 1e9));
+				fflush(stdout);
+				since = t;
+				at_since = k;
+			}
+			if (secs > 0 && t - t0 >= secs * 1e9)
+				break;
+		}
 		int s = k % nstreams;
 		tick<<<1, threads, 0, st[s]>>>(dCnt, s, kns);
 	}
+	launches = k;
 	double t1 = now_ns();
 	CHECK_LAUNCH();
 	CHECK(cudaDeviceSynchronize());

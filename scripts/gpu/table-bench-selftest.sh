@@ -218,7 +218,7 @@ tb WORKLOADS="tiny" MODES="counter nonsense"
 # 6. The renderer reads the file back the same (merging a copy adds nothing).
 cp "$TSV" "$S/copy.tsv"
 python3 "$ROOT/scripts/gpu/bench_table.py" "$TSV" "$S/copy.tsv" -o "$S/merged.md" &&
-	diff <(grep -v '^Made by\|^- Invocations\|^  - `' "$MD") <(grep -v '^Made by\|^- Invocations\|^  - `' "$S/merged.md") >/dev/null &&
-	ok "merging a copy of the rows changes nothing" || bad "merged table differs"
+	diff <(grep -v '^Made by\|^- Invocations\|^  - `' "$MD") <(grep -v '^Made by\|^- Invocations\|^  - `' "$S/merged.md") >"$S/merged.diff" &&
+	ok "merging a copy of the rows changes nothing" || bad "merged table differs: $(head -c 1500 "$S/merged.diff")"
 
 if [ $fails = 0 ]; then echo "selftest: ok"; else echo "selftest: $fails FAILED (table-bench output: below)"; tail -30 "$S/tb.out"; exit 1; fi
