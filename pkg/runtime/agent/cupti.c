@@ -35,6 +35,8 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <glob.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "cuptidefs.h"
 #include "server.h"
@@ -312,31 +314,73 @@ static void kt_file(uint64_t corr, uint64_t t, uint64_t stream, uint64_t ctx)
 /* The launch wrappers' side of KT_JOIN_EXTERNAL (ACTIVE_KTIMES set): the
  * launch on stream s is stamped and its id pushed for the driver call the
  * caller makes next; kt_launch_end pops it. Returns whether it pushed. */
+/* Threads between a push and its pop, counted in slots a thread keeps to
+ * itself (by thread id): CUPTI is finalized only while none is, since a
+ * CUPTI call after the finalize would bring it back up in the process.
+ * Dekker-style: a thread counts itself in, then looks at kt_on; the
+ * finalize comes after kt_on went 0 and finds every slot empty. */
+#define KT_SLOTS 64
+static struct {
+	uint64_t n;
+	char pad[56];
+} kt_inflight[KT_SLOTS];
+static __thread int t_kt_slot = -1;
+
+static uint64_t *kt_my_slot(void)
+{
+	if (t_kt_slot < 0)
+		t_kt_slot = (int)((unsigned)syscall(SYS_gettid) % KT_SLOTS);
+	return &kt_inflight[t_kt_slot].n;
+}
+
+static int kt_none_inflight(void)
+{
+	for (int i = 0; i < KT_SLOTS; i++)
+		if (__atomic_load_n(&kt_inflight[i].n, __ATOMIC_SEQ_CST))
+			return 0;
+	return 1;
+}
+
+/* Counts the thread in and pushes id; 0 (counted out again) when the
+ * records are off or CUPTI refuses. */
+static int kt_push_id(uint64_t id)
+{
+	uint64_t *n = kt_my_slot();
+	__atomic_add_fetch(n, 1, __ATOMIC_SEQ_CST);
+	if (__atomic_load_n(&kt_on, __ATOMIC_SEQ_CST) && C.PushExternalCorrelationId &&
+	    C.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, id) == CUPTI_SUCCESS)
+		return 1;
+	__atomic_sub_fetch(n, 1, __ATOMIC_RELEASE);
+	return 0;
+}
+
 int kt_launch_begin(CUstream s)
 {
-	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED) || !C.PushExternalCorrelationId)
+	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED))
 		return 0;
 	uint64_t id = __atomic_add_fetch(&kt_next_ext, 1, __ATOMIC_RELAXED) & ~KT_EXT_AGENT;
 	CUcontext ctx = NULL;
 	if (D.cuCtxGetCurrent)
 		D.cuCtxGetCurrent(&ctx);
 	kt_file(id, mono_ns(), (uint64_t)(uintptr_t)s, (uint64_t)(uintptr_t)ctx);
-	return C.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, id) == CUPTI_SUCCESS;
+	return kt_push_id(id);
 }
 
 void kt_launch_end(int pushed)
 {
 	uint64_t last;
-	if (pushed)
-		C.PopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, &last);
+	if (!pushed)
+		return;
+	C.PopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, &last);
+	__atomic_sub_fetch(kt_my_slot(), 1, __ATOMIC_RELEASE);
 }
 
 /* Around the agent's own launches: their records are left out. */
 int kt_agent_launch_begin(void)
 {
-	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED) || kt_join != KT_JOIN_EXTERNAL || !C.PushExternalCorrelationId)
+	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED) || kt_join != KT_JOIN_EXTERNAL)
 		return 0;
-	return C.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2, KT_EXT_AGENT) == CUPTI_SUCCESS;
+	return kt_push_id(KT_EXT_AGENT);
 }
 
 static CUstream kt_stream(CUpti_CallbackDomain dom, CUpti_CallbackId cbid, const void *params)
@@ -399,7 +443,10 @@ static void CUPTIAPI kt_callback(void *ud, CUpti_CallbackDomain dom, CUpti_Callb
 				__atomic_store_n(&kt_finalize, 1, __ATOMIC_RELEASE);
 				return;
 			}
-			if (!kt_owner && kt_sub) {
+			if (!kt_owner && kt_sub && !kt_none_inflight()) {
+				/* a thread is between its push and its pop */
+				__atomic_store_n(&kt_finalize, 1, __ATOMIC_RELEASE);
+			} else if (!kt_owner && kt_sub) {
 				CUptiResult r = C.Finalize();
 				DBG("CUPTI finalized: %s", r == CUPTI_SUCCESS ? "ok" : cupti_err(r));
 				if (r == CUPTI_SUCCESS) {
@@ -754,6 +801,7 @@ void kt_atfork_child(void)
 	__atomic_store_n(&kt_on, 0, __ATOMIC_RELAXED);
 	kt_owner = NULL;
 	kt_qn = 0;
+	memset(kt_inflight, 0, sizeof(kt_inflight)); /* the parent's other threads are not here */
 	pthread_mutex_init(&kt_mu, NULL);
 	pthread_mutex_init(&kt_life, NULL);
 }
