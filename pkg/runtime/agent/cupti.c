@@ -52,7 +52,7 @@ struct kt_stamp {
 	uint64_t stream;
 	uint64_t ctx;
 	uint32_t agent; /* the agent's own launch: no record for the tool */
-	uint32_t pad;
+	uint32_t join;  /* KT_JOIN_* of the stamp's maker: ids of the two kinds may be equal */
 };
 
 /* One kernel, as op kernel-times sends it (the wire's 64 bytes). */
@@ -123,8 +123,14 @@ static struct kt_corr *kt_corrs;          /* KT_STAMPS of them, never freed once
 /* What CUPTI handed over since the start (kt_mu): the read's one-line
  * account, for a process where no record comes. */
 static struct {
-	uint64_t buffers, kernels, corrs, other, unmatched;
+	uint64_t buffers, kernels, corrs, other, unmatched, joined;
+	int fell_back; /* the external join joined nothing: the callback's now */
 } kt_seen;
+
+/* Kernel records with no correlation at all, after which the external join
+ * is given up for CUPTI's callback (a CUPTI that gives kernel records
+ * another correlation id than the driver call the wrapper pushed for). */
+#define KT_FALLBACK_AFTER 64
 
 /* Kernel names, interned: CUPTI's name pointers are its own, and a name
  * goes to the tool once. */
@@ -299,7 +305,7 @@ static int kt_load(char *why, size_t whysz)
 
 /* ---- the launch callback: a stamp per launch call ---- */
 
-static void kt_file(uint64_t corr, uint64_t t, uint64_t stream, uint64_t ctx)
+static void kt_file(uint64_t corr, uint64_t t, uint64_t stream, uint64_t ctx, int join)
 {
 	struct kt_stamp *e = &kt_stamps[corr & (KT_STAMPS - 1)];
 	__atomic_store_n(&e->corr, 0, __ATOMIC_RELAXED);
@@ -308,6 +314,7 @@ static void kt_file(uint64_t corr, uint64_t t, uint64_t stream, uint64_t ctx)
 	e->stream = stream;
 	e->ctx = ctx;
 	e->agent = g_agent_thread;
+	e->join = (uint32_t)join;
 	__atomic_store_n(&e->corr, corr + 1, __ATOMIC_RELEASE);
 }
 
@@ -362,7 +369,7 @@ int kt_launch_begin(CUstream s)
 	CUcontext ctx = NULL;
 	if (D.cuCtxGetCurrent)
 		D.cuCtxGetCurrent(&ctx);
-	kt_file(id, mono_ns(), (uint64_t)(uintptr_t)s, (uint64_t)(uintptr_t)ctx);
+	kt_file(id, mono_ns(), (uint64_t)(uintptr_t)s, (uint64_t)(uintptr_t)ctx, KT_JOIN_EXTERNAL);
 	return kt_push_id(id);
 }
 
@@ -469,9 +476,9 @@ static void CUPTIAPI kt_callback(void *ud, CUpti_CallbackDomain dom, CUpti_Callb
 	} else if (t_rt_in && t_rt_corr != cb->correlationId) {
 		/* the runtime call's driver call: the launch reaches the driver
 		 * now (the stamp the probes take too) */
-		kt_file(t_rt_corr, t, st, ctx);
+		kt_file(t_rt_corr, t, st, ctx, KT_JOIN_CALLBACK);
 	}
-	kt_file(cb->correlationId, t, st, ctx);
+	kt_file(cb->correlationId, t, st, ctx, KT_JOIN_CALLBACK);
 }
 
 static const CUpti_CallbackId kt_driver_cbids[] = {
@@ -626,9 +633,11 @@ static int kt_resolve(struct kt_raw *r)
 	if (__atomic_load_n(&e->corr, __ATOMIC_ACQUIRE) != id + 1)
 		return 0;
 	uint64_t t = e->t, st = e->stream, ctx = e->ctx;
-	int agent = e->agent;
+	int agent = e->agent, join = (int)e->join;
 	/* the slot may have been filed again as it was read */
 	if (__atomic_load_n(&e->corr, __ATOMIC_ACQUIRE) != id + 1)
+		return 0;
+	if (join != kt_join)
 		return 0;
 	if (agent)
 		return -1; /* the agent's own kernel (its clock) */
@@ -755,6 +764,26 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 	return 0;
 }
 
+/* The external join joined nothing: CUPTI's launch callback stamps the
+ * launches from now on, and the wrappers stop pushing. */
+static void kt_fall_back(struct session *s)
+{
+	pthread_mutex_lock(&kt_life);
+	if (kt_owner == s && kt_join == KT_JOIN_EXTERNAL) {
+		__atomic_and_fetch(&g_active, ~ACTIVE_KTIMES, __ATOMIC_RELEASE);
+		kt_enable_callbacks(1);
+		pthread_mutex_lock(&kt_mu);
+		kt_join = KT_JOIN_CALLBACK;
+		kt_seen.fell_back = 1;
+		pthread_mutex_unlock(&kt_mu);
+		C.ActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+		DBG("kernel times: the external correlation joined none of %llu kernel records; launches stamped from "
+		    "CUPTI's callback from now on",
+		    (unsigned long long)kt_seen.unmatched);
+	}
+	pthread_mutex_unlock(&kt_life);
+}
+
 /* Turns the records off if s has them (NULL: whoever has them). */
 void kt_release(struct session *s)
 {
@@ -860,6 +889,8 @@ int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf
 			}
 			if (rc == 2)
 				kt_seen.unmatched++;
+			else if (rc >= 0)
+				kt_seen.joined++;
 			if (rc < 0)
 				continue;
 			q[n++] = cur.r;
@@ -876,14 +907,22 @@ int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf
 				nnew++;
 			}
 		}
-		char account[256];
+		/* CUPTI gives kernel records but none is tied to a launch the
+		 * wrappers pushed: stamp from its callback from now on */
+		int fall_back = kt_join == KT_JOIN_EXTERNAL && kt_seen.joined == 0 &&
+				kt_seen.unmatched >= KT_FALLBACK_AFTER;
+		char account[512];
 		snprintf(account, sizeof(account),
 			 "CUPTI handed over %llu buffers: %llu kernel records, %llu launch correlations, %llu other; %llu "
 			 "kernels without their launch's correlation; launches stamped %s",
 			 (unsigned long long)kt_seen.buffers, (unsigned long long)kt_seen.kernels,
 			 (unsigned long long)kt_seen.corrs, (unsigned long long)kt_seen.other,
 			 (unsigned long long)kt_seen.unmatched,
-			 kt_join == KT_JOIN_EXTERNAL ? "by the agent (external correlation)" : "by CUPTI's callback");
+			 kt_join == KT_JOIN_EXTERNAL && !fall_back
+				 ? "by the agent (external correlation)"
+				 : kt_seen.fell_back || fall_back
+					   ? "by CUPTI's callback (the external correlation joined none of the first kernel records)"
+					   : "by CUPTI's callback");
 		wb_i32(w, ST_OK);
 		wb_str(w, account);
 		wb_u32(w, 0);
@@ -898,6 +937,8 @@ int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf
 			}
 		}
 		pthread_mutex_unlock(&kt_mu);
+		if (fall_back)
+			kt_fall_back(s);
 		/* A primary context's records go by device (the placement the
 		 * tools read maps by), another context's by its handle. */
 		struct {

@@ -175,6 +175,34 @@ func TestKernelTimesStandIn(t *testing.T) {
 		}
 	})
 
+	// A CUPTI whose kernel records none of the pushed correlations ties to
+	// a launch: past 64 such records the launches are stamped from its
+	// callback, and timed again.
+	t.Run("external correlation joins nothing", func(t *testing.T) {
+		a, c := f.startDialed(t, "GPUBPF_CUPTI="+lib, "FAKECUPTI_NOCORR=1")
+		if _, _, err := c.KernelTimesStart(); err != nil {
+			t.Fatal(err)
+		}
+		for range 70 {
+			a.launch("launch")
+		}
+		if rep, err := c.KernelTimes(false); err != nil || len(rep.Records) != 0 {
+			t.Fatalf("first read: %+v %v: want the records held for their correlations", rep, err)
+		}
+		rep, err := c.KernelTimes(false)
+		if err != nil || len(rep.Records) != 70 || rep.Records[0].CPU != 0 {
+			t.Fatalf("second read: %d records %v: want 70, untimed", len(rep.Records), err)
+		}
+		if !strings.Contains(rep.Library, "the external correlation joined none") {
+			t.Errorf("the read's account %q does not say the join fell back", rep.Library)
+		}
+		a.launch("launch")
+		rep, err = c.KernelTimes(true)
+		if err != nil || len(rep.Records) != 1 || rep.Records[0].CPU == 0 {
+			t.Fatalf("after the fallback: %+v %v: want the launch stamped from CUPTI's callback", rep, err)
+		}
+	})
+
 	_, busy := f.startDialed(t, "GPUBPF_CUPTI="+lib, "FAKECUPTI_BUSY=1")
 	if _, _, err := busy.KernelTimesStart(); err == nil || !strings.Contains(err.Error(), "held by another subscriber") {
 		t.Errorf("a held CUPTI: %v, want refused as held by another subscriber", err)

@@ -10,6 +10,7 @@
  *   FAKECUPTI_BUSY=1   another subscriber holds CUPTI (subscribe fails, 39)
  *   FAKECUPTI_NOEXT=1  external correlation records refused (enable fails)
  *   FAKECUPTI_CORR_LATE=1  correlation records held back one flush
+ *   FAKECUPTI_NOCORR=1 correlation records enabled but never written
  *   FAKECUPTI_LOG=F    appends "subscribe", "enable", "finalize"... to F
  * Build: gcc -shared -fPIC -o libfakecupti.so fakecupti.c */
 #include <pthread.h>
@@ -243,7 +244,8 @@ void fakecupti_launch(const char *name, void *s, void *ctx, uint32_t cbid)
 	if (on)
 		f(userdata, 1, cbid, &d);
 	pthread_mutex_lock(&mu);
-	if (records_on && corr_on && nx) {
+	const char *nocorr = getenv("FAKECUPTI_NOCORR");
+	if (records_on && corr_on && nx && !(nocorr && *nocorr == '1')) {
 		uint8_t x[XREC] = {0};
 		uint32_t kind = 39, xkind = 5;
 		memcpy(x, &kind, 4);
