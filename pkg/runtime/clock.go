@@ -83,3 +83,12 @@ func (s *Session) ClockSamples() []ClockSample {
 	defer s.mu.Unlock()
 	return append([]ClockSample(nil), s.clocks...)
 }
+
+// ClockSamplesSince returns the calibrations taken after the first n, and
+// how many there are now: a tool that takes them as they come copies each
+// once (an hour's attach takes thousands).
+func (s *Session) ClockSamplesSince(n int) ([]ClockSample, int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]ClockSample(nil), s.clocks[min(n, len(s.clocks)):]...), len(s.clocks)
+}

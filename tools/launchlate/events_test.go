@@ -174,7 +174,7 @@ func TestEventsBatch(t *testing.T) {
 	tr.ingest(src, tab, tab)
 	tr.addClock(src, runtime.ClockSample{Offset: off, Bound: 100, At: 1_000})
 	tr.addClock(src, runtime.ClockSample{Offset: off, Bound: 100, At: 90_000})
-	tr.resolve(false, l.timed, l.untimed)
+	tr.resolve(false, 0, l.timed, l.untimed)
 	l.flushEvents()
 
 	var grids []uint64
@@ -206,7 +206,7 @@ func TestEventsBatch(t *testing.T) {
 	}
 	out.Reset()
 	tr.ingest(src, tab, tab)
-	tr.resolve(false, l.timed, l.untimed)
+	tr.resolve(false, 0, l.timed, l.untimed)
 	l.flushEvents()
 	if out.Len() != 0 {
 		t.Errorf("printed again: %q", out.String())

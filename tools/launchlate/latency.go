@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 
@@ -59,13 +60,26 @@ type source struct {
 type tracker struct {
 	seen    map[source][]uint64 // GPU time of each slot's start
 	pending map[source][]start
-	clocks  map[source][]runtime.ClockSample
-	read    uint64 // starts taken from the table
-	torn    uint64 // slots held back because they changed as they were read
+	clocks  map[source][]runtime.ClockSample // the last clockKeep of them
+	bounds  map[int]uint64                   // each device's largest error bound
+	read    uint64                           // starts taken from the table
+	torn    uint64                           // slots held back because they changed as they were read
+	stale   uint64                           // starts no calibration came after within staleAfter
 }
 
+// A context's calibrations kept: the starts waiting are never older than
+// staleAfter, and the newest two place every later one. A start no
+// calibration comes after within staleAfter (its context's calibrations
+// fail) is counted untimed instead of held: held, they grew by 20 MB a
+// second at 400,000 launches a second.
+const (
+	clockKeep  = 2 * time.Minute
+	staleAfter = 3 * clockEvery
+)
+
 func newTracker() *tracker {
-	return &tracker{seen: map[source][]uint64{}, pending: map[source][]start{}, clocks: map[source][]runtime.ClockSample{}}
+	return &tracker{seen: map[source][]uint64{}, pending: map[source][]start{}, clocks: map[source][]runtime.ClockSample{},
+		bounds: map[int]uint64{}}
 }
 
 // ingest takes a reading of one context's start table. The GPU writes the
@@ -107,29 +121,31 @@ func (t *tracker) ingest(src source, vals, again []byte) {
 	}
 }
 
-// addClock records a calibration of src's clocks.
+// addClock records a calibration of src's clocks, in time order, and lets
+// go of those older than clockKeep before the newest (two stay).
 func (t *tracker) addClock(src source, c runtime.ClockSample) {
-	cs := append(t.clocks[src], c)
-	sort.Slice(cs, func(i, j int) bool { return cs[i].At < cs[j].At })
-	t.clocks[src] = cs
+	cs := t.clocks[src]
+	i := sort.Search(len(cs), func(i int) bool { return cs[i].At > c.At })
+	cs = slices.Insert(cs, i, c)
+	newest := cs[len(cs)-1].At
+	drop := 0
+	for drop < len(cs)-2 && cs[drop].At+uint64(clockKeep) < newest {
+		drop++
+	}
+	t.clocks[src] = slices.Delete(cs, 0, drop)
+	t.bounds[src.dev] = max(t.bounds[src.dev], c.Bound)
 }
 
 // boundsByDevice says, where the calibrations cover several devices, each
 // one's largest error bound (each device's clock is calibrated on its own):
 // ", per device: 0 1226 ns, 1 1301 ns".
 func (t *tracker) boundsByDevice() string {
-	byDev := map[int]uint64{}
-	for src, cs := range t.clocks {
-		for _, c := range cs {
-			byDev[src.dev] = max(byDev[src.dev], c.Bound)
-		}
-	}
-	if len(byDev) < 2 {
+	if len(t.bounds) < 2 {
 		return ""
 	}
 	var parts []string
-	for _, d := range slices.Sorted(maps.Keys(byDev)) {
-		parts = append(parts, fmt.Sprintf("%d %s", d, toolkit.FormatNs(byDev[d])))
+	for _, d := range slices.Sorted(maps.Keys(t.bounds)) {
+		parts = append(parts, fmt.Sprintf("%d %s", d, toolkit.FormatNs(t.bounds[d])))
 	}
 	return ", per device: " + strings.Join(parts, ", ")
 }
@@ -174,8 +190,9 @@ type latency struct {
 }
 
 // resolve hands every pending start it can place in time to fn; the rest
-// wait for the next calibration (all are placed when final).
-func (t *tracker) resolve(final bool, timed func(source, latency), untimed func(source, start)) {
+// wait for the next calibration (all are placed when final), at most
+// staleAfter (now: CLOCK_MONOTONIC ns).
+func (t *tracker) resolve(final bool, now uint64, timed func(source, latency), untimed func(source, start)) {
 	for src, ps := range t.pending {
 		keep := ps[:0]
 		for _, s := range ps {
@@ -187,6 +204,11 @@ func (t *tracker) resolve(final bool, timed func(source, latency), untimed func(
 			if !ok {
 				if final {
 					untimed(src, s) // no calibration at all for this context
+					continue
+				}
+				if s.cpu+uint64(staleAfter) < now {
+					t.stale++
+					untimed(src, s)
 					continue
 				}
 				keep = append(keep, s)
@@ -226,12 +248,17 @@ type stats struct {
 	dur     *hdrhistogram.Histogram // run times (CUPTI), nil until one
 }
 
-func newStats() *stats { return &stats{h: hdrhistogram.New(1, 600e9, 3)} }
+// newHist is one key's histogram, 1 ns to 10 minutes, three significant
+// digits (254 KB; a key per kernel and process: the memory grows with the
+// kernels a program has, not with time).
+func newHist() *hdrhistogram.Histogram { return hdrhistogram.New(1, 600e9, 3) }
+
+func newStats() *stats { return &stats{h: newHist()} }
 
 // addDur records one run time.
 func (s *stats) addDur(ns uint64) {
 	if s.dur == nil {
-		s.dur = hdrhistogram.New(1, 600e9, 3)
+		s.dur = newHist()
 	}
 	s.dur.RecordValue(int64(max(ns, 1)))
 }

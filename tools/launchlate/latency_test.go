@@ -1,9 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"encoding/binary"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -56,12 +59,12 @@ func TestResolveWaitsForCalibration(t *testing.T) {
 	timed := func(_ source, l latency) { lats = append(lats, l) }
 	un := func(source, start) { untimed++ }
 	tr.addClock(src, runtime.ClockSample{Offset: 1000000, Bound: 300, At: 10000})
-	tr.resolve(false, timed, un)
+	tr.resolve(false, 0, timed, un)
 	if len(lats) != 0 || untimed != 1 {
 		t.Fatalf("before a later calibration: %d timed, %d untimed; want 0, 1", len(lats), untimed)
 	}
 	tr.addClock(src, runtime.ClockSample{Offset: 1000100, Bound: 500, At: 20000})
-	tr.resolve(false, timed, un)
+	tr.resolve(false, 0, timed, un)
 	if len(lats) != 1 || lats[0].ns != 4000 || lats[0].bound != 500 {
 		t.Fatalf("got %+v, want one latency of 4000 ns, bound 500", lats)
 	}
@@ -126,7 +129,7 @@ func TestTrackerGraphTimed(t *testing.T) {
 	tr.addClock(src, runtime.ClockSample{Offset: 1_000_000, Bound: 100, At: 5_000})
 	tr.addClock(src, runtime.ClockSample{Offset: 1_000_000, Bound: 100, At: 90_000})
 	l := &launchlate{byStream: true, cur: map[key]*stats{}}
-	tr.resolve(false, l.timed, l.untimed)
+	tr.resolve(false, 0, l.timed, l.untimed)
 	want := key{kernel: 1, pid: 9, graph: true}
 	s := l.cur[want]
 	if s == nil || s.n != 2 || l.timedN != 3 || l.graphT != 3 || l.untimedN != 0 {
@@ -172,7 +175,7 @@ func TestLatencyExactAtEpochScale(t *testing.T) {
 			tr.addClock(src, tc.c1)
 			tr.addClock(src, tc.c2)
 			var got []int64
-			tr.resolve(true, func(_ source, l latency) { got = append(got, l.ns) }, func(source, start) { t.Error("untimed") })
+			tr.resolve(true, 0, func(_ source, l latency) { got = append(got, l.ns) }, func(source, start) { t.Error("untimed") })
 			if len(got) != 1 || got[0] != tc.want {
 				t.Errorf("latency %v, want [%d]", got, tc.want)
 			}
@@ -219,5 +222,40 @@ func TestBoundsByDevice(t *testing.T) {
 	tr.addClock(source{pid: 2, dev: 0}, runtime.ClockSample{Bound: 700, At: 1})
 	if got := tr.boundsByDevice(); got != ", per device: 0 1200 ns, 1 1300 ns" {
 		t.Errorf("got %q", got)
+	}
+}
+
+// TestStaleStartsAndClockKeep: a start no calibration comes after within
+// staleAfter is counted untimed and let go, not held (a context whose
+// calibrations fail); calibrations older than clockKeep before the newest
+// are let go (two stay), the largest bound per device is kept.
+func TestStaleStartsAndClockKeep(t *testing.T) {
+	tr := newTracker()
+	src := source{pid: 1}
+	tab := make([]byte, 2*startSize)
+	putStart(tab, 0, 1, 0, 5000, 1000, 0, kindRuntime)
+	tr.ingest(src, tab, tab)
+	tr.addClock(src, runtime.ClockSample{Offset: 0, Bound: 900, At: 500})
+	untimed := 0
+	timed := func(source, latency) { t.Error("timed without a later calibration") }
+	un := func(source, start) { untimed++ }
+	tr.resolve(false, 1000+uint64(staleAfter)-1, timed, un)
+	if untimed != 0 || len(tr.pending[src]) != 1 {
+		t.Fatalf("within staleAfter: %d untimed, %d pending; want it held", untimed, len(tr.pending[src]))
+	}
+	tr.resolve(false, 1000+uint64(staleAfter)+1, timed, un)
+	if untimed != 1 || tr.stale != 1 || len(tr.pending[src]) != 0 {
+		t.Fatalf("past staleAfter: %d untimed, %d stale, %d pending; want it counted and let go", untimed, tr.stale, len(tr.pending[src]))
+	}
+
+	for i := range 200 {
+		tr.addClock(src, runtime.ClockSample{Bound: 100, At: 1000 + uint64(i)*uint64(time.Second)})
+	}
+	cs := tr.clocks[src]
+	if first, last := cs[0].At, cs[len(cs)-1].At; last-first > uint64(clockKeep) || len(cs) < 2 || !slices.IsSortedFunc(cs, func(a, b runtime.ClockSample) int { return cmp.Compare(a.At, b.At) }) {
+		t.Errorf("%d calibrations kept over %v, want at most %v's worth, in order", len(cs), time.Duration(last-first), clockKeep)
+	}
+	if tr.bounds[0] != 900 {
+		t.Errorf("device 0's largest bound %d, want 900 (from a calibration let go)", tr.bounds[0])
 	}
 }

@@ -220,7 +220,7 @@ func run(c *cli.Context) error {
 	l.mu.Lock()
 	l.read(true)
 	l.calibrate(true) // the processes still attached; those gone took one at exit
-	l.tr.resolve(true, l.timed, l.untimed)
+	l.tr.resolve(true, 0, l.timed, l.untimed)
 	l.kernelTimes(true)
 	l.flushEvents()
 	l.mu.Unlock()
@@ -340,7 +340,7 @@ func (l *launchlate) poll(ctx context.Context, interval time.Duration) {
 			} else {
 				l.takeClocks()
 			}
-			l.tr.resolve(false, l.timed, l.untimed)
+			l.tr.resolve(false, agentproto.MonoNow(), l.timed, l.untimed)
 			l.kernelTimes(false)
 			l.flushEvents()
 			l.mu.Unlock()
@@ -364,14 +364,14 @@ func (l *launchlate) calibrate(final bool) {
 }
 
 func (l *launchlate) takeClocks() {
-	cs := l.sess.ClockSamples()
-	for _, c := range cs[min(l.clocks, len(cs)):] {
+	cs, n := l.sess.ClockSamplesSince(l.clocks)
+	for _, c := range cs {
 		l.tr.addClock(source{c.PID, c.Device, c.Ctx}, c)
 		if l.prom != nil {
 			l.prom.setBound(c.PID, c.Device, c.Bound)
 		}
 	}
-	l.clocks = len(cs)
+	l.clocks = n
 }
 
 // read takes the new kernel starts from the GPU's start table, copied as
@@ -483,8 +483,11 @@ func (l *launchlate) account(a *toolkit.Account) {
 	if l.graphN > 0 {
 		a.Add(l.graphN, "starts of CUDA graph kernels not timed", "counted: a node made before the trace began, or a replay with no stamp (a graph inside another, or launched into a capture)")
 	}
-	if l.untimedN > 0 {
-		a.Add(l.untimedN, "starts without a CPU stamp", "launched by a path no stamp reached (--uprobe: a runtime call stamped more than 1 ms before the driver got it)")
+	if n := l.untimedN - l.tr.stale; n > 0 {
+		a.Add(n, "starts without a CPU stamp", "launched by a path no stamp reached (--uprobe: a runtime call stamped more than 1 ms before the driver got it)")
+	}
+	if l.tr.stale > 0 {
+		a.Add(l.tr.stale, "starts not timed: no clock calibration of their context came after them", fmt.Sprintf("within %v; counted, not held", staleAfter))
 	}
 	if lost := int64(l.produced) - int64(l.tr.read); lost > 0 {
 		a.Add(uint64(lost), "starts lost", "overwritten on the GPU before the tool read them")

@@ -37,7 +37,7 @@ func TestPrometheusEqualsTable(t *testing.T) {
 	tr.ingest(src, tab, tab)
 	tr.addClock(src, runtime.ClockSample{Offset: 1_000_000, Bound: 100, At: 1_000})
 	tr.addClock(src, runtime.ClockSample{Offset: 1_000_000, Bound: 100, At: 90_000})
-	tr.resolve(false, l.timed, l.untimed)
+	tr.resolve(false, 0, l.timed, l.untimed)
 	// CUPTI's records: three of the gemm (one without a stamp), one of the
 	// probed kernel (its run time only)
 	l.addKernelTimes([]runtime.KernelTime{
