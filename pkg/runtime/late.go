@@ -3,7 +3,9 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -84,17 +86,22 @@ func (p *Process) lateFatbins(m agentproto.Module, inv *agentproto.Inventory) ([
 	}
 	var out []*fatbin.Fatbin
 	for _, obj := range ms.Objects() {
-		for _, fb := range p.mappedFatbins(procmaps.HostPath(p.PID, obj)) {
-			for _, k := range fatbin.Kernels(fb) {
-				if want[k.Name] {
-					out = append(out, fb)
-					break
-				}
+		path := procmaps.HostPath(p.PID, obj)
+		var offs []int64
+		for _, c := range p.mappedFatbins(path) {
+			if slices.ContainsFunc(c.kernels, func(k string) bool { return want[k] }) {
+				offs = append(offs, c.off)
 			}
 		}
-		if len(out) > 0 {
-			break // the first object that has them, as the loader would
+		if len(offs) == 0 {
+			continue
 		}
+		fbs, err := readContainers(path, offs)
+		if err != nil {
+			return nil, err
+		}
+		out = fbs
+		break // the first object that has them, as the loader would
 	}
 	if len(out) == 0 {
 		names := make([]string, 0, len(want))
@@ -107,30 +114,77 @@ func (p *Process) lateFatbins(m agentproto.Module, inv *agentproto.Inventory) ([
 	return out, nil
 }
 
-// fatbinCache: the device code of the files processes map, read once per
-// session (PyTorch's libraries are read for every module they hold).
+// fatbinCache: which kernels each fatbin container of the files processes
+// map defines, and where it lies in its file, worked out once per session
+// (PyTorch's libraries are searched for every module they hold). Only the
+// names stay: the containers a module needs are read again from the file
+// (a few MB), where keeping them all would hold a gigabyte of libtorch's.
 type fatbinCache struct {
 	mu    sync.Mutex
-	files map[string][]*fatbin.Fatbin
+	files map[string][]containerKernels
 }
 
-// mappedFatbins is the device code of a file the process maps, through the
-// session's cache (none for a one-off listing: gpubpf kernels).
-func (p *Process) mappedFatbins(path string) []*fatbin.Fatbin {
+// containerKernels is one container of a file: its offset there and the
+// kernels it defines.
+type containerKernels struct {
+	off     int64
+	kernels []string
+}
+
+// mappedFatbins is the index of the device code of a file the process
+// maps, through the session's cache (worked out each time for a one-off
+// listing: gpubpf kernels).
+func (p *Process) mappedFatbins(path string) []containerKernels {
 	if p.s == nil {
-		fbs, _ := fatbin.FromELF(path)
-		return fbs
+		return indexFatbins(path)
 	}
 	c := &p.s.fatbins
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if fbs, ok := c.files[path]; ok {
-		return fbs
+	if idx, ok := c.files[path]; ok {
+		return idx
 	}
 	if c.files == nil {
-		c.files = map[string][]*fatbin.Fatbin{}
+		c.files = map[string][]containerKernels{}
 	}
-	fbs, _ := fatbin.FromELF(path) // not ELF, or no device code: nothing
-	c.files[path] = fbs
-	return fbs
+	idx := indexFatbins(path)
+	c.files[path] = idx
+	return idx
+}
+
+// indexFatbins lists the containers of path with their kernels; nothing
+// for a file that is not ELF or has no device code (or one whose section is
+// compressed: no container has a file offset to be read again at).
+func indexFatbins(path string) []containerKernels {
+	fbs, _ := fatbin.FromELF(path)
+	var idx []containerKernels
+	for _, fb := range fbs {
+		if fb.FileOffset == 0 {
+			continue
+		}
+		c := containerKernels{off: fb.FileOffset}
+		for _, k := range fatbin.Kernels(fb) {
+			c.kernels = append(c.kernels, k.Name)
+		}
+		idx = append(idx, c)
+	}
+	return idx
+}
+
+// readContainers reads the containers at offs of path.
+func readContainers(path string, offs []int64) ([]*fatbin.Fatbin, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading its device code again from %s: %w", path, err)
+	}
+	defer f.Close()
+	out := make([]*fatbin.Fatbin, 0, len(offs))
+	for _, off := range offs {
+		fb, err := fatbin.ReadContainerAt(f, off, path)
+		if err != nil {
+			return nil, fmt.Errorf("reading its device code again: %w", err)
+		}
+		out = append(out, fb)
+	}
+	return out, nil
 }

@@ -87,6 +87,9 @@ func fromELFFile(f *elf.File, path string) ([]*Fatbin, error) {
 		fbs, err := Parse(data)
 		for _, fb := range fbs {
 			fb.Source = path + ":" + name
+			if s.Flags&elf.SHF_COMPRESSED == 0 {
+				fb.FileOffset = int64(s.Offset) + fb.Offset
+			}
 		}
 		out = append(out, fbs...)
 		if err != nil {

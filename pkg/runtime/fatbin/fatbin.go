@@ -115,23 +115,35 @@ func ReadFromWrapper(mem io.ReaderAt, wrapperAddr uint64) (*Fatbin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("at %#x: %w", wrapperAddr, err)
 	}
+	fb, err := ReadContainerAt(mem, int64(w.Data), "memory")
+	if err != nil {
+		return nil, fmt.Errorf("%w (from wrapper %#x)", err, wrapperAddr)
+	}
+	return fb, nil
+}
+
+// ReadContainerAt reads the one container at off of r (a file: off is
+// Fatbin.FileOffset; a process's memory: an address), its size from its own
+// header, capped by MaxPayload. Source becomes "name@off".
+func ReadContainerAt(r io.ReaderAt, off int64, name string) (*Fatbin, error) {
 	hdr := make([]byte, containerHeaderSize)
-	if _, err := mem.ReadAt(hdr, int64(w.Data)); err != nil {
-		return nil, fmt.Errorf("fatbin container at %#x (from wrapper %#x): %w", w.Data, wrapperAddr, err)
+	if _, err := r.ReadAt(hdr, off); err != nil {
+		return nil, fmt.Errorf("fatbin container at %s@%#x: %w", name, off, err)
 	}
 	total, err := containerSize(hdr, 0)
 	if err != nil {
-		return nil, fmt.Errorf("fatbin container at %#x: %w", w.Data, err)
+		return nil, fmt.Errorf("fatbin container at %s@%#x: %w", name, off, err)
 	}
 	buf := make([]byte, total)
-	if _, err := mem.ReadAt(buf, int64(w.Data)); err != nil {
-		return nil, fmt.Errorf("fatbin container at %#x, %d bytes: %w", w.Data, total, err)
+	if _, err := r.ReadAt(buf, off); err != nil {
+		return nil, fmt.Errorf("fatbin container at %s@%#x, %d bytes: %w", name, off, total, err)
 	}
 	fb, err := parseOne(buf, 0)
 	if err != nil {
-		return nil, fmt.Errorf("fatbin container at %#x: %w", w.Data, err)
+		return nil, fmt.Errorf("fatbin container at %s@%#x: %w", name, off, err)
 	}
-	fb.Source = fmt.Sprintf("memory@%#x", w.Data)
+	fb.Source = fmt.Sprintf("%s@%#x", name, off)
+	fb.FileOffset = off
 	return fb, nil
 }
 
@@ -211,11 +223,14 @@ func (e *Element) Payload() ([]byte, error) {
 
 // Fatbin is one container with its elements.
 type Fatbin struct {
-	Source   string // file and section, or memory address
-	Offset   int64  // of the container header within the section or buffer
-	Version  uint16
-	Size     uint64 // of the elements area
-	Elements []*Element
+	Source string // file and section, or memory address
+	Offset int64  // of the container header within the section or buffer
+	// FileOffset is the container's offset in its file (FromELF; with
+	// ReadContainerAt, the offset it was read at); 0 when not known.
+	FileOffset int64
+	Version    uint16
+	Size       uint64 // of the elements area
+	Elements   []*Element
 }
 
 // containerSize validates a container header at b[off:] and returns the

@@ -68,6 +68,26 @@ func TestFixtures(t *testing.T) {
 			if !slices.Equal(names, fx.kernels) {
 				t.Errorf("kernels %v, want %v", names, fx.kernels)
 			}
+			// each container read again alone from its file offset is the same
+			f, err := os.Open(filepath.Join("testdata", fx.file))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			for _, fb := range fbs {
+				again, err := ReadContainerAt(f, fb.FileOffset, fx.file)
+				if err != nil || fb.FileOffset == 0 {
+					t.Fatalf("container at file offset %#x: %v", fb.FileOffset, err)
+				}
+				if again.Size != fb.Size || len(again.Elements) != len(fb.Elements) {
+					t.Fatalf("container at %#x read again: %d elements of %d bytes, want %d of %d", fb.FileOffset, len(again.Elements), again.Size, len(fb.Elements), fb.Size)
+				}
+				for i, e := range fb.Elements {
+					if !bytes.Equal(again.Elements[i].Stored(), e.Stored()) {
+						t.Errorf("container at %#x, element %d differs when read again", fb.FileOffset, i)
+					}
+				}
+			}
 			for _, fb := range fbs {
 				for _, e := range fb.Elements {
 					if e.Kind == KindELF {
