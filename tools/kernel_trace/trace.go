@@ -32,9 +32,28 @@ type launch struct {
 	first, last uint64
 	smFirst     map[uint32]uint64
 	smBlocks    map[uint32]map[uint64]struct{}
+	// blocks: entries of smBlocks; approx: past the bounds below, blocks
+	// are counted from their first thread's record (smMore) instead.
+	blocks int
+	approx bool
+	smMore map[uint32]int
 }
 
-func (l *launch) add(e toolkit.ThreadEvent) {
+// Blocks per SM come from a set of each SM's blocks, which a block's any
+// thread record adds to (most records may be dropped: a full ring), for the
+// first maxLaunchBlocks blocks of a launch while the kept launches hold
+// fewer than maxBlockEntries together (about 100 MB: a million-block grid
+// kept 400 times would take gigabytes). Past either, a launch counts a
+// block from its first thread's record (a dropped record leaves it out)
+// and its row says "~". Variables for the tests.
+var (
+	maxLaunchBlocks = 1 << 16
+	maxBlockEntries = 1 << 21
+)
+
+// add takes one thread's record; entries counts the kept launches' set
+// entries.
+func (l *launch) add(e toolkit.ThreadEvent, entries *int) {
 	if l.threads == 0 || e.TS < l.first {
 		l.first = e.TS
 	}
@@ -45,20 +64,38 @@ func (l *launch) add(e toolkit.ThreadEvent) {
 	if f, ok := l.smFirst[e.SM]; !ok || e.TS < f {
 		l.smFirst[e.SM] = e.TS
 	}
+	bid := uint64(e.BlockX) | uint64(e.BlockY)<<21 | uint64(e.BlockZ)<<42
 	bs := l.smBlocks[e.SM]
+	if _, ok := bs[bid]; ok {
+		return
+	}
+	if !l.approx && (l.blocks >= maxLaunchBlocks || *entries >= maxBlockEntries) {
+		l.approx = true
+	}
+	if l.approx {
+		if e.ThreadX == 0 && e.ThreadY == 0 && e.ThreadZ == 0 {
+			if l.smMore == nil {
+				l.smMore = map[uint32]int{}
+			}
+			l.smMore[e.SM]++
+		}
+		return
+	}
 	if bs == nil {
 		bs = map[uint64]struct{}{}
 		l.smBlocks[e.SM] = bs
 	}
-	bs[uint64(e.BlockX)|uint64(e.BlockY)<<21|uint64(e.BlockZ)<<42] = struct{}{}
+	bs[bid] = struct{}{}
+	l.blocks++
+	*entries++
 }
 
 // summary: blocks per SM (min, max) and how long after the launch's first
 // start the last SM to start did.
 func (l *launch) summary() (bmin, bmax int, lastSM uint64) {
 	bmin = -1
-	for sm, bs := range l.smBlocks {
-		n := len(bs)
+	for sm := range l.smFirst {
+		n := len(l.smBlocks[sm]) + l.smMore[sm]
 		if bmin < 0 || n < bmin {
 			bmin = n
 		}
@@ -90,6 +127,7 @@ type tracer struct {
 	perKernel map[launchKey][]*launch     // the kept launches by (pid, kernel)
 	now       func() time.Time
 	gauges    map[string]*prometheus.GaugeVec // --prometheus
+	entries   int                             // the kept launches' block-set entries (launch.add)
 }
 
 func newTracer(w *bufio.Writer, json, stamp bool, maxEvents int64, keep int) *tracer {
@@ -112,7 +150,7 @@ func (t *tracer) batch(b *runtime.Batch) {
 			continue
 		}
 		t.threads++
-		t.launchOf(b.PID, b.Device, b.Ctx, e).add(e)
+		t.launchOf(b.PID, b.Device, b.Ctx, e).add(e, &t.entries)
 		t.totals[launchKey{pid: b.PID, kernel: e.Kernel}].threads++
 		if t.maxEvents >= 0 && t.printed >= t.maxEvents {
 			continue
@@ -151,6 +189,7 @@ func (t *tracer) launchOf(pid, dev int, ctx uint64, e toolkit.ThreadEvent) *laun
 		sort.Slice(ls, func(i, j int) bool { return ls[i].first < ls[j].first })
 		for _, old := range ls[:len(ls)-t.keep] {
 			delete(t.launches, old.key)
+			t.entries -= old.blocks
 		}
 		ls = append([]*launch(nil), ls[len(ls)-t.keep:]...)
 	}
@@ -192,8 +231,8 @@ func (t *tracer) report(rep *toolkit.Report) {
 				b = toolkit.AppendJSONString(b, base)
 				b = append(b, `,"mangled":`...)
 				b = toolkit.AppendJSONString(b, mangled)
-				b = fmt.Appendf(b, `,"grid":%d,"threads":%d,"first_start":%d,"last_start":%d,"start_spread_ns":%d,"sms":%d,"blocks_per_sm_min":%d,"blocks_per_sm_max":%d,"last_sm_late_ns":%d}`+"\n",
-					l.key.grid, l.threads, l.first, l.last, l.last-l.first, len(l.smFirst), bmin, bmax, lastSM)
+				b = fmt.Appendf(b, `,"grid":%d,"threads":%d,"first_start":%d,"last_start":%d,"start_spread_ns":%d,"sms":%d,"blocks_per_sm_min":%d,"blocks_per_sm_max":%d,"blocks_from_first_threads":%t,"last_sm_late_ns":%d}`+"\n",
+					l.key.grid, l.threads, l.first, l.last, l.last-l.first, len(l.smFirst), bmin, bmax, l.approx, lastSM)
 				t.w.Write(b)
 			}
 			continue
@@ -211,6 +250,9 @@ func (t *tracer) report(rep *toolkit.Report) {
 			if bmax != bmin {
 				bps += "-" + strconv.Itoa(bmax)
 			}
+			if l.approx {
+				bps = "~" + bps
+			}
 			dev := strconv.Itoa(l.key.dev)
 			if l.key.ctx != 0 {
 				dev += fmt.Sprintf(" (ctx 0x%x)", l.key.ctx)
@@ -225,6 +267,7 @@ func (t *tracer) report(rep *toolkit.Report) {
 		t.perKernel = map[launchKey][]*launch{}
 		t.launches = map[launchKey]*launch{}
 		t.totals = map[launchKey]*kernelTotals{}
+		t.entries = 0
 	}
 }
 

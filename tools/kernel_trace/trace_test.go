@@ -43,11 +43,33 @@ func TestLaunchSummary(t *testing.T) {
 	l := &launch{smFirst: map[uint32]uint64{}, smBlocks: map[uint32]map[uint64]struct{}{}}
 	for _, r := range [][]byte{rec(1000, 7, 0, 0, 0), rec(1100, 7, 1, 0, 0), rec(1300, 7, 2, 0, 1), rec(1400, 7, 2, 1, 1)} {
 		e, _ := toolkit.DecodeThreadEvent(r)
-		l.add(e)
+		l.add(e, new(int))
 	}
 	bmin, bmax, lastSM := l.summary()
 	if l.threads != 4 || l.last-l.first != 400 || bmin != 1 || bmax != 2 || lastSM != 300 {
 		t.Fatalf("threads %d spread %d blocks/SM %d-%d last SM %d", l.threads, l.last-l.first, bmin, bmax, lastSM)
+	}
+}
+
+// TestLaunchBlocksBounded: past maxLaunchBlocks blocks in its set, a
+// launch counts a block from its first thread's record only, and its row
+// says so; the kept launches' entries are counted.
+func TestLaunchBlocksBounded(t *testing.T) {
+	old := maxLaunchBlocks
+	maxLaunchBlocks = 2
+	defer func() { maxLaunchBlocks = old }()
+	l := &launch{smFirst: map[uint32]uint64{}, smBlocks: map[uint32]map[uint64]struct{}{}}
+	entries := 0
+	// blocks 0, 1 (sets), then 2 and 3 on SM 0 from their thread 0, block 4
+	// from another thread only: not counted
+	for _, r := range [][]byte{rec(1000, 0, 0, 5, 0), rec(1001, 0, 1, 5, 0), rec(1002, 0, 1, 0, 0), rec(1003, 0, 2, 0, 0),
+		rec(1004, 0, 3, 0, 0), rec(1005, 0, 3, 7, 0), rec(1006, 0, 4, 9, 0)} {
+		e, _ := toolkit.DecodeThreadEvent(r)
+		l.add(e, &entries)
+	}
+	bmin, bmax, _ := l.summary()
+	if !l.approx || entries != 2 || bmin != 4 || bmax != 4 {
+		t.Fatalf("approx %v, entries %d, blocks/SM %d-%d; want approximate, 2 entries, 4 blocks", l.approx, entries, bmin, bmax)
 	}
 }
 
