@@ -223,6 +223,11 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 			metricsDone = every(ctx, metricsEvery, func() {
 				out.read()
 				out.metrics()
+				// the runtime's clauses of the account as the trace goes
+				// (the tool's own are set at the end)
+				a := &Account{Tool: t.Name}
+				KernelAccount(a, sess.Stats())
+				a.Export(exp)
 			})
 		}
 	}

@@ -39,6 +39,9 @@ launchlate --otlp http://otel:4318 -p 4242  # push them to an OpenTelemetry coll
 const (
 	readEvery  = 100 * time.Millisecond
 	clockEvery = 2 * time.Second
+	// accountEvery: how often --prometheus/--otlp get the account while
+	// tracing
+	accountEvery = 10 * time.Second
 	clockRound = 8
 	startSlots = 1 << 16 // LL_STARTS
 	graphSlots = 1 << 14 // LL_GRAPH_STARTS
@@ -327,6 +330,7 @@ func (l *launchlate) poll(ctx context.Context, interval time.Duration) {
 	if interval > 0 {
 		next = time.Now().Add(interval)
 	}
+	lastAccount := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
@@ -343,6 +347,14 @@ func (l *launchlate) poll(ctx context.Context, interval time.Duration) {
 			l.tr.resolve(false, agentproto.MonoNow(), l.timed, l.untimed)
 			l.kernelTimes(false)
 			l.flushEvents()
+			if l.prom != nil && now.Sub(lastAccount) >= accountEvery {
+				// the account as the trace goes, for a fleet's dashboards
+				lastAccount = now
+				a := &toolkit.Account{Tool: "launchlate"}
+				l.account(a)
+				toolkit.KernelAccount(a, l.ktAccount(a, l.sess.Stats()))
+				a.Export(l.prom.e)
+			}
 			l.mu.Unlock()
 			if report {
 				l.report(false)
