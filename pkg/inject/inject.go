@@ -72,7 +72,7 @@ func Inject(pid int, lib string, opts Options) (*Result, error) {
 	if mapsLibrary(ms, lib) {
 		return &Result{AlreadyLoaded: true}, nil
 	}
-	if err := checkProcess(pid); err != nil {
+	if err := checkProcess(pid, lib); err != nil {
 		return nil, err
 	}
 	fns, err := findFunctions(pid, ms)
@@ -103,7 +103,7 @@ func mapsLibrary(ms procmaps.Maps, lib string) bool {
 }
 
 // checkProcess refuses what ptrace or dlopen cannot do here, saying why.
-func checkProcess(pid int) error {
+func checkProcess(pid int, lib string) error {
 	if b, err := os.ReadFile("/proc/sys/kernel/yama/ptrace_scope"); err == nil {
 		if err := yamaAllows(string(b)); err != nil {
 			return err
@@ -118,8 +118,8 @@ func checkProcess(pid int) error {
 	}
 	mine, err1 := os.Readlink("/proc/self/ns/mnt")
 	theirs, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
-	if err1 == nil && err2 == nil && mine != theirs {
-		return fmt.Errorf("%w: process %d runs in another mount namespace (a container), where the agent library's path does not resolve; start it with LD_PRELOAD set to the agent instead", ErrUnsupported, pid)
+	if st, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", pid, lib)); err1 == nil && err2 == nil && mine != theirs && (err != nil || !st.Mode().IsRegular()) {
+		return fmt.Errorf("%w: process %d runs in another mount namespace (a container), where %s does not resolve; start it with LD_PRELOAD set to the agent instead", ErrUnsupported, pid, lib)
 	}
 	return nil
 }

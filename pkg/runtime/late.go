@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"os"
@@ -26,15 +27,88 @@ func (s *Session) injectAgent(pid int) error {
 	if err != nil {
 		return err
 	}
-	res, err := inject.Inject(pid, lib, inject.Options{})
+	target, cleanup, err := agentPathFor(pid, lib)
+	if err != nil {
+		return err
+	}
+	res, err := inject.Inject(pid, target, inject.Options{})
+	cleanup() // mapped by now, or not needed
 	if err != nil {
 		return err
 	}
 	if !res.AlreadyLoaded {
-		s.warnf("process %d had no gpubpf agent: loaded %s into it (thread %d stopped %.1f ms); --no-inject refuses instead",
-			pid, filepath.Base(lib), res.Thread, float64(res.Stopped)/float64(time.Millisecond))
+		what := filepath.Base(lib)
+		if target != lib {
+			what = fmt.Sprintf("a copy of %s into it (%s in its mount namespace, removed once loaded)", what, target)
+		} else {
+			what += " into it"
+		}
+		s.warnf("process %d had no gpubpf agent: loaded %s (thread %d stopped %.1f ms); --no-inject refuses instead",
+			pid, what, res.Thread, float64(res.Stopped)/float64(time.Millisecond))
 	}
 	return nil
+}
+
+// agentPathFor is the agent library as process pid sees it: lib itself
+// where pid shares the tool's mount namespace or sees the same file there;
+// in a container, a copy the tool writes into the container's filesystem,
+// where it is writable and not mounted noexec (/tmp, /var/tmp, /dev/shm).
+// cleanup removes the copy (the process keeps it mapped).
+func agentPathFor(pid int, lib string) (path string, cleanup func(), err error) {
+	none := func() {}
+	if agentclient.SameNamespace(pid, "mnt") {
+		return lib, none, nil
+	}
+	if a, err := os.Stat(lib); err == nil {
+		if b, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", pid, lib)); err == nil && os.SameFile(a, b) {
+			return lib, none, nil
+		}
+	}
+	data, err := os.ReadFile(lib)
+	if err != nil {
+		return "", nil, err
+	}
+	sum := sha256.Sum256(data)
+	name := fmt.Sprintf("gpubpf-agent-%x.so", sum[:8])
+	var last error
+	for _, dir := range []string{"/tmp", "/var/tmp", "/dev/shm"} {
+		if noexec(pid, dir) {
+			last = fmt.Errorf("%s is mounted noexec", dir)
+			continue
+		}
+		host := fmt.Sprintf("/proc/%d/root%s/%s", pid, dir, name)
+		if err := os.WriteFile(host+".tmp", data, 0o755); err != nil {
+			last = err
+			continue
+		}
+		if err := os.Rename(host+".tmp", host); err != nil {
+			os.Remove(host + ".tmp")
+			last = err
+			continue
+		}
+		return dir + "/" + name, func() { os.Remove(host) }, nil
+	}
+	return "", nil, fmt.Errorf("process %d runs in another mount namespace (a container) where the agent library is not, and the tool found no place to copy it to (/tmp, /var/tmp, /dev/shm: %w); start the program with the agent (LD_PRELOAD) instead", pid, last)
+}
+
+// noexec reports whether dir lies on a mount that pid sees as noexec.
+func noexec(pid int, dir string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", pid))
+	if err != nil {
+		return false
+	}
+	best, opts := -1, ""
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		mp := f[4]
+		if (dir == mp || strings.HasPrefix(dir, strings.TrimSuffix(mp, "/")+"/")) && len(mp) > best {
+			best, opts = len(mp), f[5]
+		}
+	}
+	return slices.Contains(strings.Split(opts, ","), "noexec")
 }
 
 // dialOrInject connects to pid's agent; a running process without one gets

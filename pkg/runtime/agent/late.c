@@ -193,6 +193,11 @@ int late_scan(char *obj, size_t objsz)
 		char *p = path;
 		while (*p == ' ')
 			p++;
+		/* a file unlinked since it was mapped: the agent itself when a
+		 * tool copied it into a container and removed the copy */
+		size_t pl = strlen(p);
+		if (pl > 10 && strcmp(p + pl - 10, " (deleted)") == 0)
+			p[pl - 10] = 0;
 		int anon = p[0] == 0;
 		int file = p[0] == '/';
 		int skip;

@@ -204,6 +204,14 @@ func DialWith(pid int, opts Options) (*Conn, error) {
 	if err != nil {
 		uc2, err2 := dial(abstractName(pid), opts.Timeout)
 		if err2 != nil {
+			// a process in a container: its socket where it sees it
+			if uc3, p3, err3 := nsDial(pid, opts.Timeout); uc3 != nil {
+				uc, path, err2 = uc3, p3, nil
+			} else if err3 != nil && !errors.Is(err3, syscall.ENOENT) && !errors.Is(err3, syscall.ECONNREFUSED) {
+				err = err3
+			}
+		}
+		if err2 != nil {
 			switch {
 			case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPERM):
 				return nil, fmt.Errorf("cannot connect to the gpubpf agent of process %d at %s: permission denied; run the tool as root or as the process's user: %w", pid, path, err)
@@ -212,7 +220,9 @@ func DialWith(pid int, opts Options) (*Conn, error) {
 			}
 			return nil, fmt.Errorf("cannot connect to the gpubpf agent of process %d at %s: %w", pid, path, err)
 		}
-		uc, path = uc2, abstractName(pid)
+		if uc2 != nil {
+			uc, path = uc2, abstractName(pid)
+		}
 	}
 	c, err := newConn(uc, pid, path, opts)
 	if err != nil {
