@@ -42,9 +42,9 @@ const (
 	// accountEvery: how often --prometheus/--otlp get the account while
 	// tracing
 	accountEvery = 10 * time.Second
-	clockRound = 8
-	startSlots = 1 << 16 // LL_STARTS
-	graphSlots = 1 << 14 // LL_GRAPH_STARTS
+	clockRound   = 8
+	startSlots   = 1 << 16 // LL_STARTS
+	graphSlots   = 1 << 14 // LL_GRAPH_STARTS
 )
 
 func main() {
