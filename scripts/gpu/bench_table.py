@@ -22,6 +22,7 @@ Standard library only: the GPU machine has python3 and nothing else.
 """
 
 import argparse
+import math
 import os
 import re
 import statistics
@@ -172,14 +173,16 @@ def analyse(rows):
     out = {}
     for w, wrows in by_w.items():
         base = {}  # inv -> metric -> median of its ok base runs
-        for inv in {r["inv"] for r in wrows}:
+        for inv in sorted({r["inv"] for r in wrows}):
             b = [r for r in wrows if r["inv"] == inv and r["mode"] == "base" and r["status"] == "ok"]
             base[inv] = {}
             for m in ("kernel_us", "host_us", "rate"):
                 vals = [num(r[m]) for r in b if num(r[m]) is not None]
                 base[inv][m] = statistics.median(vals) if vals else None
         modes = {}
-        for mode in {r["mode"] for r in wrows}:
+        # sorted: a set's order changes with each process's string hashing,
+        # and the float sums over modes (wall time) with it
+        for mode in sorted({r["mode"] for r in wrows}):
             mrows = [r for r in wrows if r["mode"] == mode]
             ok = [r for r in mrows if r["status"] == "ok"]
             s = {"runs": len(mrows), "ok": len(ok), "failed": [r for r in mrows if r["status"] != "ok"],
@@ -205,7 +208,9 @@ def analyse(rows):
 
 
 def wall_seconds(modes):
-    return sum(s["secs"] for s in modes.values())
+    # fsum: the same total whatever the order (the table rendered twice
+    # from the same rows must not differ by a rounding)
+    return math.fsum(s["secs"] for s in modes.values())
 
 
 def probe_over_hand(modes, mode, metric):
