@@ -24,7 +24,7 @@ for i in $(seq 1 "$n"); do
 	(cd "$dir" && bash .ci/run) >"$logs/run$i.log" 2>&1
 	rc=$?
 	stop_load
-	line="run $i: rc=$rc $(( $(date +%s) - t0 ))s"
+	line="run $i ($(git -C "$repo" rev-parse --short HEAD) as cloned: $(git -C "$dir" rev-parse --short HEAD 2>/dev/null)): rc=$rc $(( $(date +%s) - t0 ))s"
 	[ $rc -ne 0 ] && line+=" failing: $(grep -E '^(--- FAIL|FAIL)' "$logs/run$i.log" | head -5 | tr '\n' ' ')"
 	echo "$line" | tee -a "$summary"
 	rm -rf "$dir"
