@@ -345,6 +345,7 @@ func (p *Process) watch() {
 			case n.Unloading != 0:
 				p.lastLook()
 				p.conn.ReleaseUnload(n.Unloading)
+				p.forgetModule(n.Unloading)
 			case n.ProbeFailed != nil:
 				msg := fmt.Sprintf("process %d: an instrumented launch failed (CUresult %d); the original kernel ran and the probe was switched off", p.PID, n.ProbeFailed.CUResult)
 				p.s.mu.Lock()
@@ -732,6 +733,15 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 	for _, t := range p.targets(m) {
 		p.placeModule(pm, t)
 	}
+}
+
+// forgetModule lets go of an unloaded module's prepared code (its PTX,
+// parsed, and the probes' clones of it): a program that loads and unloads
+// libraries for hours would otherwise keep them all.
+func (p *Process) forgetModule(id uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.libs = slices.DeleteFunc(p.libs, func(pm *preparedModule) bool { return pm.m.ID == id })
 }
 
 // placeModule loads and activates a prepared module's clones in one
