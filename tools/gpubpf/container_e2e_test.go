@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,17 +27,8 @@ import (
 func TestRunPIDInContainer(t *testing.T) {
 	testenv.Root(t)
 	unshare := testenv.Tool(t, "unshare")
-	gcc := testenv.Tool(t, "gcc")
 	tool := gpubpfTool(t)
-	appBin, env := fakeCUDA(t)
-	dir := filepath.Dir(appBin)
-	fb := envValue(env, "GPUBPF_TEST_FATBIN")
-	asm := filepath.Join(dir, "fb.s")
-	os.WriteFile(asm, []byte(fmt.Sprintf(".section .nv_fatbin,\"a\"\n.balign 8\n.globl gpubpf_test_fatbin\n.type gpubpf_test_fatbin,@object\ngpubpf_test_fatbin:\n.incbin %q\n", fb)), 0o644)
-	fbLib := filepath.Join(dir, "libkernels.so")
-	if out, err := exec.Command(gcc, "-shared", "-o", fbLib, asm).CombinedOutput(); err != nil {
-		t.Fatalf("building the fatbin library: %v\n%s", err, out)
-	}
+	appBin, env := fatbinLibApp(t)
 	// the program's environment: no socket directory of the tool's
 	var appEnv []string
 	for _, e := range env {
@@ -47,7 +36,7 @@ func TestRunPIDInContainer(t *testing.T) {
 			appEnv = append(appEnv, e)
 		}
 	}
-	appEnv = append(appEnv, "GPUBPF_TEST_FATBIN_SO="+fbLib, "GPUBPF_AGENT_DEBUG=1")
+	appEnv = append(appEnv, "GPUBPF_AGENT_DEBUG=1")
 	if out, err := exec.Command(unshare, "-m", "-p", "-f", "true").CombinedOutput(); err != nil {
 		t.Skipf("no namespaces here (unshare -m -p -f: %v %s)", err, out)
 	}
@@ -62,13 +51,9 @@ func TestRunPIDInContainer(t *testing.T) {
 			script := fmt.Sprintf("%s && mount -t tmpfs none %s && exec %s", tc.run, filepath.Dir(tool), appBin)
 			app := exec.Command(unshare, append(strings.Fields(tc.unshare), "sh", "-c", script)...)
 			app.Env = appEnv
-			in, _ := app.StdinPipe()
-			out, _ := app.StdoutPipe()
-			var appErr bytes.Buffer
+			var appErr strings.Builder
 			app.Stderr = &appErr
-			if err := app.Start(); err != nil {
-				t.Fatal(err)
-			}
+			a := startApp(t, app, &appErr)
 			t.Cleanup(func() {
 				// the program is PID 1 of its namespace: killing it ends
 				// the namespace; unshare then exits
@@ -78,32 +63,7 @@ func TestRunPIDInContainer(t *testing.T) {
 				app.Process.Kill()
 				app.Wait()
 			})
-			lines := make(chan string, 64)
-			go func() {
-				sc := bufio.NewScanner(out)
-				for sc.Scan() {
-					lines <- sc.Text()
-				}
-				close(lines)
-			}()
-			expect := func(prefix string) string {
-				t.Helper()
-				for {
-					select {
-					case l, ok := <-lines:
-						if !ok {
-							app.Wait()
-							t.Fatalf("app exited (%v), wanted %q; stderr:\n%s", app.ProcessState, prefix, appErr.String())
-						}
-						if strings.HasPrefix(l, prefix) {
-							return l
-						}
-					case <-time.After(10 * time.Second):
-						t.Fatalf("app said nothing in 10 s, wanted %q", prefix)
-					}
-				}
-			}
-			launch := func() { io.WriteString(in, "launch\n"); expect("LAUNCH "); expect("DONE") }
+			expect, launch := a.expect, a.launch
 			expect("READY")
 			launch()
 			pid := childOf(t, app.Process.Pid)

@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,60 +24,17 @@ import (
 // before. (The stand-in driver does not run PTX: the GPU check counts.)
 func TestRunPIDInjects(t *testing.T) {
 	testenv.Root(t)
-	gcc := testenv.Tool(t, "gcc")
 	tool := gpubpfTool(t)
-	appBin, env := fakeCUDA(t)
-	dir := filepath.Dir(appBin)
-	// The device code in a library's .nv_fatbin section, where nvcc puts
-	// it, instead of the file the stand-in app reads by default.
-	fb := envValue(env, "GPUBPF_TEST_FATBIN")
-	asm := filepath.Join(dir, "fb.s")
-	os.WriteFile(asm, []byte(fmt.Sprintf(".section .nv_fatbin,\"a\"\n.balign 8\n.globl gpubpf_test_fatbin\n.type gpubpf_test_fatbin,@object\ngpubpf_test_fatbin:\n.incbin %q\n", fb)), 0o644)
-	fbLib := filepath.Join(dir, "libkernels.so")
-	if out, err := exec.Command(gcc, "-shared", "-o", fbLib, asm).CombinedOutput(); err != nil {
-		t.Fatalf("building the fatbin library: %v\n%s", err, out)
-	}
+	appBin, env := fatbinLibApp(t)
 	sockDir := envValue(env, "GPUBPF_AGENT_SOCKET_DIR")
 
 	app := exec.Command(appBin)
-	app.Env = append(env, "GPUBPF_TEST_FATBIN_SO="+fbLib)
-	in, _ := app.StdinPipe()
-	out, _ := app.StdoutPipe()
-	app.Stderr = os.Stderr
-	if err := app.Start(); err != nil {
-		t.Fatal(err)
-	}
+	app.Env = env
+	var appErr strings.Builder
+	app.Stderr = &appErr
+	a := startApp(t, app, &appErr)
 	t.Cleanup(func() { app.Process.Kill(); app.Wait() })
-	lines := make(chan string, 64)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-	}()
-	expect := func(prefix string) string {
-		t.Helper()
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("app exited, wanted %q", prefix)
-				}
-				if strings.HasPrefix(l, prefix) {
-					return l
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatalf("app said nothing in 10 s, wanted %q", prefix)
-			}
-		}
-	}
-	launch := func() string {
-		io.WriteString(in, "launch\n")
-		l := expect("LAUNCH ")
-		expect("DONE")
-		return l
-	}
+	expect, launch := a.expect, a.launch
 	expect("READY")
 	launch() // long before any tool
 	pid := app.Process.Pid
