@@ -110,7 +110,9 @@ if result_ok both launch_story && [[ "$xc" == ok* ]]; then ok "--timing both: ${
 # 4. Cost on the no-PTX path: launch_heavy_sass, alternating; the parts:
 #    CUPTI alone (the activity tracer injected), the agent alone (--timing
 #    probe), launchlate stamping from CUPTI's launch callback
-#    (GPUBPF_CUPTI_JOIN=callback, the way before the external correlation).
+#    (GPUBPF_CUPTI_JOIN=callback, the way before the driver API records) and
+#    from the agent's wrappers through external correlation
+#    (GPUBPF_CUPTI_JOIN=external).
 LH=(samples/bin/launch_heavy_sass 100000 4 2000 64)
 CUPTI_LIB=""
 scripts/gpu/cupti/build.sh >"$LOGS/tracer-build.txt" 2>&1 && CUPTI_LIB=$PWD/scripts/gpu/cupti/libcupti_trace.so
@@ -120,8 +122,9 @@ for i in $(seq "$COST_RUNS"); do
 	run lh1-$i launchlate -j -- "${LH[@]}"
 	run lhp-$i launchlate --timing probe -- "${LH[@]}"
 	run lhd-$i env GPUBPF_CUPTI_JOIN=callback launchlate -j -- "${LH[@]}"
+	run lhe-$i env GPUBPF_CUPTI_JOIN=external launchlate -j -- "${LH[@]}"
 	[ -n "$CUPTI_LIB" ] && run lhc-$i env CUDA_INJECTION64_PATH="$CUPTI_LIB" CUPTI_TRACE_OUT=/dev/null "${LH[@]}"
-	for v in 0 1 p d c; do
+	for v in 0 1 p d e c; do
 		[ -f "$LOGS/lh$v-$i.out" ] && rates[$v]+=" $(grep -ao '[0-9.]* launches/s' "$LOGS/lh$v-$i.out" | awk '{print $1}')"
 	done
 done
@@ -130,9 +133,11 @@ import statistics, sys
 a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]
 print(f'{statistics.median(b)/statistics.median(a):.3f}')" "$1" "$2" 2>/dev/null || echo nan; }
 lh="$(ratio "${rates[0]}" "${rates[1]}") (untraced $(python3 -c "import statistics,sys; print(f'{statistics.median(float(x) for x in sys.argv[1:]):.0f}')" ${rates[0]})/s, median of $COST_RUNS)"
-echo "  launch_heavy_sass launch rate, ratio to untraced: launchlate $(ratio "${rates[0]}" "${rates[1]}"); its parts: the agent alone (--timing probe) $(ratio "${rates[0]}" "${rates[p]}"), CUPTI's activity records alone (injected tracer) $(ratio "${rates[0]}" "${rates[c]:-}"), launchlate stamping from CUPTI's callback (GPUBPF_CUPTI_JOIN=callback) $(ratio "${rates[0]}" "${rates[d]}")"
+echo "  launch_heavy_sass launch rate, ratio to untraced: launchlate $(ratio "${rates[0]}" "${rates[1]}"); its parts: the agent alone (--timing probe) $(ratio "${rates[0]}" "${rates[p]}"), CUPTI's activity records alone (injected tracer) $(ratio "${rates[0]}" "${rates[c]:-}"), launchlate stamping from CUPTI's callback (GPUBPF_CUPTI_JOIN=callback) $(ratio "${rates[0]}" "${rates[d]}"), from the agent's wrappers (GPUBPF_CUPTI_JOIN=external) $(ratio "${rates[0]}" "${rates[e]}")"
 t1=$(field lh1-1 cupti_timed) u1=$(field lh1-1 cupti_untimed) td=$(field lhd-1 cupti_timed) ud=$(field lhd-1 cupti_untimed)
-echo "  stamps: the agent's wrappers (external correlation) $t1 timed / $u1 untimed; CUPTI's callback $td timed / $ud untimed"
+te=$(field lhe-1 cupti_timed) ue=$(field lhe-1 cupti_untimed)
+echo "  stamps: CUPTI's driver API records $t1 timed / $u1 untimed; CUPTI's callback $td timed / $ud untimed; external correlation $te timed / $ue untimed"
+for v in 1 d e; do grep -ao 'CUPTI handed over[^"]*' "$LOGS/lh$v-1.out" | tail -1 | sed "s/^/  lh$v: /"; done
 if result_ok lh1-1 launch_heavy && [ "${t1:-0}" = 100001 ]; then
 	ok "launch_heavy_sass under launchlate: all $t1 starts timed through CUPTI; launch rate ratio $lh (goal >= 0.9)"
 else

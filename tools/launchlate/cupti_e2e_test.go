@@ -120,6 +120,15 @@ func TestKernelsWithoutPTX(t *testing.T) {
 	if sum == nil || sum["cupti_timed"] != 3.0 || sum["cupti_untimed"] != 0.0 || sum["cupti_records"] != 3.0 {
 		t.Errorf("summary %v: want 3 timed through CUPTI", sum)
 	}
+	if acc, _ := sum["cupti_account"].(map[string]any); len(acc) != 1 {
+		t.Errorf("summary's cupti_account %v: want the process's", sum["cupti_account"])
+	} else {
+		for _, v := range acc {
+			if s, _ := v.(string); !strings.Contains(s, "launches stamped by CUPTI's driver API records of the launch calls") {
+				t.Errorf("cupti_account %q: want launches stamped by the driver API records", s)
+			}
+		}
+	}
 	// --otlp: the last push, at the end, has the table's 3 launches of the
 	// kernel (the run with PTX pushed too: take the last push).
 	var last *collpb.ExportMetricsServiceRequest

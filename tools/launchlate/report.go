@@ -234,6 +234,16 @@ func (l *launchlate) summaryJSON(st runtime.Stats) {
 			b = fmt.Appendf(b, `"%d":`, pid)
 			b = toolkit.AppendJSONString(b, st.KernelTimesOff[pid])
 		}
+		// what CUPTI handed over in each process, and how launches were
+		// stamped (the agent's account)
+		b = append(b, `},"cupti_account":{`...)
+		for i, pid := range slices.Sorted(maps.Keys(st.KernelTimesCUPTI)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = fmt.Appendf(b, `"%d":`, pid)
+			b = toolkit.AppendJSONString(b, st.KernelTimesCUPTI[pid])
+		}
 		b = append(b, '}')
 	}
 	b = append(b, "}\n"...)

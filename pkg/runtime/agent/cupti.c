@@ -3,17 +3,18 @@
  * A kernel without PTX cannot carry a probe, but CUPTI's activity records
  * give every kernel's GPU start and end, and the launch call each came
  * from. While a tool asks for them:
- *   - the agent's own launch wrappers take the CPU time as the call goes to
- *     the driver, file it in a table under an id of their own and push that
- *     id to CUPTI as the call's external correlation: CUPTI's external
- *     correlation records then name, for each of its correlation ids, the
- *     stamp to join its kernel records with. No CUPTI callback on the
- *     launch path: on the H100 one cost a third of launch_heavy_sass's
- *     launch rate (x0.67), CUPTI's records alone a twentieth (x0.94).
- *     GPUBPF_CUPTI_JOIN=callback stamps from CUPTI's launch callback
- *     instead (the way before, kept to compare: a launch path the agent's
- *     wrappers miss is stamped there), as does a CUPTI without external
- *     correlation;
+ *   - the launch call's CPU time: by default CUPTI's own driver API
+ *     records, turned on for the launch entry points alone
+ *     (cuptiActivityEnableDriverApi, CUDA 12.5): their start, on our clock,
+ *     under the correlation id the kernel records carry. No CUPTI callback
+ *     on the launch path: on the H100 one cost a third of
+ *     launch_heavy_sass's launch rate (x0.67), CUPTI's records alone a
+ *     twentieth (x0.94). GPUBPF_CUPTI_JOIN=callback stamps from CUPTI's
+ *     launch callback instead (the way before; also where CUPTI is older
+ *     than 12.5), GPUBPF_CUPTI_JOIN=external from the agent's launch
+ *     wrappers, which push their own id as each call's external
+ *     correlation (kept to compare: nvFuser found CUPTI writes external
+ *     correlation records only with API records on);
  *   - CUPTI's concurrent-kernel records, on CLOCK_MONOTONIC (a timestamp
  *     callback: CUPTI converts its GPU times to our clock), come back in
  *     buffers CUPTI fills; each kernel becomes one queued record with the
@@ -72,14 +73,17 @@ struct kt_raw {
 	uint32_t corr, age;
 };
 
-/* CUPTI's correlation id -> the external id a launch wrapper pushed. */
+/* CUPTI's correlation id -> the external id a launch wrapper pushed, and
+ * (KT_JOIN_API) the start of its driver API call. */
 struct kt_corr {
 	uint64_t corr; /* correlation id + 1 (0: empty) */
 	uint64_t ext;
+	uint64_t start;
 };
 
 #define KT_JOIN_EXTERNAL 0
 #define KT_JOIN_CALLBACK 1
+#define KT_JOIN_API 2
 /* The external id of the agent's own launches (its clock): no record. */
 #define KT_EXT_AGENT (1ull << 63)
 
@@ -104,6 +108,7 @@ static struct {
 	CUptiResult (*Finalize)(void);
 	CUptiResult (*PushExternalCorrelationId)(uint32_t, uint64_t); /* optional */
 	CUptiResult (*PopExternalCorrelationId)(uint32_t, uint64_t *); /* optional */
+	CUptiResult (*ActivityEnableDriverApi)(CUpti_CallbackId, uint8_t); /* optional: CUDA 12.5 */
 } C;
 
 static pthread_mutex_t kt_life = PTHREAD_MUTEX_INITIALIZER;
@@ -187,6 +192,7 @@ static int kt_try(const char *path, char *why, size_t whysz)
 	SYM(ActivityFlushPeriod, "cuptiActivityFlushPeriod");
 	SYM(PushExternalCorrelationId, "cuptiActivityPushExternalCorrelationId");
 	SYM(PopExternalCorrelationId, "cuptiActivityPopExternalCorrelationId");
+	SYM(ActivityEnableDriverApi, "cuptiActivityEnableDriverApi");
 #undef SYM
 	C.lib = h;
 	if (C.GetVersion(&C.version) != CUPTI_SUCCESS)
@@ -385,7 +391,7 @@ void kt_launch_end(int pushed)
 /* Around the agent's own launches: their records are left out. */
 int kt_agent_launch_begin(void)
 {
-	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED) || kt_join != KT_JOIN_EXTERNAL)
+	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED) || kt_join == KT_JOIN_CALLBACK)
 		return 0;
 	return kt_push_id(KT_EXT_AGENT);
 }
@@ -570,6 +576,16 @@ static void kt_push(const struct kt_raw *r)
 	kt_q[kt_qn++] = *r;
 }
 
+/* The correlation slot of corr (kt_mu held), emptied first when it held
+ * another's. */
+static struct kt_corr *kt_corr_of(uint32_t corr)
+{
+	struct kt_corr *c = &kt_corrs[corr & (KT_STAMPS - 1)];
+	if (c->corr != (uint64_t)corr + 1)
+		*c = (struct kt_corr){.corr = (uint64_t)corr + 1};
+	return c;
+}
+
 static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *buf, size_t size, size_t valid)
 {
 	(void)size;
@@ -586,9 +602,13 @@ static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t
 			if (x->externalKind != CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2)
 				continue;
 			kt_seen.corrs++;
-			struct kt_corr *c = &kt_corrs[x->correlationId & (KT_STAMPS - 1)];
-			c->corr = (uint64_t)x->correlationId + 1;
-			c->ext = x->externalId;
+			kt_corr_of(x->correlationId)->ext = x->externalId;
+			continue;
+		}
+		if (a->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+			const cupti_api_record *api = (const void *)a;
+			kt_seen.corrs++;
+			kt_corr_of(api->correlationId)->start = api->start;
 			continue;
 		}
 		if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && a->kind != CUPTI_ACTIVITY_KIND_KERNEL) {
@@ -621,9 +641,22 @@ static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t
 static int kt_resolve(struct kt_raw *r)
 {
 	uint64_t id = r->corr;
-	if (kt_join == KT_JOIN_EXTERNAL) {
+	if (kt_join == KT_JOIN_API) {
 		const struct kt_corr *c = &kt_corrs[r->corr & (KT_STAMPS - 1)];
 		if (c->corr != (uint64_t)r->corr + 1)
+			return 2;
+		if (c->ext == KT_EXT_AGENT)
+			return -1;
+		if (!c->start)
+			return 2;
+		/* the stream and context the call named are not in the API
+		 * record: the primary context's, as most programs' are */
+		r->r.cpu = c->start;
+		return 1;
+	}
+	if (kt_join == KT_JOIN_EXTERNAL) {
+		const struct kt_corr *c = &kt_corrs[r->corr & (KT_STAMPS - 1)];
+		if (c->corr != (uint64_t)r->corr + 1 || !c->ext)
 			return 2;
 		if (c->ext == KT_EXT_AGENT)
 			return -1;
@@ -669,6 +702,45 @@ static void kt_enable_callbacks(int on)
 		C.EnableCallback((uint32_t)on, kt_sub, CUPTI_CB_DOMAIN_RUNTIME_API, kt_runtime_cbids[i]);
 }
 
+/* How launches are stamped, in words (the read's account, the log). */
+static const char *kt_join_name(int join, int fell_back)
+{
+	if (fell_back)
+		return "by CUPTI's callback (the first kernel records joined none of the launches' records)";
+	switch (join) {
+	case KT_JOIN_API:
+		return "by CUPTI's driver API records of the launch calls";
+	case KT_JOIN_EXTERNAL:
+		return "by the agent (external correlation)";
+	}
+	return "by CUPTI's callback";
+}
+
+/* Driver API records for the launch entry points alone (on: 1), or none.
+ * Returns -1 when CUPTI refuses them. */
+static int kt_api_records(int on)
+{
+	if (!on)
+		return C.ActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER) == CUPTI_SUCCESS ? 0 : -1;
+	CUptiResult r = C.ActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
+	if (r != CUPTI_SUCCESS) {
+		DBG("CUPTI refused driver API records (%s): launches stamped from its callback", cupti_err(r));
+		return -1;
+	}
+	/* every driver call off (ids past the last one are refused), the
+	 * launch calls on */
+	for (CUpti_CallbackId id = 1; id < 2048; id++)
+		C.ActivityEnableDriverApi(id, 0);
+	for (size_t i = 0; i < sizeof(kt_driver_cbids) / sizeof(kt_driver_cbids[0]); i++)
+		if ((r = C.ActivityEnableDriverApi(kt_driver_cbids[i], 1)) != CUPTI_SUCCESS && kt_driver_cbids[i] == CBID_cuLaunchKernel) {
+			DBG("CUPTI refused driver API records for cuLaunchKernel (%s): launches stamped from its callback",
+			    cupti_err(r));
+			C.ActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
+			return -1;
+		}
+	return 0;
+}
+
 /* How launches are stamped: the agent's wrappers with an external
  * correlation, unless GPUBPF_CUPTI_JOIN=callback or CUPTI has no external
  * correlation (before CUDA 8). The wrappers see every launch of a program
@@ -677,9 +749,12 @@ static void kt_enable_callbacks(int on)
 static int kt_join_wanted(void)
 {
 	const char *j = getenv("GPUBPF_CUPTI_JOIN");
+	int ext = C.PushExternalCorrelationId && C.PopExternalCorrelationId;
 	if (j && !strcmp(j, "callback"))
 		return KT_JOIN_CALLBACK;
-	return C.PushExternalCorrelationId && C.PopExternalCorrelationId ? KT_JOIN_EXTERNAL : KT_JOIN_CALLBACK;
+	if (j && !strcmp(j, "external"))
+		return ext ? KT_JOIN_EXTERNAL : KT_JOIN_CALLBACK;
+	return C.ActivityEnableDriverApi && ext ? KT_JOIN_API : KT_JOIN_CALLBACK;
 }
 
 /* kt_life held. */
@@ -740,8 +815,12 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 		kt_sub = NULL;
 		return -1;
 	}
-	if (join == KT_JOIN_EXTERNAL && (r = C.ActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) != CUPTI_SUCCESS) {
+	if (join == KT_JOIN_API && kt_api_records(1) != 0)
+		join = KT_JOIN_CALLBACK;
+	if (join != KT_JOIN_CALLBACK && (r = C.ActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) != CUPTI_SUCCESS) {
 		DBG("CUPTI refused external correlation records (%s): launches stamped from its callback", cupti_err(r));
+		if (join == KT_JOIN_API)
+			kt_api_records(0);
 		join = KT_JOIN_CALLBACK;
 	}
 	kt_enable_callbacks(join == KT_JOIN_CALLBACK);
@@ -759,23 +838,25 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 	__atomic_store_n(&kt_on, 1, __ATOMIC_RELEASE);
 	if (join == KT_JOIN_EXTERNAL)
 		__atomic_or_fetch(&g_active, ACTIVE_KTIMES, __ATOMIC_RELEASE);
-	DBG("kernel times on: %s (CUPTI %u), launches stamped %s", C.path, C.version,
-	    join == KT_JOIN_EXTERNAL ? "by the agent's wrappers (external correlation)" : "from CUPTI's launch callback");
+	DBG("kernel times on: %s (CUPTI %u), launches stamped %s", C.path, C.version, kt_join_name(join, 0));
 	return 0;
 }
 
-/* The external join joined nothing: CUPTI's launch callback stamps the
- * launches from now on, and the wrappers stop pushing. */
+/* The join joined nothing: CUPTI's launch callback stamps the launches
+ * from now on, and the wrappers stop pushing. */
 static void kt_fall_back(struct session *s)
 {
 	pthread_mutex_lock(&kt_life);
-	if (kt_owner == s && kt_join == KT_JOIN_EXTERNAL) {
+	if (kt_owner == s && kt_join != KT_JOIN_CALLBACK) {
+		int was = kt_join;
 		__atomic_and_fetch(&g_active, ~ACTIVE_KTIMES, __ATOMIC_RELEASE);
 		kt_enable_callbacks(1);
 		pthread_mutex_lock(&kt_mu);
 		kt_join = KT_JOIN_CALLBACK;
 		kt_seen.fell_back = 1;
 		pthread_mutex_unlock(&kt_mu);
+		if (was == KT_JOIN_API)
+			kt_api_records(0);
 		C.ActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
 		DBG("kernel times: the external correlation joined none of %llu kernel records; launches stamped from "
 		    "CUPTI's callback from now on",
@@ -799,7 +880,9 @@ void kt_release(struct session *s)
 	pthread_mutex_unlock(&kt_mu);
 	/* outside kt_mu: a flush hands buffers to kt_buffer_completed */
 	C.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-	if (kt_join == KT_JOIN_EXTERNAL)
+	if (kt_join == KT_JOIN_API)
+		kt_api_records(0);
+	if (kt_join != KT_JOIN_CALLBACK)
 		C.ActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
 	if (C.ActivityFlushPeriod)
 		C.ActivityFlushPeriod(0);
@@ -909,7 +992,7 @@ int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf
 		}
 		/* CUPTI gives kernel records but none is tied to a launch the
 		 * wrappers pushed: stamp from its callback from now on */
-		int fall_back = kt_join == KT_JOIN_EXTERNAL && kt_seen.joined == 0 &&
+		int fall_back = kt_join != KT_JOIN_CALLBACK && kt_seen.joined == 0 &&
 				kt_seen.unmatched >= KT_FALLBACK_AFTER;
 		char account[512];
 		snprintf(account, sizeof(account),
@@ -918,11 +1001,7 @@ int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf
 			 (unsigned long long)kt_seen.buffers, (unsigned long long)kt_seen.kernels,
 			 (unsigned long long)kt_seen.corrs, (unsigned long long)kt_seen.other,
 			 (unsigned long long)kt_seen.unmatched,
-			 kt_join == KT_JOIN_EXTERNAL && !fall_back
-				 ? "by the agent (external correlation)"
-				 : kt_seen.fell_back || fall_back
-					   ? "by CUPTI's callback (the external correlation joined none of the first kernel records)"
-					   : "by CUPTI's callback");
+			 kt_join_name(kt_join, kt_seen.fell_back || fall_back));
 		wb_i32(w, ST_OK);
 		wb_str(w, account);
 		wb_u32(w, 0);

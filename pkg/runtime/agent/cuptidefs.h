@@ -54,7 +54,23 @@ typedef struct {
 #define CUPTI_ACTIVITY_KIND_KERNEL 3
 #define CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL 10
 #define CUPTI_ACTIVITY_FLAG_FLUSH_FORCED (1 << 0)
+#define CUPTI_ACTIVITY_KIND_DRIVER 4
 #define CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION 39
+
+/* CUpti_ActivityAPI: a driver API call (CUPTI_ACTIVITY_KIND_DRIVER), its
+ * start on the timestamp callback's clock. */
+typedef struct {
+	CUpti_ActivityKind kind;
+	CUpti_CallbackId cbid;
+	uint64_t start;
+	uint64_t end;
+	uint32_t processId;
+	uint32_t threadId;
+	uint32_t correlationId;
+	uint32_t returnValue;
+} cupti_api_record;
+_Static_assert(offsetof(cupti_api_record, start) == 8 && offsetof(cupti_api_record, correlationId) == 32,
+	       "CUPTI API record");
 #define CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2 5
 
 /* CUpti_ActivityExternalCorrelation: the id a thread pushed

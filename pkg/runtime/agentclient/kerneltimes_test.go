@@ -68,9 +68,10 @@ func fakeCUPTI(t *testing.T, f fixture) string {
 // a kernel record with its launch call's CPU time (before its GPU start),
 // its name (sent once), the primary context as 0; the agent's own kernels
 // stay out; a stop finalizes CUPTI at the next launch's callback, and a
-// new start works again. So with each way of stamping launches: the
-// agent's wrappers joined through external correlation records (the
-// default), CUPTI's launch callback (asked for, or where CUPTI refuses
+// new start works again. So with each way of stamping launches: CUPTI's
+// driver API records of the launch calls alone (the default), the agent's
+// wrappers joined through external correlation records, CUPTI's launch
+// callback (asked for, or where CUPTI refuses per-call API records or
 // external correlation). A CUPTI another subscriber holds is refused.
 func TestKernelTimesStandIn(t *testing.T) {
 	f := build(t)
@@ -78,9 +79,11 @@ func TestKernelTimesStandIn(t *testing.T) {
 	for _, tc := range []struct {
 		name, env, join, enable, disable string
 	}{
-		{"external correlation", "", "by the agent (external correlation)", "enable\nenable correlation\n", "disable\ndisable correlation\nfinalize\n"},
+		{"driver API records", "", "by CUPTI's driver API records of the launch calls", "enable\nenable driver\nenable correlation\n", "disable\ndisable driver\ndisable correlation\nfinalize\n"},
+		{"GPUBPF_CUPTI_JOIN=external", "GPUBPF_CUPTI_JOIN=external", "by the agent (external correlation)", "enable\nenable correlation\n", "disable\ndisable correlation\nfinalize\n"},
 		{"GPUBPF_CUPTI_JOIN=callback", "GPUBPF_CUPTI_JOIN=callback", "by CUPTI's callback", "enable\n", "disable\nfinalize\n"},
-		{"no external correlation", "FAKECUPTI_NOEXT=1", "by CUPTI's callback", "enable\n", "disable\nfinalize\n"},
+		{"no per-call API records", "FAKECUPTI_NOAPI=1", "by CUPTI's callback", "enable\nenable driver\ndisable driver\n", "disable\nfinalize\n"},
+		{"no external correlation", "FAKECUPTI_NOEXT=1", "by CUPTI's callback", "enable\nenable driver\ndisable driver\n", "disable\nfinalize\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := filepath.Join(t.TempDir(), "cupti.log")
@@ -193,7 +196,7 @@ func TestKernelTimesStandIn(t *testing.T) {
 		if err != nil || len(rep.Records) != 70 || rep.Records[0].CPU != 0 {
 			t.Fatalf("second read: %d records %v: want 70, untimed", len(rep.Records), err)
 		}
-		if !strings.Contains(rep.Library, "the external correlation joined none") {
+		if !strings.Contains(rep.Library, "joined none of the launches' records") {
 			t.Errorf("the read's account %q does not say the join fell back", rep.Library)
 		}
 		a.launch("launch")

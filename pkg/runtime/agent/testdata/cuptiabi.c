@@ -28,6 +28,7 @@ enum {
 	real_CK = CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL,
 	real_FORCED = CUPTI_ACTIVITY_FLAG_FLUSH_FORCED,
 	real_EXTCORR = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
+	real_DRIVER = CUPTI_ACTIVITY_KIND_DRIVER,
 	real_CUSTOM2 = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2,
 };
 
@@ -46,6 +47,12 @@ _Static_assert(real_KERNEL == CUPTI_ACTIVITY_KIND_KERNEL && real_CK == CUPTI_ACT
 _Static_assert(real_FORCED == CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, "CUPTI_ACTIVITY_FLAG_FLUSH_FORCED");
 _Static_assert(real_EXTCORR == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION && real_CUSTOM2 == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2,
 	       "external correlation kinds");
+_Static_assert(real_DRIVER == CUPTI_ACTIVITY_KIND_DRIVER, "CUPTI_ACTIVITY_KIND_DRIVER");
+_Static_assert(offsetof(cupti_api_record, cbid) == offsetof(CUpti_ActivityAPI, cbid) &&
+		       offsetof(cupti_api_record, start) == offsetof(CUpti_ActivityAPI, start) &&
+		       offsetof(cupti_api_record, correlationId) == offsetof(CUpti_ActivityAPI, correlationId) &&
+		       sizeof(cupti_api_record) == sizeof(CUpti_ActivityAPI),
+	       "driver API record");
 _Static_assert(offsetof(cupti_ext_corr, externalKind) == offsetof(CUpti_ActivityExternalCorrelation, externalKind) &&
 		       offsetof(cupti_ext_corr, externalId) == offsetof(CUpti_ActivityExternalCorrelation, externalId) &&
 		       offsetof(cupti_ext_corr, correlationId) ==

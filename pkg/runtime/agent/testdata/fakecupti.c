@@ -6,11 +6,14 @@
  * flush hands over in a buffer the client gave; with external correlation
  * records on and an id pushed on the launching thread, the record tying
  * the launch's correlation id to it (before the kernel's, as CUPTI writes
- * it at the call).
+ * it at the call); with driver API records on (kind 4) and the launch's
+ * entry point enabled (cuptiActivityEnableDriverApi), the call's record,
+ * its start on the timestamp callback's clock.
  *   FAKECUPTI_BUSY=1   another subscriber holds CUPTI (subscribe fails, 39)
  *   FAKECUPTI_NOEXT=1  external correlation records refused (enable fails)
- *   FAKECUPTI_CORR_LATE=1  correlation records held back one flush
- *   FAKECUPTI_NOCORR=1 correlation records enabled but never written
+ *   FAKECUPTI_NOAPI=1  per-call driver API records refused
+ *   FAKECUPTI_CORR_LATE=1  correlation and API records held back one flush
+ *   FAKECUPTI_NOCORR=1 correlation and API records enabled but never written
  *   FAKECUPTI_LOG=F    appends "subscribe", "enable", "finalize"... to F
  * Build: gcc -shared -fPIC -o libfakecupti.so fakecupti.c */
 #include <pthread.h>
@@ -21,6 +24,7 @@
 
 #define REC 216 /* sizeof(CUpti_ActivityKernel10), CUDA 13.0 */
 #define XREC 24 /* sizeof(CUpti_ActivityExternalCorrelation) */
+#define AREC 40 /* sizeof(CUpti_ActivityAPI) */
 
 typedef void (*cb_fn)(void *, int, uint32_t, const void *);
 typedef struct {
@@ -36,7 +40,8 @@ typedef struct {
 } cb_data;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-static int subscribed, records_on, corr_on;
+static int subscribed, records_on, corr_on, api_kind_on;
+static uint8_t api_on[2048];
 static cb_fn callback;
 static void *userdata;
 static uint8_t driver_on[1024];
@@ -101,6 +106,11 @@ int cuptiActivityEnable(int kind)
 		records_on = 1;
 		note("enable");
 	}
+	if (kind == 4) {
+		api_kind_on = 1;
+		memset(api_on, 1, sizeof(api_on)); /* every call, until told */
+		note("enable driver");
+	}
 	if (kind == 39) {
 		const char *no = getenv("FAKECUPTI_NOEXT");
 		if (no && *no == '1')
@@ -120,6 +130,18 @@ int cuptiActivityDisable(int kind)
 		corr_on = 0;
 		note("disable correlation");
 	}
+	if (kind == 4 && api_kind_on) {
+		api_kind_on = 0;
+		note("disable driver");
+	}
+	return 0;
+}
+int cuptiActivityEnableDriverApi(uint32_t cbid, uint8_t on)
+{
+	const char *no = getenv("FAKECUPTI_NOAPI");
+	if ((no && *no == '1') || cbid >= sizeof(api_on))
+		return 1;
+	api_on[cbid] = on;
 	return 0;
 }
 int cuptiActivityPushExternalCorrelationId(int kind, uint64_t id)
@@ -141,7 +163,7 @@ static size_t rec_size(const uint8_t *r)
 {
 	uint32_t kind;
 	memcpy(&kind, r, 4);
-	return kind == 39 ? XREC : REC;
+	return kind == 39 ? XREC : kind == 4 ? AREC : REC;
 }
 
 /* mu held */
@@ -218,7 +240,7 @@ int cuptiActivityGetNumDroppedRecords(void *ctx, uint32_t stream, size_t *n)
 }
 int cuptiFinalize(void)
 {
-	subscribed = records_on = corr_on = 0;
+	subscribed = records_on = corr_on = api_kind_on = 0;
 	memset(driver_on, 0, sizeof(driver_on));
 	note("finalize");
 	return 0;
@@ -245,6 +267,22 @@ void fakecupti_launch(const char *name, void *s, void *ctx, uint32_t cbid)
 		f(userdata, 1, cbid, &d);
 	pthread_mutex_lock(&mu);
 	const char *nocorr = getenv("FAKECUPTI_NOCORR");
+	const char *lt = getenv("FAKECUPTI_CORR_LATE");
+	int late_on = lt && *lt == '1';
+	if (records_on && api_kind_on && cbid < sizeof(api_on) && api_on[cbid] && clock_fn && !(nocorr && *nocorr == '1')) {
+		uint8_t x[AREC] = {0};
+		uint32_t kind = 4;
+		uint64_t t = clock_fn(), end = t + 100;
+		memcpy(x, &kind, 4);
+		memcpy(x + 4, &cbid, 4);
+		memcpy(x + 8, &t, 8);
+		memcpy(x + 16, &end, 8);
+		memcpy(x + 32, &id, 4);
+		if (late_on)
+			append(&late, &nlate, x, AREC);
+		else
+			append(&pending, &npending, x, AREC);
+	}
 	if (records_on && corr_on && nx && !(nocorr && *nocorr == '1')) {
 		uint8_t x[XREC] = {0};
 		uint32_t kind = 39, xkind = 5;
@@ -252,8 +290,7 @@ void fakecupti_launch(const char *name, void *s, void *ctx, uint32_t cbid)
 		memcpy(x + 4, &xkind, 4);
 		memcpy(x + 8, &xstack[nx - 1], 8);
 		memcpy(x + 16, &id, 4);
-		const char *lt = getenv("FAKECUPTI_CORR_LATE");
-		if (lt && *lt == '1')
+		if (late_on)
 			append(&late, &nlate, x, XREC);
 		else
 			append(&pending, &npending, x, XREC);
