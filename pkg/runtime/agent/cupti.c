@@ -129,12 +129,12 @@ static struct kt_corr *kt_corrs;          /* KT_STAMPS of them, never freed once
  * account, for a process where no record comes. */
 static struct {
 	uint64_t buffers, kernels, corrs, other, unmatched, joined;
-	int fell_back; /* the external join joined nothing: the callback's now */
+	int fell_back; /* the join joined nothing: the callback's now */
 } kt_seen;
 
-/* Kernel records with no correlation at all, after which the external join
- * is given up for CUPTI's callback (a CUPTI that gives kernel records
- * another correlation id than the driver call the wrapper pushed for). */
+/* Kernel records none of whose correlation ids came with a launch's record
+ * (API record or external correlation), after which the join is given up
+ * for CUPTI's callback. */
 #define KT_FALLBACK_AFTER 64
 
 /* Kernel names, interned: CUPTI's name pointers are its own, and a name
@@ -324,9 +324,6 @@ static void kt_file(uint64_t corr, uint64_t t, uint64_t stream, uint64_t ctx, in
 	__atomic_store_n(&e->corr, corr + 1, __ATOMIC_RELEASE);
 }
 
-/* The launch wrappers' side of KT_JOIN_EXTERNAL (ACTIVE_KTIMES set): the
- * launch on stream s is stamped and its id pushed for the driver call the
- * caller makes next; kt_launch_end pops it. Returns whether it pushed. */
 /* Threads between a push and its pop, counted in slots a thread keeps to
  * itself (by thread id): CUPTI is finalized only while none is, since a
  * CUPTI call after the finalize would bring it back up in the process.
@@ -367,6 +364,9 @@ static int kt_push_id(uint64_t id)
 	return 0;
 }
 
+/* The launch wrappers' side of KT_JOIN_EXTERNAL (ACTIVE_KTIMES set): the
+ * launch on stream s is stamped and its id pushed for the driver call the
+ * caller makes next; kt_launch_end pops it. Returns whether it pushed. */
 int kt_launch_begin(CUstream s)
 {
 	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED))
