@@ -17,8 +17,9 @@ go build -trimpath -ldflags "-s -w" -o .gpu/agent/agentcheck ./pkg/runtime/agent
 go build -trimpath -ldflags "-s -w" -o .gpu/ptx/ptxinst ./pkg/runtime/instrument/gputest/ptxinst
 go test -c -trimpath -ldflags "-s -w" -o .gpu/jit/difftest.test ./pkg/runtime/jit/difftest
 go test -c -trimpath -ldflags "-s -w" -o .gpu/jit/jit.test ./pkg/runtime/jit
-# promtool (Prometheus's metrics linter, unpacked by .ci/run) for fleet-check.sh
-if command -v promtool >/dev/null; then cp "$(command -v promtool)" .gpu/bin/; fi
+# promtool's check of the metrics text (the client library's promlint) for
+# fleet-check.sh: promtool itself (48 MB) would not fit the device tool's 64 MiB
+go build -trimpath -ldflags "-s -w" -o .gpu/bin/promcheck ./pkg/promexport/gputest/promcheck
 # .gpu is larger than the device tool carries (64 MiB): carry .gpupack,
 # this archive of it (about 30 MB); scripts/gpu-check.sh unpacks it.
 mkdir -p .gpupack
