@@ -121,6 +121,30 @@ func (t *tracker) ingest(src source, vals, again []byte) {
 	}
 }
 
+// forget lets go of the contexts of process pid (gone: its last starts
+// were taken at its exit); a start still waiting is counted untimed.
+func (t *tracker) forget(pid int, untimed func(source, start)) {
+	for src, ps := range t.pending {
+		if src.pid == pid {
+			for _, s := range ps {
+				t.stale++
+				untimed(src, s)
+			}
+			delete(t.pending, src)
+		}
+	}
+	for src := range t.seen {
+		if src.pid == pid {
+			delete(t.seen, src)
+		}
+	}
+	for src := range t.clocks {
+		if src.pid == pid {
+			delete(t.clocks, src)
+		}
+	}
+}
+
 // addClock records a calibration of src's clocks, in time order, and lets
 // go of those older than clockKeep before the newest (two stay).
 func (t *tracker) addClock(src source, c runtime.ClockSample) {

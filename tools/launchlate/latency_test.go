@@ -259,3 +259,25 @@ func TestStaleStartsAndClockKeep(t *testing.T) {
 		t.Errorf("device 0's largest bound %d, want 900 (from a calibration let go)", tr.bounds[0])
 	}
 }
+
+// TestForgetProcess: a gone process's contexts are let go, a start of it
+// still waiting counted untimed; another process's stay.
+func TestForgetProcess(t *testing.T) {
+	tr := newTracker()
+	a, b := source{pid: 1}, source{pid: 2}
+	tab := make([]byte, 2*startSize)
+	putStart(tab, 0, 1, 0, 5000, 1000, 0, kindRuntime)
+	tr.ingest(a, tab, tab)
+	tr.ingest(b, tab, tab)
+	tr.addClock(a, runtime.ClockSample{At: 500})
+	tr.addClock(b, runtime.ClockSample{At: 500})
+	untimed := 0
+	tr.forget(1, func(source, start) { untimed++ })
+	if untimed != 1 || tr.stale != 1 || len(tr.seen[a]) != 0 || len(tr.pending[a]) != 0 || len(tr.clocks[a]) != 0 {
+		t.Errorf("pid 1 forgotten: %d untimed, seen %d, pending %d, clocks %d; want its waiting start untimed, nothing kept",
+			untimed, len(tr.seen[a]), len(tr.pending[a]), len(tr.clocks[a]))
+	}
+	if len(tr.seen[b]) == 0 || len(tr.pending[b]) != 1 || len(tr.clocks[b]) != 1 {
+		t.Errorf("pid 2 lost its state when pid 1 went")
+	}
+}

@@ -80,8 +80,10 @@ below it as "< bound".
 Kernels without PTX (PyTorch's, cuBLAS's, cuDNN's, Triton's cubins) carry no
 probe: their starts come from CUPTI's kernel records, which the agent turns
 on in the process at its first such kernel (a process whose kernels all have
-PTX never pays for CUPTI), joined with the CPU time of each launch call taken
-by a CUPTI callback as the call reaches the driver. libcupti is found in the
+PTX never pays for CUPTI), joined with the CPU time of each launch call from
+CUPTI's records of the launch calls (a CUPTI callback where CUPTI is older
+than 12.5; GPUBPF_CUPTI_JOIN=callback|external in the program's environment
+picks one). libcupti is found in the
 process: the one loaded, the CUDA wheels next to its libraries, the
 toolkit's; GPUBPF_CUPTI=PATH in the program's environment names one,
 GPUBPF_CUPTI=off keeps CUPTI out. CUPTI converts its GPU times to the CPU

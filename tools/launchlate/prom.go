@@ -67,7 +67,8 @@ func (l *launchlate) metricName(k uint32, graph bool) string {
 // processes come and go.
 const forgetAfter = 30 * time.Second
 
-// forgetGone drops the series of each process that exited, forgetAfter
+// forgetGone drops the series of each process that exited, and what the
+// tracker keeps of its contexts (a table of 640 KB each), forgetAfter
 // later, until ctx ends (a timer that fires after the trace ended finds the
 // last push made and the endpoint closed).
 func (l *launchlate) forgetGone(ctx context.Context, gone <-chan int) {
@@ -76,9 +77,22 @@ func (l *launchlate) forgetGone(ctx context.Context, gone <-chan int) {
 		case <-ctx.Done():
 			return
 		case pid := <-gone:
-			if l.prom != nil {
-				time.AfterFunc(forgetAfter, func() { l.prom.e.Forget(pid) })
-			}
+			time.AfterFunc(forgetAfter, func() {
+				if ctx.Err() != nil {
+					return
+				}
+				if l.prom != nil {
+					l.prom.e.Forget(pid)
+				}
+				l.mu.Lock()
+				l.tr.forget(pid, l.untimed)
+				for src := range l.graphSeen {
+					if src.pid == pid {
+						delete(l.graphSeen, src)
+					}
+				}
+				l.mu.Unlock()
+			})
 		}
 	}
 }
