@@ -1114,6 +1114,9 @@ func (p *Process) close() error {
 	for _, d := range p.devs {
 		d.release()
 	}
+	// its counters stay (Stats) and its maps' last copies (ReadMaps), not
+	// its modules' code: --all keeps every process that came and went
+	p.libs = nil
 	p.mu.Unlock()
 	return err
 }
