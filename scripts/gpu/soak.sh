@@ -51,8 +51,15 @@ SUM=$D/summary.txt
 pass=0 fail=0
 ok() { echo "ok   $*" | tee -a "$SUM"; pass=$((pass + 1)); }
 bad() { echo "FAIL $*" | tee -a "$SUM"; fail=$((fail + 1)); }
-for t in "${TOOLS[@]}"; do [ -x "bin/$t" ] || { echo "missing bin/$t (make gpu-bundle)"; exit 1; }; done
+# what gpu-check.sh sets up, for a machine where it has not run yet: the
+# carried Go binaries, the agent and the samples built here
+if [ -f .gpupack/gpu.tgz ] && { [ ! -d .gpu/bin ] || [ .gpupack/gpu.tgz -nt .gpu/bin ]; }; then
+	rm -rf .gpu && tar xzf .gpupack/gpu.tgz && touch .gpu/bin
+fi
+[ -d .gpu/bin ] && ! command -v go >/dev/null && mkdir -p bin && cp -f .gpu/bin/* bin/
+[ -f bin/libgpubpf-agent.so ] || make agent >/dev/null 2>&1
 [ -x samples/bin/launch_heavy ] || make -C samples >/dev/null 2>&1
+for t in "${TOOLS[@]}"; do [ -x "bin/$t" ] || { echo "missing bin/$t (make gpu-bundle)"; exit 1; }; done
 echo "soak: $(date -u +%FT%TZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); ${SOAK_SECS} s attached, ${REF_SECS} s before, ${POST_SECS} s after" | tee -a "$SUM"
 
 rss() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null; }
