@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"sort"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 )
 
 // KernelTime is one kernel execution in a traced process, from CUPTI's
@@ -23,7 +25,10 @@ type KernelTime struct {
 	Start, End uint64
 	Grid       uint64 // %gridid (unique per launch in its context)
 	Stream     uint64 // the CUstream the launch named
-	Graph      uint32 // CUDA graph id, 0 when not launched by a graph
+	// StreamUnknown: Stream (and Ctx) are not known: the CPU time came
+	// from CUPTI's record of the launch call, which names neither.
+	StreamUnknown bool
+	Graph         uint32 // CUDA graph id, 0 when not launched by a graph
 }
 
 // kernelTimes is a process's side of Options.KernelTimes.
@@ -105,7 +110,8 @@ func (p *Process) readKernelTimes(final bool) error {
 	for _, r := range rep.Records {
 		p.kt.pending = append(p.kt.pending, KernelTime{PID: p.PID, Device: int(r.Device), Ctx: r.Ctx,
 			Kernel: p.kt.names[r.Name], CPU: r.CPU, Start: r.Start, End: r.End, Grid: r.Grid, Stream: r.Stream,
-			Graph: r.Graph})
+			StreamUnknown: r.Flags&agentproto.KernelTimeStreamUnknown != 0,
+			Graph:         r.Graph})
 	}
 	p.mu.Unlock()
 	p.s.mu.Lock()

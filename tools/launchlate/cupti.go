@@ -51,6 +51,9 @@ func (l *launchlate) addKernelTimes(recs []runtime.KernelTime) {
 		l.ktRecords++
 		s := start{grid: r.Grid & gridMask, kernel: l.indexOf(r.Kernel), gpu: r.Start, cpu: r.CPU,
 			stream: r.Stream, kind: kindDriver}
+		if r.StreamUnknown {
+			s.stream = streamUnknown
+		}
 		if r.Graph != 0 {
 			s.kind, s.stream = kindGraphWord, 0
 		}

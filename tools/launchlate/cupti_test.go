@@ -106,3 +106,23 @@ func TestKernelTimesPatterns(t *testing.T) {
 		t.Errorf("timed %d, kernels %v: want only sm90_xmma_gemm", l.ktTimed, names)
 	}
 }
+
+// TestStreamUnknown: with --stream, a CUPTI-timed launch whose stream the
+// record of its call does not name (CUPTI's API records) is kept under an
+// "unknown" stream, never the default stream's.
+func TestStreamUnknown(t *testing.T) {
+	l := &launchlate{w: &bytes.Buffer{}, cur: map[key]*stats{}, cupti: true, timing: timingAuto, byStream: true,
+		nameOf: func(uint32) string { return "gemm" }, indexOf: func(string) uint32 { return 0 },
+		instrumented: func(string) bool { return false }}
+	l.addKernelTimes([]runtime.KernelTime{
+		{PID: 7, Kernel: "gemm", CPU: 1_000, Start: 6_000, End: 9_000, Grid: 1, StreamUnknown: true},
+		{PID: 7, Kernel: "gemm", CPU: 2_000, Start: 7_000, End: 9_000, Grid: 2, Stream: 0},
+	})
+	unknown, def := l.cur[key{pid: 7, stream: streamUnknown}], l.cur[key{pid: 7, stream: 0}]
+	if unknown == nil || unknown.n != 1 || def == nil || def.n != 1 {
+		t.Fatalf("stats %v: want one launch on an unknown stream, one on the default stream", l.cur)
+	}
+	if got := l.label(key{pid: 7, stream: streamUnknown}); got != "gemm [pid 7, stream unknown]" {
+		t.Errorf("label %q", got)
+	}
+}

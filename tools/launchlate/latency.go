@@ -31,7 +31,10 @@ const (
 const (
 	startSize  = 32 // struct ll_start
 	streamMask = 1<<56 - 1
-	gridMask   = 1<<48 - 1
+	// streamUnknown: a CUPTI-timed launch whose stream CUPTI's record of
+	// the call does not name
+	streamUnknown = streamMask
+	gridMask      = 1<<48 - 1
 )
 
 // start is one kernel start as the GPU probe stored it.

@@ -32,6 +32,8 @@ func streamName(s uint64) string {
 		return "default"
 	case 2:
 		return "per-thread default"
+	case streamUnknown:
+		return "unknown"
 	}
 	return "0x" + strconv.FormatUint(s, 16)
 }

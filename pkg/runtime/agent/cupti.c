@@ -84,6 +84,8 @@ struct kt_corr {
 #define KT_JOIN_EXTERNAL 0
 #define KT_JOIN_CALLBACK 1
 #define KT_JOIN_API 2
+/* kt_rec.flags: the stream (and context) the launch named are not known. */
+#define KT_FLAG_STREAM_UNKNOWN 1u
 /* The external id of the agent's own launches (its clock): no record. */
 #define KT_EXT_AGENT (1ull << 63)
 
@@ -650,8 +652,9 @@ static int kt_resolve(struct kt_raw *r)
 		if (!c->start)
 			return 2;
 		/* the stream and context the call named are not in the API
-		 * record: the primary context's, as most programs' are */
+		 * record: said (flags), the context taken for the primary */
 		r->r.cpu = c->start;
+		r->r.flags |= KT_FLAG_STREAM_UNKNOWN;
 		return 1;
 	}
 	if (kt_join == KT_JOIN_EXTERNAL) {

@@ -78,12 +78,13 @@ func TestKernelTimesStandIn(t *testing.T) {
 	lib := fakeCUPTI(t, f)
 	for _, tc := range []struct {
 		name, env, join, enable, disable string
+		flags                            uint32 // the records': the stream unknown with API records
 	}{
-		{"driver API records", "", "by CUPTI's driver API records of the launch calls", "enable\nenable driver\nenable correlation\n", "disable\ndisable driver\ndisable correlation\nfinalize\n"},
-		{"GPUBPF_CUPTI_JOIN=external", "GPUBPF_CUPTI_JOIN=external", "by the agent (external correlation)", "enable\nenable correlation\n", "disable\ndisable correlation\nfinalize\n"},
-		{"GPUBPF_CUPTI_JOIN=callback", "GPUBPF_CUPTI_JOIN=callback", "by CUPTI's callback", "enable\n", "disable\nfinalize\n"},
-		{"no per-call API records", "FAKECUPTI_NOAPI=1", "by CUPTI's callback", "enable\nenable driver\ndisable driver\n", "disable\nfinalize\n"},
-		{"no external correlation", "FAKECUPTI_NOEXT=1", "by CUPTI's callback", "enable\nenable driver\ndisable driver\n", "disable\nfinalize\n"},
+		{"driver API records", "", "by CUPTI's driver API records of the launch calls", "enable\nenable driver\nenable correlation\n", "disable\ndisable driver\ndisable correlation\nfinalize\n", agentproto.KernelTimeStreamUnknown},
+		{"GPUBPF_CUPTI_JOIN=external", "GPUBPF_CUPTI_JOIN=external", "by the agent (external correlation)", "enable\nenable correlation\n", "disable\ndisable correlation\nfinalize\n", 0},
+		{"GPUBPF_CUPTI_JOIN=callback", "GPUBPF_CUPTI_JOIN=callback", "by CUPTI's callback", "enable\n", "disable\nfinalize\n", 0},
+		{"no per-call API records", "FAKECUPTI_NOAPI=1", "by CUPTI's callback", "enable\nenable driver\ndisable driver\n", "disable\nfinalize\n", 0},
+		{"no external correlation", "FAKECUPTI_NOEXT=1", "by CUPTI's callback", "enable\nenable driver\ndisable driver\n", "disable\nfinalize\n", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := filepath.Join(t.TempDir(), "cupti.log")
@@ -119,8 +120,8 @@ func TestKernelTimesStandIn(t *testing.T) {
 			}
 			grids := map[uint64]bool{}
 			for _, r := range rep.Records {
-				if r.CPU < before || r.CPU > after || r.Start <= r.CPU || r.End <= r.Start || r.Name != rep.Names[0].ID || r.Ctx != 0 || r.Device != 0 {
-					t.Errorf("record %+v: want the call's time within [%d, %d] before start and end, the name's id, ctx 0", r, before, after)
+				if r.CPU < before || r.CPU > after || r.Start <= r.CPU || r.End <= r.Start || r.Name != rep.Names[0].ID || r.Ctx != 0 || r.Device != 0 || r.Flags != tc.flags {
+					t.Errorf("record %+v: want the call's time within [%d, %d] before start and end, the name's id, ctx 0, flags %d", r, before, after, tc.flags)
 				}
 				grids[r.Grid] = true
 			}

@@ -1187,8 +1187,16 @@ type KernelTime struct {
 	Name       uint32 // KernelTimeName.ID
 	Device     int32
 	Graph      uint32 // CUDA graph id (0: not launched by a graph)
-	Flags      uint32 // reserved (0)
+	Flags      uint32 // KernelTimeStreamUnknown
 }
+
+// KernelTime.Flags.
+const (
+	// KernelTimeStreamUnknown: the launch's stream and context are not
+	// known (its CPU time came from CUPTI's API record, which names
+	// neither): Stream is 0 and Ctx 0 without meaning it.
+	KernelTimeStreamUnknown uint32 = 1
+)
 
 // kernelTimeSize is a KernelTime's size on the wire.
 const kernelTimeSize = 64
