@@ -51,7 +51,7 @@ func TestRunPIDInContainer(t *testing.T) {
 			script := fmt.Sprintf("%s && mount -t tmpfs none %s && exec %s", tc.run, filepath.Dir(tool), appBin)
 			app := exec.Command(unshare, append(strings.Fields(tc.unshare), "sh", "-c", script)...)
 			app.Env = appEnv
-			var appErr syncBuf
+			var appErr testenv.LogBuffer
 			app.Stderr = &appErr
 			a := startApp(t, app, &appErr)
 			t.Cleanup(func() {
@@ -98,7 +98,7 @@ func TestRunPIDInContainer(t *testing.T) {
 			if n, _ := summary["instrumented_launches"].(float64); n < 5 {
 				t.Errorf("instrumented launches %v, want most of the ~30 after the attach; stderr:\n%s\napp:\n%s", summary["instrumented_launches"], stderr.String(), appErr.String())
 			}
-			if !appErr.has("serving " + tc.socket) {
+			if !appErr.Has("serving " + tc.socket) {
 				t.Errorf("the agent does not say it serves %s:\n%s", tc.socket, appErr.String())
 			}
 			// the copy is gone from the program's /tmp; the program runs on

@@ -30,7 +30,7 @@ func TestRunPIDInjects(t *testing.T) {
 
 	app := exec.Command(appBin)
 	app.Env = env
-	var appErr syncBuf
+	var appErr testenv.LogBuffer
 	app.Stderr = &appErr
 	a := startApp(t, app, &appErr)
 	t.Cleanup(func() { app.Process.Kill(); app.Wait() })

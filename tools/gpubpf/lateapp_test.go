@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -88,36 +87,4 @@ func (a *appConn) launch() string {
 	l := a.expect("LAUNCH ")
 	a.expect("DONE")
 	return l
-}
-
-// syncBuf holds a child's stderr: exec copies into it from a goroutine of
-// its own while the test reads it.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// has reports whether text reaches the buffer within a few seconds (a line
-// written before the child answered may still be in the pipe).
-func (s *syncBuf) has(text string) bool {
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if strings.Contains(s.String(), text) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
 }

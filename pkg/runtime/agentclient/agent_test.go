@@ -126,7 +126,7 @@ type app struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	lines  chan string
-	stderr *logBuf
+	stderr *testenv.LogBuffer
 }
 
 func (f fixture) start(t *testing.T, env ...string) *app {
@@ -136,7 +136,7 @@ func (f fixture) start(t *testing.T, env ...string) *app {
 	cmd.Env = append(cmd.Env, env...)
 	in, _ := cmd.StdinPipe()
 	out, _ := cmd.StdoutPipe()
-	var se logBuf
+	var se testenv.LogBuffer
 	cmd.Stderr = &se
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -450,7 +450,7 @@ func TestPeerCredentials(t *testing.T) {
 	for range a.lines {
 	}
 	a.cmd.Wait()
-	if !a.stderr.has("refused a control connection from uid 65534") {
+	if !a.stderr.Has("refused a control connection from uid 65534") {
 		t.Fatalf("refusal not logged; stderr: %q", a.stderr.String())
 	}
 }

@@ -200,7 +200,7 @@ func TestDeferredLaunchEvents(t *testing.T) {
 			slices.Index(lines, "UNLOAD probe_vecAdd"); i < 0 || j < i {
 			t.Errorf("unload: the record does not precede the module's unload: %q", lines)
 		}
-		if !e.a.stderr.has("launch events: deferred") {
+		if !e.a.stderr.Has("launch events: deferred") {
 			t.Errorf("the agent's log does not say launch events are deferred:\n%s", e.a.stderr)
 		}
 		e.clean()
@@ -224,7 +224,7 @@ func TestDeferredLaunchEvents(t *testing.T) {
 		if r := records(e.read()); len(r) != 0 {
 			t.Fatalf("the read recorded %v", r)
 		}
-		if !e.a.stderr.has("launch events: recorded at each instrumented launch (GPUBPF_AGENT_DEFER_EVENTS=0)") {
+		if !e.a.stderr.Has("launch events: recorded at each instrumented launch (GPUBPF_AGENT_DEFER_EVENTS=0)") {
 			t.Errorf("the agent's log does not say why launches record:\n%s", e.a.stderr)
 		}
 		e.clean()

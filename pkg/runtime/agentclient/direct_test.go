@@ -6,6 +6,7 @@ package agentclient
 import (
 	"bufio"
 	"errors"
+	"github.com/gpubpf/gpubpf/internal/testenv"
 	"os"
 	"os/exec"
 	"strings"
@@ -20,7 +21,7 @@ type host struct {
 	t      *testing.T
 	cmd    *exec.Cmd
 	lines  chan string
-	stderr *logBuf
+	stderr *testenv.LogBuffer
 	exited chan error
 }
 
@@ -35,7 +36,7 @@ func (f fixture) startHost(t *testing.T, withCUDA bool, env ...string) *host {
 	}
 	cmd.Env = append(cmd.Env, env...)
 	out, _ := cmd.StdoutPipe()
-	var se logBuf
+	var se testenv.LogBuffer
 	cmd.Stderr = &se
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -175,7 +176,7 @@ func TestDirectHostLaunches(t *testing.T) {
 	if code := h.exit(10 * time.Second); code != 0 {
 		t.Fatalf("host exit status %d; stderr: %s", code, h.stderr)
 	}
-	if !h.stderr.has("direct mode serves one tool; refused a second connection") {
+	if !h.stderr.Has("direct mode serves one tool; refused a second connection") {
 		t.Errorf("the refused connection was not logged: %s", h.stderr)
 	}
 }
@@ -230,7 +231,7 @@ func TestDirectHostWaitIsBounded(t *testing.T) {
 	if code := h.exit(10 * time.Second); code != 3 {
 		t.Fatalf("exit status %d, want 3", code)
 	}
-	if !h.stderr.has("no gpubpf tool connected within 0.2 s") {
+	if !h.stderr.Has("no gpubpf tool connected within 0.2 s") {
 		t.Fatalf("stderr: %s", h.stderr)
 	}
 }

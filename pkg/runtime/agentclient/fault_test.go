@@ -269,7 +269,7 @@ func TestOtherUIDRefusedAgentServes(t *testing.T) {
 	for range a.lines {
 	}
 	a.cmd.Wait()
-	if !a.stderr.has("refused a control connection from uid 65534") {
+	if !a.stderr.Has("refused a control connection from uid 65534") {
 		t.Fatalf("refusal not logged; stderr: %q", a.stderr.String())
 	}
 }
