@@ -639,31 +639,30 @@ static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t
 
 /* The launch stamp of a kernel record (kt_mu held): 1 with r's cpu, stream
  * and context filled, 0 when there is none (r goes untimed), -1 for the
- * agent's own kernel, 2 when its external correlation has not come yet. */
+ * agent's own kernel, 2 when its launch's record (API record or external
+ * correlation) has not come yet. */
 static int kt_resolve(struct kt_raw *r)
 {
 	uint64_t id = r->corr;
-	if (kt_join == KT_JOIN_API) {
+	if (kt_join != KT_JOIN_CALLBACK) {
 		const struct kt_corr *c = &kt_corrs[r->corr & (KT_STAMPS - 1)];
 		if (c->corr != (uint64_t)r->corr + 1)
 			return 2;
 		if (c->ext == KT_EXT_AGENT)
 			return -1;
-		if (!c->start)
+		if (kt_join == KT_JOIN_API) {
+			if (!c->start)
+				return 2;
+			/* the stream and context the call named are not in
+			 * the API record: said (flags), the context taken for
+			 * the primary */
+			r->r.cpu = c->start;
+			r->r.flags |= KT_FLAG_STREAM_UNKNOWN;
+			return 1;
+		}
+		if (!c->ext)
 			return 2;
-		/* the stream and context the call named are not in the API
-		 * record: said (flags), the context taken for the primary */
-		r->r.cpu = c->start;
-		r->r.flags |= KT_FLAG_STREAM_UNKNOWN;
-		return 1;
-	}
-	if (kt_join == KT_JOIN_EXTERNAL) {
-		const struct kt_corr *c = &kt_corrs[r->corr & (KT_STAMPS - 1)];
-		if (c->corr != (uint64_t)r->corr + 1 || !c->ext)
-			return 2;
-		if (c->ext == KT_EXT_AGENT)
-			return -1;
-		id = c->ext;
+		id = c->ext; /* the wrapper's stamp */
 	}
 	struct kt_stamp *e = &kt_stamps[id & (KT_STAMPS - 1)];
 	if (__atomic_load_n(&e->corr, __ATOMIC_ACQUIRE) != id + 1)
@@ -744,11 +743,12 @@ static int kt_api_records(int on)
 	return 0;
 }
 
-/* How launches are stamped: the agent's wrappers with an external
- * correlation, unless GPUBPF_CUPTI_JOIN=callback or CUPTI has no external
- * correlation (before CUDA 8). The wrappers see every launch of a program
- * the agent was preloaded into and of one it was injected into (late.c);
- * a launch from a driver entry point found neither way goes untimed. */
+/* How launches are stamped: CUPTI's API records of the launch calls, where
+ * CUPTI can keep them to those calls (12.5) and mark the agent's own
+ * launches (external correlation); else, or with GPUBPF_CUPTI_JOIN=callback,
+ * CUPTI's launch callback; GPUBPF_CUPTI_JOIN=external: the agent's
+ * wrappers, which see every launch of a program the agent was preloaded
+ * into and of one it was injected into (late.c). */
 static int kt_join_wanted(void)
 {
 	const char *j = getenv("GPUBPF_CUPTI_JOIN");
@@ -758,6 +758,16 @@ static int kt_join_wanted(void)
 	if (j && !strcmp(j, "external"))
 		return ext ? KT_JOIN_EXTERNAL : KT_JOIN_CALLBACK;
 	return C.ActivityEnableDriverApi && ext ? KT_JOIN_API : KT_JOIN_CALLBACK;
+}
+
+/* The records a join other than the callback's turned on, off again (the
+ * external correlation records, refused or not: disabling is harmless). */
+static void kt_join_records_off(int join)
+{
+	if (join == KT_JOIN_API)
+		kt_api_records(0);
+	if (join != KT_JOIN_CALLBACK)
+		C.ActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
 }
 
 /* kt_life held. */
@@ -791,9 +801,9 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 	int join = kt_join_wanted();
 	CUptiResult r;
 	__atomic_store_n(&kt_finalize, 0, __ATOMIC_RELEASE);
-	/* Subscribed with the external join too, though no callback is on:
-	 * a profiler holding CUPTI refuses the subscriber, where registering
-	 * our buffers would take its records. */
+	/* Subscribed with every join, though only the callback's enables a
+	 * callback: a profiler holding CUPTI refuses the subscriber, where
+	 * registering our buffers would take its records. */
 	if (!kt_sub) {
 		r = C.Subscribe(&kt_sub, kt_callback, NULL);
 		if (r != CUPTI_SUCCESS) {
@@ -822,8 +832,7 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 		join = KT_JOIN_CALLBACK;
 	if (join != KT_JOIN_CALLBACK && (r = C.ActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) != CUPTI_SUCCESS) {
 		DBG("CUPTI refused external correlation records (%s): launches stamped from its callback", cupti_err(r));
-		if (join == KT_JOIN_API)
-			kt_api_records(0);
+		kt_join_records_off(join);
 		join = KT_JOIN_CALLBACK;
 	}
 	kt_enable_callbacks(join == KT_JOIN_CALLBACK);
@@ -858,12 +867,10 @@ static void kt_fall_back(struct session *s)
 		kt_join = KT_JOIN_CALLBACK;
 		kt_seen.fell_back = 1;
 		pthread_mutex_unlock(&kt_mu);
-		if (was == KT_JOIN_API)
-			kt_api_records(0);
-		C.ActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
-		DBG("kernel times: the external correlation joined none of %llu kernel records; launches stamped from "
-		    "CUPTI's callback from now on",
-		    (unsigned long long)kt_seen.unmatched);
+		kt_join_records_off(was);
+		DBG("kernel times: launches stamped %s, and none of %llu kernel records joined: CUPTI's callback stamps "
+		    "them from now on",
+		    kt_join_name(was, 0), (unsigned long long)kt_seen.unmatched);
 	}
 	pthread_mutex_unlock(&kt_life);
 }
@@ -883,10 +890,7 @@ void kt_release(struct session *s)
 	pthread_mutex_unlock(&kt_mu);
 	/* outside kt_mu: a flush hands buffers to kt_buffer_completed */
 	C.ActivityDisable(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
-	if (kt_join == KT_JOIN_API)
-		kt_api_records(0);
-	if (kt_join != KT_JOIN_CALLBACK)
-		C.ActivityDisable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION);
+	kt_join_records_off(kt_join);
 	if (C.ActivityFlushPeriod)
 		C.ActivityFlushPeriod(0);
 	C.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
