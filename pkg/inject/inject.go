@@ -116,9 +116,7 @@ func checkProcess(pid int, lib string) error {
 	if err := statusAllows(pid, string(status)); err != nil {
 		return err
 	}
-	mine, err1 := os.Readlink("/proc/self/ns/mnt")
-	theirs, err2 := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", pid))
-	if st, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", pid, lib)); err1 == nil && err2 == nil && mine != theirs && (err != nil || !st.Mode().IsRegular()) {
+	if st, err := os.Stat(fmt.Sprintf("/proc/%d/root%s", pid, lib)); !procmaps.SameNamespace(pid, "mnt") && (err != nil || !st.Mode().IsRegular()) {
 		return fmt.Errorf("%w: process %d runs in another mount namespace (a container), where %s does not resolve; start it with LD_PRELOAD set to the agent instead", ErrUnsupported, pid, lib)
 	}
 	return nil

@@ -16,6 +16,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // Mapping is one line of /proc/PID/maps.
@@ -179,6 +181,16 @@ func HostPath(pid int, path string) string {
 		}
 	}
 	return path
+}
+
+// SameNamespace reports whether pid shares this process's namespace of
+// kind ("mnt", "net", "pid"); an unreadable one counts as the same.
+func SameNamespace(pid int, kind string) bool {
+	var a, b unix.Stat_t
+	if unix.Stat("/proc/self/ns/"+kind, &a) != nil || unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, kind), &b) != nil {
+		return true
+	}
+	return a.Ino == b.Ino && a.Dev == b.Dev
 }
 
 // DefinedFunctions returns the names of the functions an ELF file defines

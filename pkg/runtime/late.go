@@ -56,7 +56,7 @@ func (s *Session) injectAgent(pid int) error {
 // cleanup removes the copy (the process keeps it mapped).
 func agentPathFor(pid int, lib string) (path string, cleanup func(), err error) {
 	none := func() {}
-	if agentclient.SameNamespace(pid, "mnt") {
+	if procmaps.SameNamespace(pid, "mnt") {
 		return lib, none, nil
 	}
 	if a, err := os.Stat(lib); err == nil {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpubpf/gpubpf/pkg/procmaps"
 )
 
 // A process in a container has its own view: the agent names its socket
@@ -57,22 +59,12 @@ func processSocketDir(pid int) string {
 	return DefaultDir
 }
 
-// SameNamespace reports whether pid shares the tool's namespace of kind
-// ("mnt", "net", "pid"); an unreadable one counts as the same.
-func SameNamespace(pid int, kind string) bool {
-	var a, b unix.Stat_t
-	if unix.Stat("/proc/self/ns/"+kind, &a) != nil || unix.Stat(fmt.Sprintf("/proc/%d/ns/%s", pid, kind), &b) != nil {
-		return true
-	}
-	return a.Ino == b.Ino && a.Dev == b.Dev
-}
-
 // nsDial tries the socket of pid's agent as the process itself sees it.
 func nsDial(pid int, timeout time.Duration) (*net.UnixConn, string, error) {
 	npid := nsPID(pid)
 	tried := false
 	var last error
-	if !SameNamespace(pid, "mnt") || npid != pid {
+	if !procmaps.SameNamespace(pid, "mnt") || npid != pid {
 		tried = true
 		p := fmt.Sprintf("/proc/%d/root%s", pid, filepath.Join(processSocketDir(pid), strconv.Itoa(npid)+".sock"))
 		uc, err := dial(p, timeout)
@@ -81,7 +73,7 @@ func nsDial(pid int, timeout time.Duration) (*net.UnixConn, string, error) {
 		}
 		last = err
 	}
-	if !SameNamespace(pid, "net") || npid != pid {
+	if !procmaps.SameNamespace(pid, "net") || npid != pid {
 		tried = true
 		name := abstractName(npid)
 		uc, err := dialInNetns(pid, name, timeout)
@@ -100,7 +92,7 @@ func nsDial(pid int, timeout time.Duration) (*net.UnixConn, string, error) {
 // namespace: one OS thread enters it for the dial and comes back; the
 // connection keeps working from anywhere (needs CAP_SYS_ADMIN).
 func dialInNetns(pid int, name string, timeout time.Duration) (*net.UnixConn, error) {
-	if SameNamespace(pid, "net") {
+	if procmaps.SameNamespace(pid, "net") {
 		return dial(name, timeout)
 	}
 	target, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
