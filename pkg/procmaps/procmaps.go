@@ -183,6 +183,21 @@ func HostPath(pid int, path string) string {
 	return path
 }
 
+// Environ is pid's environment as it started (nil when unreadable).
+func Environ(pid int) map[string]string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return nil
+	}
+	env := map[string]string{}
+	for _, kv := range bytes.Split(b, []byte{0}) {
+		if k, v, ok := strings.Cut(string(kv), "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
 // SameNamespace reports whether pid shares this process's namespace of
 // kind ("mnt", "net", "pid"); an unreadable one counts as the same.
 func SameNamespace(pid int, kind string) bool {

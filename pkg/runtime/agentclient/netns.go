@@ -1,7 +1,6 @@
 package agentclient
 
 import (
-	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -48,13 +47,8 @@ func nsPID(pid int) int {
 
 // processSocketDir is the agent's socket directory in pid's environment.
 func processSocketDir(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-	if err == nil {
-		for _, kv := range bytes.Split(b, []byte{0}) {
-			if v, ok := bytes.CutPrefix(kv, []byte("GPUBPF_AGENT_SOCKET_DIR=")); ok && len(v) > 0 {
-				return string(v)
-			}
-		}
+	if d := procmaps.Environ(pid)["GPUBPF_AGENT_SOCKET_DIR"]; d != "" {
+		return d
 	}
 	return DefaultDir
 }

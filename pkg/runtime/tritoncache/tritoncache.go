@@ -22,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpubpf/gpubpf/pkg/procmaps"
 )
 
 // Cache indexes the cubins of Triton cache directories by content.
@@ -118,7 +120,7 @@ func (c *Cache) scan(dir string, size int64) {
 // this tool sees them (through /proc/pid/root when the process is in
 // another mount namespace).
 func Dirs(pid int) []string {
-	env := environ(pid)
+	env := procmaps.Environ(pid)
 	root := "/proc/" + strconv.Itoa(pid) + "/root"
 	if same(root, "/") {
 		root = ""
@@ -152,20 +154,6 @@ func Dirs(pid int) []string {
 		}
 	}
 	return out
-}
-
-func environ(pid int) map[string]string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-	if err != nil {
-		return nil
-	}
-	env := map[string]string{}
-	for _, kv := range bytes.Split(b, []byte{0}) {
-		if k, v, ok := strings.Cut(string(kv), "="); ok {
-			env[k] = v
-		}
-	}
-	return env
 }
 
 // userOf is the name of pid's user as Inductor's getpass.getuser() finds

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/gpubpf/gpubpf/pkg/procmaps"
 )
 
 func write(t *testing.T, path string, data string) {
@@ -66,7 +68,7 @@ func TestDirs(t *testing.T) {
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	// the child's environment is its own once it has exec'd
-	for i := 0; i < 100 && environ(cmd.Process.Pid)["TRITON_CACHE_DIR"] == ""; i++ {
+	for i := 0; i < 100 && procmaps.Environ(cmd.Process.Pid)["TRITON_CACHE_DIR"] == ""; i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	got := Dirs(cmd.Process.Pid)
