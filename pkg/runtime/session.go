@@ -108,9 +108,10 @@ const (
 	// KernelTimesWhenNeeded: at the first kernel of the process that no
 	// probe can time: as a module with a kernel without PTX is read (for
 	// the modules a program registers as it starts, before its first CUDA
-	// call), or as a kernel's instrumentation fails. CUPTI's launch
-	// callback costs launch-bound programs a third of their launch rate
-	// (H100), which a program whose kernels all have probes need not pay.
+	// call), or as a kernel's instrumentation fails. CUPTI costs
+	// launch-bound programs launch rate (its kernel records alone x0.94 on
+	// the H100, with its launch callback x0.67), which a program whose
+	// kernels all have probes need not pay.
 	KernelTimesWhenNeeded
 	// KernelTimesAlways: at the attach.
 	KernelTimesAlways
