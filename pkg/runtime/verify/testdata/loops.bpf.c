@@ -13,6 +13,7 @@ char LICENSE[] SEC("license") = "Dual BSD/GPL";
 GPUBPF_MAP(dims, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u32, 1);
 GPUBPF_MAP(mat, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, s32, 4096);
 GPUBPF_MAP(out, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, s64, 4096);
+GPUBPF_MAP(spin, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u32, 1);
 
 /* out[row] = the dot product of mat's row and its first column, K long */
 static __always_inline int dot(void)
@@ -91,18 +92,18 @@ int map_bounded_probe(void *ctx)
 	return 0;
 }
 
-/* Never ends: dims[1] stays 0. Memory-safe, so a probe runs it with the
+/* Never ends: spin[0] stays 0. Memory-safe, so a probe runs it with the
  * loop budget, which every thread spends once per launch. */
 SEC("kprobe/vectorAdd")
 int endless_probe(void *ctx)
 {
-	u32 k1 = 1;
-	u32 *spin = bpf_map_lookup_elem(&dims, &k1);
+	u32 k0 = 0;
+	u32 *flag = bpf_map_lookup_elem(&spin, &k0);
 	u64 n = 0;
 
-	if (!spin)
+	if (!flag)
 		return 0;
-	while (*(volatile u32 *)spin == 0)
+	while (*(volatile u32 *)flag == 0)
 		n++;
 	return n;
 }
