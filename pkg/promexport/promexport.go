@@ -41,7 +41,8 @@ type Exporter struct {
 	seen      map[string]map[string]bool // family -> label sets admitted
 	folded    *prometheus.CounterVec
 	vecs      []deleter
-	mp        *sdkmetric.MeterProvider // PushOTLP's
+	named     map[string]prometheus.Collector // what -> its family, registered once
+	mp        *sdkmetric.MeterProvider        // PushOTLP's
 }
 
 type deleter interface {
@@ -54,7 +55,8 @@ func New(tool string, maxSeries int) *Exporter {
 	if maxSeries <= 0 {
 		maxSeries = 1000
 	}
-	e := &Exporter{Registry: prometheus.NewRegistry(), tool: tool, maxSeries: maxSeries, seen: map[string]map[string]bool{}}
+	e := &Exporter{Registry: prometheus.NewRegistry(), tool: tool, maxSeries: maxSeries, seen: map[string]map[string]bool{},
+		named: map[string]prometheus.Collector{}}
 	e.folded = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gpubpf_series_folded_total",
 		Help: "Label sets folded into the \"other\" series of a metric family past --max-series.",
@@ -109,6 +111,9 @@ func (e *Exporter) name(what string) string { return "gpubpf_" + e.tool + "_" + 
 // Histogram registers a histogram in seconds (what: "latency_seconds"):
 // native, and with classic buckets from 1 us to 10 s.
 func (e *Exporter) Histogram(what, help string, labels ...string) *prometheus.HistogramVec {
+	if v, ok := e.registered(what).(*prometheus.HistogramVec); ok {
+		return v
+	}
 	v := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:                            e.name(what),
 		Help:                            help,
@@ -117,31 +122,47 @@ func (e *Exporter) Histogram(what, help string, labels ...string) *prometheus.Hi
 		NativeHistogramMaxBucketNumber:  160,
 		NativeHistogramMinResetDuration: time.Hour,
 	}, labels)
-	e.register(v)
+	e.register(what, v)
 	return v
 }
 
 // Counter registers a counter (what ends in _total).
 func (e *Exporter) Counter(what, help string, labels ...string) *prometheus.CounterVec {
+	if v, ok := e.registered(what).(*prometheus.CounterVec); ok {
+		return v
+	}
 	v := prometheus.NewCounterVec(prometheus.CounterOpts{Name: e.name(what), Help: help}, labels)
-	e.register(v)
+	e.register(what, v)
 	return v
 }
 
 // Gauge registers a gauge.
 func (e *Exporter) Gauge(what, help string, labels ...string) *prometheus.GaugeVec {
+	if v, ok := e.registered(what).(*prometheus.GaugeVec); ok {
+		return v
+	}
 	v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: e.name(what), Help: help}, labels)
-	e.register(v)
+	e.register(what, v)
 	return v
 }
 
-func (e *Exporter) register(v interface {
+// registered returns the family what was registered as, nil if none: a
+// family asked for again (the account, set at every refresh) is the same
+// family, where registering it twice would panic.
+func (e *Exporter) registered(what string) prometheus.Collector {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.named[what]
+}
+
+func (e *Exporter) register(what string, v interface {
 	prometheus.Collector
 	deleter
 }) {
 	e.Registry.MustRegister(v)
 	e.mu.Lock()
 	e.vecs = append(e.vecs, v)
+	e.named[what] = v
 	e.mu.Unlock()
 }
 

@@ -72,4 +72,17 @@ func TestAccountExport(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("exported %v, want %v", got, want)
 	}
+
+	// the tools export their account at every refresh: the same family,
+	// its numbers replaced (registering it again panicked on the H200)
+	b := &Account{Tool: "threadhist"}
+	b.Add(7, "kernels instrumented", "")
+	b.Export(e)
+	if got, err = e.Values(); err != nil {
+		t.Fatal(err)
+	}
+	want["gpubpf_threadhist_account|kernels instrumented"] = 7
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("exported again: %v, want %v", got, want)
+	}
 }

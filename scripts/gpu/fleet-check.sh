@@ -51,7 +51,9 @@ wait_for() { # FILE PATTERN SECS
 # ---- 1. each tool's scrape against exact counts -------------------------------
 G=$T/gate
 mkdir -p "$G"
-samples/bin/gated "$G" 5,5,5,5,5 256 4 1 >"$T/gated.out" 2>&1 &
+# a sixth round, opened after the last tool's scrape, keeps the program
+# (and so each tool) alive until then: a tool whose process exits ends
+samples/bin/gated "$G" 5,5,5,5,5,1 256 4 1 >"$T/gated.out" 2>&1 &
 app=$!
 for _ in $(seq 600); do [ -e "$G/ready" ] && break; sleep 0.1; done
 round=0 port=9460
@@ -86,6 +88,7 @@ for tool in launchlate gpuevent_snoop threadhist kernelretsnoop kernel_trace; do
 		bad "$tool -p --prometheus: gatedA $a, gatedB $b (want $want); $lint; $(cat "$T/$tool.prom.err" 2>/dev/null | tail -1) $(tail -n 2 "$T/$tool.err" | tr '\n' ' ' | cut -c1-300)"
 	fi
 done
+touch "$G/go.6"
 wait $app
 grep -q "RESULT gated ok" "$T/gated.out" && ok "gated ran its 5 rounds right under the five tools" || bad "gated: $(tail -n 2 "$T/gated.out" | tr '\n' ' ')"
 
@@ -99,7 +102,7 @@ LAUNCH_HEAVY_SECONDS=8 samples/bin/launch_heavy 1 4 20000 64 >"$T/all-lh.out" 2>
 p2=$!
 python3 scripts/gpu/torch_train.py --seconds 8 >"$T/all-torch.out" 2>&1 &
 p3=$!
-declare -A seen gone
+declare -A seen=() gone=()
 : >"$T/all.log"
 for i in $(seq 45); do
 	scrape 9400 "$T/all.prom"
