@@ -124,8 +124,8 @@ func TestKernelsWithoutPTX(t *testing.T) {
 		t.Errorf("summary's cupti_account %v: want the process's", sum["cupti_account"])
 	} else {
 		for _, v := range acc {
-			if s, _ := v.(string); !strings.Contains(s, "launches stamped by CUPTI's driver API records of the launch calls") {
-				t.Errorf("cupti_account %q: want launches stamped by the driver API records", s)
+			if s, _ := v.(string); !strings.Contains(s, "launches stamped by CUPTI's callback") {
+				t.Errorf("cupti_account %q: want launches stamped by CUPTI's callback", s)
 			}
 		}
 	}

@@ -3,18 +3,19 @@
  * A kernel without PTX cannot carry a probe, but CUPTI's activity records
  * give every kernel's GPU start and end, and the launch call each came
  * from. While a tool asks for them:
- *   - the launch call's CPU time: by default CUPTI's own driver API
- *     records, turned on for the launch entry points alone
- *     (cuptiActivityEnableDriverApi, CUDA 12.5): their start, on our clock,
- *     under the correlation id the kernel records carry. No CUPTI callback
- *     on the launch path: on the H100 one cost a third of
- *     launch_heavy_sass's launch rate (x0.67), CUPTI's records alone a
- *     twentieth (x0.94). GPUBPF_CUPTI_JOIN=callback stamps from CUPTI's
- *     launch callback instead (the way before; also where CUPTI is older
- *     than 12.5), GPUBPF_CUPTI_JOIN=external from the agent's launch
- *     wrappers, which push their own id as each call's external
- *     correlation (kept to compare: nvFuser found CUPTI writes external
- *     correlation records only with API records on);
+ *   - the launch call's CPU time: by default from CUPTI's callback at the
+ *     driver's launch calls (the stamp the probes take too), filed under
+ *     the call's correlation id, which the kernel record carries. Measured
+ *     against the ways without a callback on the H200 (2026-11-28,
+ *     launch_heavy_sass, launch rate ratio to untraced): the callback x0.74,
+ *     CUPTI's API records of the launch calls alone x0.68
+ *     (GPUBPF_CUPTI_JOIN=api: cuptiActivityEnableDriverApi/RuntimeApi,
+ *     CUDA 12.5; runtime records too, as CUPTI writes no driver record
+ *     for the driver calls the runtime makes; they name no stream), the
+ *     agent's wrappers pushing their own id as external correlation x0.60
+ *     (GPUBPF_CUPTI_JOIN=external; CUPTI writes those records only with API
+ *     records on). CUPTI's kernel records themselves are most of the cost:
+ *     x0.72 with nothing else (scripts/gpu/cuptijoin-bench.sh);
  *   - CUPTI's concurrent-kernel records, on CLOCK_MONOTONIC (a timestamp
  *     callback: CUPTI converts its GPU times to our clock), come back in
  *     buffers CUPTI fills; each kernel becomes one queued record with the
@@ -111,6 +112,7 @@ static struct {
 	CUptiResult (*PushExternalCorrelationId)(uint32_t, uint64_t); /* optional */
 	CUptiResult (*PopExternalCorrelationId)(uint32_t, uint64_t *); /* optional */
 	CUptiResult (*ActivityEnableDriverApi)(CUpti_CallbackId, uint8_t); /* optional: CUDA 12.5 */
+	CUptiResult (*ActivityEnableRuntimeApi)(CUpti_CallbackId, uint8_t); /* optional: CUDA 12.5 */
 } C;
 
 static pthread_mutex_t kt_life = PTHREAD_MUTEX_INITIALIZER;
@@ -131,7 +133,8 @@ static struct kt_corr *kt_corrs;          /* KT_STAMPS of them, never freed once
  * account, for a process where no record comes. */
 static struct {
 	uint64_t buffers, kernels, corrs, other, unmatched, joined;
-	int fell_back; /* the join joined nothing: the callback's now */
+	uint64_t start_us; /* turning the records on took (kt_start_locked) */
+	int fell_back;     /* the join joined nothing: the callback's now */
 } kt_seen;
 
 /* Kernel records none of whose correlation ids came with a launch's record
@@ -195,6 +198,7 @@ static int kt_try(const char *path, char *why, size_t whysz)
 	SYM(PushExternalCorrelationId, "cuptiActivityPushExternalCorrelationId");
 	SYM(PopExternalCorrelationId, "cuptiActivityPopExternalCorrelationId");
 	SYM(ActivityEnableDriverApi, "cuptiActivityEnableDriverApi");
+	SYM(ActivityEnableRuntimeApi, "cuptiActivityEnableRuntimeApi");
 #undef SYM
 	C.lib = h;
 	if (C.GetVersion(&C.version) != CUPTI_SUCCESS)
@@ -502,6 +506,18 @@ static const CUpti_CallbackId kt_runtime_cbids[] = {
 	CBID_cudaLaunchKernelExC_ptsz_v11060,
 };
 
+/* Whether an API record (kind DRIVER or RUNTIME) is of a launch call. */
+static int kt_is_launch(CUpti_ActivityKind kind, CUpti_CallbackId cbid)
+{
+	const CUpti_CallbackId *ids = kind == CUPTI_ACTIVITY_KIND_DRIVER ? kt_driver_cbids : kt_runtime_cbids;
+	size_t n = kind == CUPTI_ACTIVITY_KIND_DRIVER ? sizeof(kt_driver_cbids) / sizeof(kt_driver_cbids[0])
+						       : sizeof(kt_runtime_cbids) / sizeof(kt_runtime_cbids[0]);
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == cbid)
+			return 1;
+	return 0;
+}
+
 /* ---- activity buffers ---- */
 
 static void CUPTIAPI kt_buffer_requested(uint8_t **buf, size_t *size, size_t *max)
@@ -607,10 +623,19 @@ static void CUPTIAPI kt_buffer_completed(CUcontext ctx, uint32_t stream, uint8_t
 			kt_corr_of(x->correlationId)->ext = x->externalId;
 			continue;
 		}
-		if (a->kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+		if (a->kind == CUPTI_ACTIVITY_KIND_DRIVER || a->kind == CUPTI_ACTIVITY_KIND_RUNTIME) {
 			const cupti_api_record *api = (const void *)a;
+			if (!kt_is_launch(a->kind, api->cbid)) {
+				kt_seen.other++; /* an API a newer CUPTI added, on by default */
+				continue;
+			}
 			kt_seen.corrs++;
-			kt_corr_of(api->correlationId)->start = api->start;
+			/* a driver API program's launch has the driver's record,
+			 * a runtime one's the runtime's; both, the later start
+			 * (the driver's: where the probes stamp) */
+			struct kt_corr *c = kt_corr_of(api->correlationId);
+			if (api->start > c->start)
+				c->start = api->start;
 			continue;
 		}
 		if (a->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL && a->kind != CUPTI_ACTIVITY_KIND_KERNEL) {
@@ -711,53 +736,63 @@ static const char *kt_join_name(int join, int fell_back)
 		return "by CUPTI's callback (the first kernel records joined none of the launches' records)";
 	switch (join) {
 	case KT_JOIN_API:
-		return "by CUPTI's driver API records of the launch calls";
+		return "by CUPTI's API records of the launch calls";
 	case KT_JOIN_EXTERNAL:
 		return "by the agent (external correlation)";
 	}
 	return "by CUPTI's callback";
 }
 
-/* Driver API records for the launch entry points alone (on: 1), or none.
- * Returns -1 when CUPTI refuses them. */
+/* API records (driver and runtime) for the launch entry points alone (on:
+ * 1), or none. Returns -1 when CUPTI refuses them. Enabling a kind turns
+ * every call of it on: each other call is turned off, up to the last id of
+ * the CUPTI the agent was written against (a call a newer one added stays
+ * on; its records are counted as other). */
 static int kt_api_records(int on)
 {
-	if (!on)
+	if (!on) {
+		C.ActivityDisable(CUPTI_ACTIVITY_KIND_RUNTIME);
 		return C.ActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER) == CUPTI_SUCCESS ? 0 : -1;
+	}
 	CUptiResult r = C.ActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER);
+	if (r == CUPTI_SUCCESS && (r = C.ActivityEnable(CUPTI_ACTIVITY_KIND_RUNTIME)) != CUPTI_SUCCESS)
+		C.ActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
 	if (r != CUPTI_SUCCESS) {
-		DBG("CUPTI refused driver API records (%s): launches stamped from its callback", cupti_err(r));
+		DBG("CUPTI refused API records (%s): launches stamped from its callback", cupti_err(r));
 		return -1;
 	}
-	/* every driver call off (ids past the last one are refused), the
-	 * launch calls on */
-	for (CUpti_CallbackId id = 1; id < 2048; id++)
+	for (CUpti_CallbackId id = 1; id < CBID_DRIVER_SIZE; id++)
 		C.ActivityEnableDriverApi(id, 0);
+	for (CUpti_CallbackId id = 1; id < CBID_RUNTIME_SIZE; id++)
+		C.ActivityEnableRuntimeApi(id, 0);
+	for (size_t i = 0; i < sizeof(kt_runtime_cbids) / sizeof(kt_runtime_cbids[0]); i++)
+		C.ActivityEnableRuntimeApi(kt_runtime_cbids[i], 1);
 	for (size_t i = 0; i < sizeof(kt_driver_cbids) / sizeof(kt_driver_cbids[0]); i++)
-		if ((r = C.ActivityEnableDriverApi(kt_driver_cbids[i], 1)) != CUPTI_SUCCESS && kt_driver_cbids[i] == CBID_cuLaunchKernel) {
-			DBG("CUPTI refused driver API records for cuLaunchKernel (%s): launches stamped from its callback",
+		if ((r = C.ActivityEnableDriverApi(kt_driver_cbids[i], 1)) != CUPTI_SUCCESS &&
+		    kt_driver_cbids[i] == CBID_cuLaunchKernel) {
+			DBG("CUPTI refused API records for cuLaunchKernel (%s): launches stamped from its callback",
 			    cupti_err(r));
-			C.ActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
+			kt_api_records(0);
 			return -1;
 		}
 	return 0;
 }
 
-/* How launches are stamped: CUPTI's API records of the launch calls, where
- * CUPTI can keep them to those calls (12.5) and mark the agent's own
- * launches (external correlation); else, or with GPUBPF_CUPTI_JOIN=callback,
- * CUPTI's launch callback; GPUBPF_CUPTI_JOIN=external: the agent's
+/* How launches are stamped: CUPTI's launch callback (the default, the
+ * cheapest measured); GPUBPF_CUPTI_JOIN=api: CUPTI's API records of the
+ * launch calls, where CUPTI can keep them to those calls (12.5) and mark
+ * the agent's own launches (external correlation); =external: the agent's
  * wrappers, which see every launch of a program the agent was preloaded
  * into and of one it was injected into (late.c). */
 static int kt_join_wanted(void)
 {
 	const char *j = getenv("GPUBPF_CUPTI_JOIN");
 	int ext = C.PushExternalCorrelationId && C.PopExternalCorrelationId;
-	if (j && !strcmp(j, "callback"))
-		return KT_JOIN_CALLBACK;
 	if (j && !strcmp(j, "external"))
 		return ext ? KT_JOIN_EXTERNAL : KT_JOIN_CALLBACK;
-	return C.ActivityEnableDriverApi && ext ? KT_JOIN_API : KT_JOIN_CALLBACK;
+	if (j && !strcmp(j, "api"))
+		return C.ActivityEnableDriverApi && C.ActivityEnableRuntimeApi && ext ? KT_JOIN_API : KT_JOIN_CALLBACK;
+	return KT_JOIN_CALLBACK;
 }
 
 /* The records a join other than the callback's turned on, off again (the
@@ -787,8 +822,14 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 		snprintf(why, whysz, "CUPTI belongs to a tool injected into this process (CUDA_INJECTION64_PATH=%.600s)", inj);
 		return -1;
 	}
+	/* each step's time in the log: a start that did not return in a
+	 * PyTorch attached to (-p, the H200, 2026-11-28) is to be found */
+	uint64_t t0 = mono_ns();
+#define KT_STEP(what) DBG("kernel times: %s at %.1f ms", what, (mono_ns() - t0) / 1e6)
+	KT_STEP("loading CUPTI");
 	if (kt_load(why, whysz) != 0)
 		return -1;
+	KT_STEP("CUPTI loaded");
 	if ((!kt_stamps && !(kt_stamps = calloc(KT_STAMPS, sizeof(*kt_stamps)))) ||
 	    (!kt_corrs && !(kt_corrs = calloc(KT_STAMPS, sizeof(*kt_corrs))))) {
 		snprintf(why, whysz, "no memory for the launch stamps (%zu KiB)",
@@ -817,6 +858,7 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 			return -1;
 		}
 		kt_callbacks_on = 0;
+		KT_STEP("subscribed");
 	}
 	if ((r = C.ActivityRegisterTimestampCallback(kt_clock)) != CUPTI_SUCCESS ||
 	    (r = C.ActivityRegisterCallbacks(kt_buffer_requested, kt_buffer_completed)) != CUPTI_SUCCESS ||
@@ -828,6 +870,7 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 		kt_sub = NULL;
 		return -1;
 	}
+	KT_STEP("kernel records on");
 	if (join == KT_JOIN_API && kt_api_records(1) != 0)
 		join = KT_JOIN_CALLBACK;
 	if (join != KT_JOIN_CALLBACK && (r = C.ActivityEnable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) != CUPTI_SUCCESS) {
@@ -836,6 +879,8 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 		join = KT_JOIN_CALLBACK;
 	}
 	kt_enable_callbacks(join == KT_JOIN_CALLBACK);
+	KT_STEP("launch stamps on");
+#undef KT_STEP
 	if (C.ActivityFlushPeriod)
 		C.ActivityFlushPeriod(KT_FLUSH_MS);
 	pthread_mutex_lock(&kt_mu);
@@ -846,11 +891,13 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 		kt_names[i].sent = 0; /* a new tool learns every name */
 	kt_join = join;
 	memset(&kt_seen, 0, sizeof(kt_seen));
+	kt_seen.start_us = (mono_ns() - t0) / 1000;
 	pthread_mutex_unlock(&kt_mu);
 	__atomic_store_n(&kt_on, 1, __ATOMIC_RELEASE);
 	if (join == KT_JOIN_EXTERNAL)
 		__atomic_or_fetch(&g_active, ACTIVE_KTIMES, __ATOMIC_RELEASE);
-	DBG("kernel times on: %s (CUPTI %u), launches stamped %s", C.path, C.version, kt_join_name(join, 0));
+	DBG("kernel times on in %.1f ms: %s (CUPTI %u), launches stamped %s", (mono_ns() - t0) / 1e6, C.path, C.version,
+	    kt_join_name(join, 0));
 	return 0;
 }
 
@@ -1003,9 +1050,9 @@ int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf
 				kt_seen.unmatched >= KT_FALLBACK_AFTER;
 		char account[512];
 		snprintf(account, sizeof(account),
-			 "CUPTI handed over %llu buffers: %llu kernel records, %llu launch correlations, %llu other; %llu "
-			 "kernels without their launch's correlation; launches stamped %s",
-			 (unsigned long long)kt_seen.buffers, (unsigned long long)kt_seen.kernels,
+			 "CUPTI, on in %.1f ms, handed over %llu buffers: %llu kernel records, %llu launch records, %llu "
+			 "other; %llu kernels without their launch's record; launches stamped %s",
+			 kt_seen.start_us / 1e3, (unsigned long long)kt_seen.buffers, (unsigned long long)kt_seen.kernels,
 			 (unsigned long long)kt_seen.corrs, (unsigned long long)kt_seen.other,
 			 (unsigned long long)kt_seen.unmatched,
 			 kt_join_name(kt_join, kt_seen.fell_back || fall_back));

@@ -55,6 +55,7 @@ typedef struct {
 #define CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL 10
 #define CUPTI_ACTIVITY_FLAG_FLUSH_FORCED (1 << 0)
 #define CUPTI_ACTIVITY_KIND_DRIVER 4
+#define CUPTI_ACTIVITY_KIND_RUNTIME 5
 #define CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION 39
 
 /* CUpti_ActivityAPI: a driver API call (CUPTI_ACTIVITY_KIND_DRIVER), its
@@ -145,6 +146,11 @@ _Static_assert(offsetof(cupti_kernel_prefix, name) == 104, "CUPTI kernel record:
 #define CBID_cudaGraphLaunch_ptsz_v10000 312
 #define CBID_cudaLaunchKernelExC_v11060 430
 #define CBID_cudaLaunchKernelExC_ptsz_v11060 431
+
+/* One past the last callback id of each domain in CUPTI 13.0
+ * (CUPTI_DRIVER_TRACE_CBID_SIZE, CUPTI_RUNTIME_TRACE_CBID_SIZE). */
+#define CBID_DRIVER_SIZE 807
+#define CBID_RUNTIME_SIZE 523
 
 /* The launch calls' parameters (cupti's generated_cuda_meta.h,
  * generated_cuda_runtime_api_meta.h): the stream each names. */

@@ -69,10 +69,10 @@ func fakeCUPTI(t *testing.T, f fixture) string {
 // its name (sent once), the primary context as 0; the agent's own kernels
 // stay out; a stop finalizes CUPTI at the next launch's callback, and a
 // new start works again. So with each way of stamping launches: CUPTI's
-// driver API records of the launch calls alone (the default), the agent's
-// wrappers joined through external correlation records, CUPTI's launch
-// callback (asked for, or where CUPTI refuses per-call API records or
-// external correlation). A CUPTI another subscriber holds is refused.
+// launch callback (the default, or where CUPTI refuses per-call API records
+// or external correlation), CUPTI's API records of the launch calls alone,
+// the agent's wrappers joined through external correlation records. A
+// CUPTI another subscriber holds is refused.
 func TestKernelTimesStandIn(t *testing.T) {
 	f := build(t)
 	lib := fakeCUPTI(t, f)
@@ -80,18 +80,17 @@ func TestKernelTimesStandIn(t *testing.T) {
 		name, env, join, enable, disable string
 		flags                            uint32 // the records': the stream unknown with API records
 	}{
-		{"driver API records", "", "by CUPTI's driver API records of the launch calls", "enable\nenable driver\nenable correlation\n", "disable\ndisable driver\ndisable correlation\nfinalize\n", agentproto.KernelTimeStreamUnknown},
+		{"CUPTI's callback (the default)", "", "by CUPTI's callback", "enable\n", "disable\nfinalize\n", 0},
+		{"GPUBPF_CUPTI_JOIN=api", "GPUBPF_CUPTI_JOIN=api", "by CUPTI's API records of the launch calls", "enable\nenable driver\nenable correlation\n", "disable\ndisable driver\ndisable correlation\nfinalize\n", agentproto.KernelTimeStreamUnknown},
 		{"GPUBPF_CUPTI_JOIN=external", "GPUBPF_CUPTI_JOIN=external", "by the agent (external correlation)", "enable\nenable correlation\n", "disable\ndisable correlation\nfinalize\n", 0},
 		{"GPUBPF_CUPTI_JOIN=callback", "GPUBPF_CUPTI_JOIN=callback", "by CUPTI's callback", "enable\n", "disable\nfinalize\n", 0},
-		{"no per-call API records", "FAKECUPTI_NOAPI=1", "by CUPTI's callback", "enable\nenable driver\ndisable driver\n", "disable\nfinalize\n", 0},
-		{"no external correlation", "FAKECUPTI_NOEXT=1", "by CUPTI's callback", "enable\nenable driver\ndisable driver\n", "disable\nfinalize\n", 0},
+		{"no per-call API records", "GPUBPF_CUPTI_JOIN=api FAKECUPTI_NOAPI=1", "by CUPTI's callback", "enable\nenable driver\ndisable driver\n", "disable\nfinalize\n", 0},
+		{"no external correlation", "GPUBPF_CUPTI_JOIN=api FAKECUPTI_NOEXT=1", "by CUPTI's callback", "enable\nenable driver\ndisable driver\n", "disable\nfinalize\n", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			log := filepath.Join(t.TempDir(), "cupti.log")
 			env := []string{"GPUBPF_CUPTI=" + lib, "FAKECUPTI_LOG=" + log}
-			if tc.env != "" {
-				env = append(env, tc.env)
-			}
+			env = append(env, strings.Fields(tc.env)...)
 			a, c := f.startDialed(t, env...)
 			a.launch("launch") // before the start: no record
 			got, ver, err := c.KernelTimesStart()
@@ -153,10 +152,10 @@ func TestKernelTimesStandIn(t *testing.T) {
 		})
 	}
 
-	// A kernel record whose correlation comes a flush later waits one read
+	// With API records: a kernel record whose correlation comes a flush later waits one read
 	// for it; at the last read it goes untimed, counted, never dropped.
 	t.Run("correlation late", func(t *testing.T) {
-		a, c := f.startDialed(t, "GPUBPF_CUPTI="+lib, "FAKECUPTI_CORR_LATE=1")
+		a, c := f.startDialed(t, "GPUBPF_CUPTI="+lib, "GPUBPF_CUPTI_JOIN=api", "FAKECUPTI_CORR_LATE=1")
 		if _, _, err := c.KernelTimesStart(); err != nil {
 			t.Fatal(err)
 		}
@@ -174,16 +173,16 @@ func TestKernelTimesStandIn(t *testing.T) {
 		if err != nil || len(rep.Records) != 1 || rep.Records[0].CPU != 0 || rep.Records[0].End <= rep.Records[0].Start {
 			t.Fatalf("last read: %+v %v: want the record untimed, with its run time", rep, err)
 		}
-		if !strings.Contains(rep.Library, "1 kernels without their launch's correlation") {
+		if !strings.Contains(rep.Library, "1 kernels without their launch's record") {
 			t.Errorf("the read's account %q does not count the record without its correlation", rep.Library)
 		}
 	})
 
-	// A CUPTI whose kernel records none of the pushed correlations ties to
+	// A CUPTI whose kernel records none of the API records ties to
 	// a launch: past 64 such records the launches are stamped from its
 	// callback, and timed again.
 	t.Run("external correlation joins nothing", func(t *testing.T) {
-		a, c := f.startDialed(t, "GPUBPF_CUPTI="+lib, "FAKECUPTI_NOCORR=1")
+		a, c := f.startDialed(t, "GPUBPF_CUPTI="+lib, "GPUBPF_CUPTI_JOIN=api", "FAKECUPTI_NOCORR=1")
 		if _, _, err := c.KernelTimesStart(); err != nil {
 			t.Fatal(err)
 		}

@@ -93,3 +93,17 @@ if ! "$cc" "${flags[@]}" "${rec[@]}" -I"$inc" -I"$cuda/include" -o "$tmp" "$src"
 fi
 mv -f "$tmp" "$out"
 echo "cupti build: $out"
+
+# The join-cost diagnostic (cupti_api_cost.cu, scripts/gpu/cuptijoin-bench.sh):
+# a CUDA program, so nvcc only.
+if [ "$(basename "$cc")" = nvcc ]; then
+	cost=$here/cupti_api_cost
+	if "$cc" -O2 -std=c++17 -I"$inc" -I"$cuda/include" -o "$cost.tmp.$$" "$here/cupti_api_cost.cu" -L"$lib" "${link[@]}" \
+		-Xlinker -rpath,"$lib"; then
+		mv -f "$cost.tmp.$$" "$cost"
+		echo "cupti build: $cost"
+	else
+		rm -f "$cost.tmp.$$"
+		echo "cupti build: $cc failed on cupti_api_cost.cu (the tracer is built)"
+	fi
+fi

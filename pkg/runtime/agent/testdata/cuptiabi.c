@@ -8,6 +8,16 @@
 #include <cuda_runtime_api.h>
 #include <cupti_activity.h>
 #include <cupti_callbacks.h>
+#if CUDA_VERSION >= 13000
+/* CUDA 13's cuda.h dropped the CUDA 3.x types that CUPTI 13.0's
+ * generated_cuda_meta.h still names (the removed _v1 calls' parameters):
+ * declared here so the header compiles; nothing below uses them. */
+typedef unsigned int CUdeviceptr_v1;
+typedef struct CUDA_MEMCPY2D_v1_st CUDA_MEMCPY2D_v1;
+typedef struct CUDA_MEMCPY3D_v1_st CUDA_MEMCPY3D_v1;
+typedef struct CUDA_ARRAY_DESCRIPTOR_v1_st CUDA_ARRAY_DESCRIPTOR_v1;
+typedef struct CUDA_ARRAY3D_DESCRIPTOR_v1_st CUDA_ARRAY3D_DESCRIPTOR_v1;
+#endif
 #include <generated_cuda_meta.h>
 #include <generated_cuda_runtime_api_meta.h>
 #include <cupti_driver_cbid.h>
@@ -29,6 +39,7 @@ enum {
 	real_FORCED = CUPTI_ACTIVITY_FLAG_FLUSH_FORCED,
 	real_EXTCORR = CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION,
 	real_DRIVER = CUPTI_ACTIVITY_KIND_DRIVER,
+	real_RUNTIME = CUPTI_ACTIVITY_KIND_RUNTIME,
 	real_CUSTOM2 = CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2,
 };
 
@@ -48,6 +59,10 @@ _Static_assert(real_FORCED == CUPTI_ACTIVITY_FLAG_FLUSH_FORCED, "CUPTI_ACTIVITY_
 _Static_assert(real_EXTCORR == CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION && real_CUSTOM2 == CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM2,
 	       "external correlation kinds");
 _Static_assert(real_DRIVER == CUPTI_ACTIVITY_KIND_DRIVER, "CUPTI_ACTIVITY_KIND_DRIVER");
+_Static_assert(real_RUNTIME == CUPTI_ACTIVITY_KIND_RUNTIME, "CUPTI_ACTIVITY_KIND_RUNTIME");
+/* the ids the filters turn off: a later CUPTI only adds */
+_Static_assert(CBID_DRIVER_SIZE <= CUPTI_DRIVER_TRACE_CBID_SIZE && CBID_RUNTIME_SIZE <= CUPTI_RUNTIME_TRACE_CBID_SIZE,
+	       "callback id ranges");
 _Static_assert(offsetof(cupti_api_record, cbid) == offsetof(CUpti_ActivityAPI, cbid) &&
 		       offsetof(cupti_api_record, start) == offsetof(CUpti_ActivityAPI, start) &&
 		       offsetof(cupti_api_record, correlationId) == offsetof(CUpti_ActivityAPI, correlationId) &&
