@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -138,6 +139,18 @@ func (s *Session) dialOrInject(p *Process, opts AttachOptions, copts agentclient
 // loaded (the agent was injected later): it has neither an image nor a file.
 func loadedBeforeAgent(m agentproto.Module) bool { return m.Size == 0 && m.Path == "" }
 
+// lateTargeted reports whether a loaded module of inv that was loaded
+// before the agent has a kernel the session targets: its code is still to
+// be found in the process's files.
+func (p *Process) lateTargeted(inv *agentproto.Inventory) bool {
+	for _, m := range inv.Modules {
+		if !m.Unloaded && loadedBeforeAgent(m) && p.anyTargeted(m.ID, inv) {
+			return true
+		}
+	}
+	return false
+}
+
 // lateFatbins finds the code of a module that was loaded before the agent
 // (the agent knows its kernels, not its image): the fatbin containers, in
 // the files the process maps, that define the module's kernels.
@@ -228,21 +241,39 @@ func (p *Process) mappedFatbins(path string) []containerKernels {
 
 // indexFatbins lists the containers of path with their kernels; nothing
 // for a file that is not ELF or has no device code (or one whose section is
-// compressed: no container has a file offset to be read again at).
+// compressed: no container has a file offset to be read again at). The
+// containers' elements are decompressed and parsed by a few workers: a
+// library of PyTorch's holds hundreds of MB of them, and a -p trace waits
+// for the index before it instruments anything.
 func indexFatbins(path string) []containerKernels {
 	fbs, _ := fatbin.FromELF(path)
-	var idx []containerKernels
-	for _, fb := range fbs {
-		if fb.FileOffset == 0 {
-			continue
-		}
-		c := containerKernels{off: fb.FileOffset}
-		for _, k := range fatbin.Kernels(fb) {
-			c.kernels = append(c.kernels, k.Name)
-		}
-		idx = append(idx, c)
+	fbs = slices.DeleteFunc(fbs, func(fb *fatbin.Fatbin) bool { return fb.FileOffset == 0 })
+	idx := make([]containerKernels, len(fbs))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(indexWorkers(), len(fbs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				names, _ := fatbin.KernelNames(fbs[i])
+				idx[i] = containerKernels{off: fbs[i].FileOffset, kernels: names}
+			}
+		}()
 	}
+	for i := range fbs {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
 	return idx
+}
+
+// indexWorkers is how many CPUs an index may take: half of those the tool
+// may use, at most 8, so that attaching leaves the traced program's own
+// CPU work (data loaders, the launch thread) room.
+func indexWorkers() int {
+	return max(1, min(8, goruntime.GOMAXPROCS(0)/2))
 }
 
 // readContainers reads the containers at offs of path.

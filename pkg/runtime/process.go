@@ -170,10 +170,16 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 				return nil, fmt.Errorf("process %d: listing its CUDA modules: %w", pid, err)
 			}
 		}
-		if s.opts.KernelTimes == KernelTimesAlways {
+		if s.opts.KernelTimes == KernelTimesAlways ||
+			(s.opts.KernelTimes == KernelTimesWhenNeeded && p.lateTargeted(inv)) {
 			// before the modules are instrumented: a held program
 			// launches nothing meanwhile, a running one's launches are
-			// timed from now
+			// timed from now. Modules loaded before the agent (-p) are
+			// read from the process's files first, which on PyTorch
+			// (GBs of libraries) outlasted an 8 s trace on the H200
+			// (2026-11-28): CUPTI came on after it had ended. Such
+			// modules are mostly libraries' SASS, so CUPTI comes on
+			// before they are read.
 			p.startKernelTimes()
 		}
 		for _, m := range inv.Modules {

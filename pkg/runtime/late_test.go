@@ -1,0 +1,33 @@
+package runtime
+
+import (
+	"testing"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
+)
+
+// lateTargeted decides whether CUPTI comes on before a -p trace reads the
+// code of modules loaded before the agent: only for a loaded module of
+// that kind with a kernel the session targets.
+func TestLateTargeted(t *testing.T) {
+	s := &Session{gpu: []GPUProgram{{Kernel: "gemm*"}},
+		stats: Stats{KernelsSeen: map[string]bool{}}}
+	p := &Process{PID: 1, s: s}
+	kernels := []agentproto.Kernel{{ModuleID: 1, Name: "gemm_sm90"}, {ModuleID: 2, Name: "softmax"}, {ModuleID: 3, Name: "gemm_tn"}}
+	for _, tc := range []struct {
+		name string
+		mods []agentproto.Module
+		want bool
+	}{
+		{"a library's module loaded before the agent", []agentproto.Module{{ID: 1}}, true},
+		{"before the agent, no targeted kernel", []agentproto.Module{{ID: 2}}, false},
+		{"loaded with the agent (its image fetchable)", []agentproto.Module{{ID: 1, Size: 4096}}, false},
+		{"loaded from a file with the agent", []agentproto.Module{{ID: 3, Path: "/k.cubin"}}, false},
+		{"unloaded", []agentproto.Module{{ID: 1, Unloaded: true}}, false},
+		{"one of several", []agentproto.Module{{ID: 2}, {ID: 3, Size: 8}, {ID: 1}}, true},
+	} {
+		if got := p.lateTargeted(&agentproto.Inventory{Modules: tc.mods, Kernels: kernels}); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
