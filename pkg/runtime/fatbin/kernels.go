@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
@@ -125,6 +126,40 @@ func Inventory(fbs ...*Fatbin) ([]Kernel, error) {
 	return out, errors.Join(errs...)
 }
 
+// KernelNames lists the kernels fb's elements define (PTX entries and
+// cubin entry symbols), each once, unsorted: Inventory without the
+// demangling and the per-architecture lists, for an index of many
+// containers (-p on PyTorch). An unreadable element is skipped and said.
+func KernelNames(fb *Fatbin) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	var errs []error
+	for _, e := range fb.Elements {
+		if e.Kind != KindPTX && e.Kind != KindELF {
+			continue
+		}
+		p, err := e.Payload()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", fb.Source, err))
+			continue
+		}
+		var names []string
+		if e.Kind == KindPTX {
+			names = PTXEntries(p)
+		} else if names, _, err = CubinKernels(p); err != nil {
+			errs = append(errs, fmt.Errorf("%s: cubin at offset %#x: %w", fb.Source, e.Offset, err))
+			continue
+		}
+		for _, n := range names {
+			if !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+	}
+	return out, errors.Join(errs...)
+}
+
 func addUniq(s []string, v string) []string {
 	for _, x := range s {
 		if x == v {
@@ -186,15 +221,15 @@ func isIdent(c byte) bool {
 // CubinKernels lists the kernels (entry symbols) of a cubin and the SM
 // version recorded in its ELF header flags (0 if unrecognised).
 func CubinKernels(cubin []byte) (names []string, sm int, err error) {
+	var r io.ReaderAt = bytes.NewReader(cubin)
 	if len(cubin) >= 24 && bytes.HasPrefix(cubin, []byte(elf.ELFMAG)) {
 		// nvcc stores the toolkit version (e.g. 0x76 = 118) in e_version,
-		// which debug/elf rejects unless it is EV_CURRENT: patch a copy.
-		c := make([]byte, len(cubin))
-		copy(c, cubin)
-		binary.LittleEndian.PutUint32(c[20:], uint32(elf.EV_CURRENT))
-		cubin = c
+		// which debug/elf rejects unless it is EV_CURRENT: read through
+		// a patch (a copy of each cubin cost a -p index of a library
+		// as much as its decompression)
+		r = evCurrent{cubin}
 	}
-	f, err := elf.NewFile(bytes.NewReader(cubin))
+	f, err := elf.NewFile(r)
 	if err != nil {
 		return nil, 0, fmt.Errorf("not an ELF cubin: %w", err)
 	}
@@ -219,6 +254,27 @@ func CubinKernels(cubin []byte) (names []string, sm int, err error) {
 		}
 	}
 	return names, sm, nil
+}
+
+// evCurrent reads a cubin with e_version (bytes 20-23) as EV_CURRENT.
+type evCurrent struct{ b []byte }
+
+func (e evCurrent) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 || off >= int64(len(e.b)) {
+		return 0, io.EOF
+	}
+	n := copy(p, e.b[off:])
+	var v [4]byte
+	binary.LittleEndian.PutUint32(v[:], uint32(elf.EV_CURRENT))
+	for i := range 4 {
+		if at := 20 + int64(i) - off; at >= 0 && at < int64(n) {
+			p[at] = v[i]
+		}
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 // cubinSM decodes the target SM from e_flags (offset 48 of an ELF64
