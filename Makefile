@@ -55,7 +55,7 @@ check-install:
 # sources exist.
 agent:
 	@if [ -f pkg/runtime/agent/Makefile ]; then \
-		$(MAKE) -C pkg/runtime/agent OUT=$(CURDIR)/bin; \
+		$(MAKE) -C pkg/runtime/agent AGENT_BIN_DIR=$(CURDIR)/bin; \
 	else echo "agent: pkg/runtime/agent not present yet, skipping"; fi
 
 # CUDA samples need nvcc; samples/Makefile says so and skips without it.

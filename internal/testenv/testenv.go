@@ -97,7 +97,7 @@ func BuildStandIn(t testing.TB, dir string) StandIn {
 		t.Fatal(err)
 	}
 	for _, step := range [][]string{
-		{"make", "-s", "-C", src, "OUT=" + dir, "CC=" + gcc},
+		{"make", "-s", "-C", src, "AGENT_BIN_DIR=" + dir, "CC=" + gcc},
 		// -Bsymbolic-functions: like the real driver, cuGetProcAddress hands
 		// out the library's own functions, not the agent's interposed exports.
 		{gcc, "-O1", "-fPIC", "-shared", "-pthread", "-Wl,-Bsymbolic-functions", "-Wl,-soname,libcuda.so.1", "-o",

@@ -126,7 +126,7 @@ func TestInjectLibrary(t *testing.T) {
 func TestInjectAgent(t *testing.T) {
 	dir := fixture(t)
 	src, _ := filepath.Abs("../runtime/agent")
-	if out, err := exec.Command("make", "-s", "-C", src, "OUT="+dir, "CC=gcc").CombinedOutput(); err != nil {
+	if out, err := exec.Command("make", "-s", "-C", src, "AGENT_BIN_DIR="+dir, "CC=gcc").CombinedOutput(); err != nil {
 		t.Fatalf("building the agent: %v\n%s", err, out)
 	}
 	sock := filepath.Join(dir, "sock")
@@ -215,7 +215,7 @@ func testLate(t *testing.T, global bool) {
 	} {
 		gcc(t, args...)
 	}
-	if out, err := exec.Command("make", "-s", "-C", src, "OUT="+dir, "CC=gcc").CombinedOutput(); err != nil {
+	if out, err := exec.Command("make", "-s", "-C", src, "AGENT_BIN_DIR="+dir, "CC=gcc").CombinedOutput(); err != nil {
 		t.Fatalf("building the agent: %v\n%s", err, out)
 	}
 	sock := filepath.Join(dir, "sock")

@@ -24,7 +24,7 @@ pass() { SUMMARY+=("PASS $1"); echo "== PASS $1"; }
 fail() { SUMMARY+=("FAIL $1"); echo "== FAIL $1"; }
 
 echo "agent-check: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nvcc --version | grep -o 'release [0-9.]*')"
-make -s -C pkg/runtime/agent OUT="$B" CC=gcc || { echo "agent build failed"; exit 1; }
+make -s -C pkg/runtime/agent AGENT_BIN_DIR="$B" CC=gcc || { echo "agent build failed"; exit 1; }
 AGENT=$B/libgpubpf-agent.so
 # AGENT_CHECK_EXTRA_PRELOAD: another library to preload with the agent (a
 # crash reporter when diagnosing).

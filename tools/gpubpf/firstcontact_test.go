@@ -18,7 +18,7 @@ func TestFirstContactMessages(t *testing.T) {
 	gcc := testenv.Tool(t, "gcc")
 	dir := t.TempDir()
 	agentSrc, _ := filepath.Abs("../../pkg/runtime/agent")
-	if out, err := exec.Command("make", "-s", "-C", agentSrc, "OUT="+dir, "CC="+gcc).CombinedOutput(); err != nil {
+	if out, err := exec.Command("make", "-s", "-C", agentSrc, "AGENT_BIN_DIR="+dir, "CC="+gcc).CombinedOutput(); err != nil {
 		t.Fatalf("building the agent: %v\n%s", err, out)
 	}
 	tool := filepath.Join(dir, "gpubpf")

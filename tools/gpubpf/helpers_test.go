@@ -44,7 +44,7 @@ func gpubpfTool(t *testing.T) string {
 		toolDir = dir
 		agentSrc, _ := filepath.Abs("../../pkg/runtime/agent")
 		for _, step := range [][]string{
-			{"make", "-s", "-C", agentSrc, "OUT=" + dir, "CC=" + gcc},
+			{"make", "-s", "-C", agentSrc, "AGENT_BIN_DIR=" + dir, "CC=" + gcc},
 			{"go", "build", "-o", filepath.Join(dir, "gpubpf"), "."},
 		} {
 			if out, err := exec.Command(step[0], step[1:]...).CombinedOutput(); err != nil {

@@ -53,7 +53,7 @@ func build(t testing.TB) {
 			{"go", "build", "-o", toolBin, "."},
 			// The agent next to the tool, as make installs them: a command
 			// the tool starts runs with it preloaded (agentswitch.go).
-			{"make", "-s", "-C", agentSrc, "OUT=" + workDir, "CC=" + gcc},
+			{"make", "-s", "-C", agentSrc, "AGENT_BIN_DIR=" + workDir, "CC=" + gcc},
 			{gcc, "-O2", "-fPIC", "-shared", "-Wl,-soname,libcuda.so.1", "-o", filepath.Join(workDir, "libcuda.so.1"), filepath.Join(td, "fakecuda_driver.c")},
 			{gcc, "-O2", "-fPIC", "-shared", "-Wl,-soname,libcudart.so.12", "-o", filepath.Join(workDir, "libcudart.so.12"),
 				filepath.Join(td, "fakecuda_runtime.c"), "-L" + workDir, "-l:libcuda.so.1", "-Wl,-rpath,$ORIGIN"},
