@@ -247,14 +247,21 @@ else
 	bad "torch.compile, threadhist -k 'triton_*': no kernel with runs ('$thr'); rc $(rc triton-th); $(grep -a 'skipped\|threadhist:' "$LOGS/triton-th.err" | tail -3 | tr '\n' ' ' | cut -c1-400)"
 fi
 
-# 8. Cost: a training step under launchlate, alternating.
-s0=() s1=()
+# 8. Cost: a training step under launchlate, alternating; its parts: the
+#    agent and the tool without CUPTI (--timing probe), CUPTI's kernel
+#    records alone (the tracer injected), so a miss says where the step's
+#    time goes.
+s0=() s1=() sp=() sc=()
+step_of() { grep -ao 'step_ms_median=[0-9.]*' "$LOGS/$1.out" | cut -d= -f2; }
 for i in $(seq "$COST_RUNS"); do
 	run tc0-$i python3 scripts/gpu/torch_train.py --seconds "$TORCH_SECS"
 	run tc1-$i launchlate -- python3 scripts/gpu/torch_train.py --seconds "$TORCH_SECS"
-	s0+=("$(grep -ao 'step_ms_median=[0-9.]*' "$LOGS/tc0-$i.out" | cut -d= -f2)")
-	s1+=("$(grep -ao 'step_ms_median=[0-9.]*' "$LOGS/tc1-$i.out" | cut -d= -f2)")
+	run tcp-$i launchlate --timing probe -- python3 scripts/gpu/torch_train.py --seconds "$TORCH_SECS"
+	[ -n "$CUPTI_LIB" ] && run tcc-$i env CUDA_INJECTION64_PATH="$CUPTI_LIB" CUPTI_TRACE_OUT=/dev/null python3 scripts/gpu/torch_train.py --seconds "$TORCH_SECS"
+	s0+=("$(step_of tc0-$i)") s1+=("$(step_of tc1-$i)") sp+=("$(step_of tcp-$i)")
+	[ -n "$CUPTI_LIB" ] && sc+=("$(step_of tcc-$i)")
 done
+echo "  PyTorch step, ratio to untraced: launchlate $(ratio "${s0[*]}" "${s1[*]}"); its parts: the agent and the tool without CUPTI (--timing probe) $(ratio "${s0[*]}" "${sp[*]}"), CUPTI's kernel records alone (injected tracer) $(ratio "${s0[*]}" "${sc[*]:-}")"
 tc=$(python3 -c "
 import statistics, sys
 a=[float(x) for x in sys.argv[1].split()]; b=[float(x) for x in sys.argv[2].split()]
