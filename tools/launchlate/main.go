@@ -81,9 +81,9 @@ Kernels without PTX (PyTorch's, cuBLAS's, cuDNN's, Triton's cubins) carry no
 probe: their starts come from CUPTI's kernel records, which the agent turns
 on in the process at its first such kernel (a process whose kernels all have
 PTX never pays for CUPTI), joined with the CPU time of each launch call from
-CUPTI's records of the launch calls (a CUPTI callback where CUPTI is older
-than 12.5; GPUBPF_CUPTI_JOIN=callback|external in the program's environment
-picks one). libcupti is found in the
+CUPTI's callback at the driver's launch calls (GPUBPF_CUPTI_JOIN=api|external
+in the program's environment takes it from CUPTI's records of the launch
+calls, which name no stream, or from the agent's launch wrappers). libcupti is found in the
 process: the one loaded, the CUDA wheels next to its libraries, the
 toolkit's; GPUBPF_CUPTI=PATH in the program's environment names one,
 GPUBPF_CUPTI=off keeps CUPTI out. CUPTI converts its GPU times to the CPU
