@@ -151,6 +151,34 @@ func (p *Process) lateTargeted(inv *agentproto.Inventory) bool {
 	return false
 }
 
+// lateReadSlow is the device code, in bytes, in the files a process maps
+// past which reading it (for modules loaded before the agent) takes long
+// enough to miss launches: about a quarter second of one core.
+const lateReadSlow = 64 << 20
+
+// lateReadBytes is the device code in the files process p maps that the
+// session has not indexed yet, from their section headers.
+func (p *Process) lateReadBytes() int64 {
+	ms, err := procmaps.Read(p.PID)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, obj := range ms.Objects() {
+		path := procmaps.HostPath(p.PID, obj)
+		if p.s != nil {
+			p.s.fatbins.mu.Lock()
+			_, done := p.s.fatbins.files[path]
+			p.s.fatbins.mu.Unlock()
+			if done {
+				continue
+			}
+		}
+		n += fatbin.DeviceCodeBytes(path)
+	}
+	return n
+}
+
 // lateFatbins finds the code of a module that was loaded before the agent
 // (the agent knows its kernels, not its image): the fatbin containers, in
 // the files the process maps, that define the module's kernels.

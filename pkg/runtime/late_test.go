@@ -1,9 +1,14 @@
 package runtime
 
 import (
+	"os"
+	"path/filepath"
+	"syscall"
 	"testing"
 
+	"github.com/gpubpf/gpubpf/pkg/procmaps"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
+	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
 )
 
 // lateTargeted decides whether CUPTI comes on before a -p trace reads the
@@ -29,5 +34,37 @@ func TestLateTargeted(t *testing.T) {
 		if got := p.lateTargeted(&agentproto.Inventory{Modules: tc.mods, Kernels: kernels}); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// lateReadBytes counts the device code of the files a process maps, less
+// the files the session has indexed already.
+func TestLateReadBytes(t *testing.T) {
+	lib, err := filepath.Abs("fatbin/testdata/libmulti_cuda13.so")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	st, _ := f.Stat()
+	mem, err := syscall.Mmap(int(f.Fd()), 0, int(st.Size()), syscall.PROT_READ, syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(mem)
+
+	s := &Session{}
+	p := &Process{PID: os.Getpid(), s: s}
+	want := fatbin.DeviceCodeBytes(lib)
+	if got := p.lateReadBytes(); want == 0 || got < want {
+		t.Fatalf("mapping %s (%d bytes of device code): %d counted", lib, want, got)
+	}
+	before := p.lateReadBytes()
+	p.mappedFatbins(procmaps.HostPath(p.PID, lib)) // indexed: no longer to be read
+	if got := p.lateReadBytes(); got != before-want {
+		t.Errorf("after indexing it: %d, want %d", got, before-want)
 	}
 }

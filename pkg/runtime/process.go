@@ -171,15 +171,17 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 			}
 		}
 		if s.opts.KernelTimes == KernelTimesAlways ||
-			(s.opts.KernelTimes == KernelTimesWhenNeeded && p.lateTargeted(inv)) {
+			(s.opts.KernelTimes == KernelTimesWhenNeeded && p.lateTargeted(inv) && p.lateReadBytes() > lateReadSlow) {
 			// before the modules are instrumented: a held program
 			// launches nothing meanwhile, a running one's launches are
 			// timed from now. Modules loaded before the agent (-p) are
 			// read from the process's files first, which on PyTorch
 			// (GBs of libraries) outlasted an 8 s trace on the H200
-			// (2026-11-28): CUPTI came on after it had ended. Such
-			// modules are mostly libraries' SASS, so CUPTI comes on
-			// before they are read.
+			// (2026-11-28): CUPTI came on after it had ended. Where
+			// there is that much to read (libraries' SASS, mostly),
+			// CUPTI comes on before it is read; a program with a little
+			// device code of its own is read first, and pays for CUPTI
+			// only if a kernel of it has no PTX.
 			p.startKernelTimes()
 		}
 		for _, m := range inv.Modules {

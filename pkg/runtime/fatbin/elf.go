@@ -122,5 +122,23 @@ func sectionData(s *elf.Section) ([]byte, error) {
 	return data, nil
 }
 
+// DeviceCodeBytes is the size of path's fatbin sections, from its section
+// headers alone (0 for a file that is not ELF or has none): what reading
+// its device code will cost, before it is read.
+func DeviceCodeBytes(path string) int64 {
+	f, err := elf.Open(path)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	var n int64
+	for _, name := range fatbinSections {
+		if s := f.Section(name); s != nil && s.Type != elf.SHT_NOBITS {
+			n += int64(s.Size)
+		}
+	}
+	return n
+}
+
 // IsNoFatbin reports whether err says the file has no device code.
 func IsNoFatbin(err error) bool { return errors.Is(err, ErrNoFatbin) }

@@ -458,3 +458,26 @@ func parseFile(t *testing.T, name string) []*Fatbin {
 	}
 	return fbs
 }
+
+// DeviceCodeBytes: the fatbin sections' size from the headers, as FromELF
+// reads them; 0 for a file without device code or not ELF.
+func TestDeviceCodeBytes(t *testing.T) {
+	for _, file := range []string{"testdata/libmulti_cuda13.so", "testdata/multi_rdc_cuda13.o"} {
+		fbs, err := FromELF(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want int64
+		for _, fb := range fbs {
+			want += int64(containerHeaderSize) + int64(fb.Size)
+		}
+		if got := DeviceCodeBytes(file); got < want || got == 0 {
+			t.Errorf("%s: %d bytes, want at least its containers' %d", file, got, want)
+		}
+	}
+	for _, file := range []string{"testdata/vec_add.cu", "testdata/missing"} {
+		if got := DeviceCodeBytes(file); got != 0 {
+			t.Errorf("%s: %d, want 0", file, got)
+		}
+	}
+}
