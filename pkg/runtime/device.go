@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -99,6 +100,10 @@ type ringState struct {
 	// budget: the trace_printk ring's count of probe calls that spent
 	// their loop budget (gpumap.OffBudget), as of the last drain
 	budget atomic.Uint64
+	// waits, waitDrops: warps that found the ring full and waited for room
+	// (Options.RingWait), and those that waited the whole bound and
+	// dropped, as of the last drain
+	waits, waitDrops atomic.Uint64
 	// Drains so far, data bytes they copied, time spent in them, the part
 	// of it the agent worked on them, the part it waited for its copies,
 	// the agent still busy with the drain before when one was sent, and the
@@ -186,6 +191,14 @@ func (p *Process) device(t agentproto.Target) (*device, error) {
 	return d, nil
 }
 
+// ringPlacement is pl, a ring of the program's, sized and given its wait
+// bound as o asks (RingBytes, RingWait: microseconds, at most 71 minutes).
+func (o Options) ringPlacement(pl gpumap.Placement) gpumap.Placement {
+	pl.RingSize = o.RingBytes
+	pl.WaitMicros = uint32(min(max(o.RingWait.Microseconds(), 0), math.MaxUint32))
+	return pl
+}
+
 // place allocates and initialises one map in d's context.
 func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
 	conn := d.p.conn
@@ -210,8 +223,7 @@ func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
 	kind := pl.Kind
 	switch kind {
 	case gpumap.RingBuf:
-		pl.RingSize = d.p.s.opts.RingBytes
-		pm, err := d.ring(name, pl)
+		pm, err := d.ring(name, d.p.s.opts.ringPlacement(pl))
 		if err == nil {
 			// batches for its first drains, ready before the first launch
 			go batches.warm(int(gpumap.RingShards(pm.place)), batchClass(min(gpumap.ShardSize(pm.place)/2, batchBytes)))
@@ -407,6 +419,8 @@ func (rs *ringState) addStats(st *Stats) {
 	st.RecordsProduced += rs.produced.Load()
 	st.RingDrops += rs.dropped.Load()
 	st.LoopBudgetSpent += rs.budget.Load()
+	st.RingWaits += rs.waits.Load()
+	st.RingWaitDrops += rs.waitDrops.Load()
 	st.RecordsDiscard += rs.discarded.Load()
 	st.RingPending += rs.pending.Load()
 	st.Drains += rs.drains.Load()

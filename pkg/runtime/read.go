@@ -169,7 +169,7 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 			return
 		}
 		rs.failed = false
-		var delivered, discarded, pending, produced, dropped, budget uint64
+		var delivered, discarded, pending, produced, dropped, budget, waits, waitDrops uint64
 		work := rs.scans[:0]
 		for j, r := range rs.readers {
 			reserved := r.Reserved()
@@ -177,6 +177,7 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 			produced += r.Produced()
 			dropped += r.Dropped()
 			budget += r.BudgetSpent()
+			waits, waitDrops = waits+r.Waits(), waitDrops+r.WaitDrops()
 			// Scan also when nothing is ready: it marks what this copy
 			// shows committed, for the next drain to consume
 			if r.Pending(reserved) > 0 {
@@ -213,6 +214,8 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 		rs.produced.Store(produced)
 		rs.dropped.Store(dropped)
 		rs.budget.Store(budget)
+		rs.waits.Store(waits)
+		rs.waitDrops.Store(waitDrops)
 		rs.pending.Store(pending)
 		if !final || pending == 0 {
 			return

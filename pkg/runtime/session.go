@@ -35,6 +35,11 @@ type Options struct {
 	// RingBytes is the data size of each GPU ring buffer per device, a
 	// power of two (0: gpumap.RingBytes of the map's max_entries).
 	RingBytes uint64
+	// RingWait is how long a GPU warp waits for room in a full ring of the
+	// program's before it drops its records (a tool's --no-drop; 0: drop
+	// at once, the kernel never slowed for the tool). The trace_printk
+	// ring always drops.
+	RingWait time.Duration
 	// Log receives progress lines (-v); nil keeps quiet.
 	Log io.Writer
 	// LaunchWords names a map shared with the kernel (type 1504 or an
@@ -343,6 +348,8 @@ type Stats struct {
 	RecordsLost     uint64            // records delivered while no one read Batches
 	RecordsProduced uint64            // records GPU producers tried to write (GPU count)
 	RingDrops       uint64            // records GPU producers dropped (ring full; GPU count)
+	RingWaits       uint64            // warps that found a ring full and waited for room (Options.RingWait; GPU count)
+	RingWaitDrops   uint64            // of those, warps that waited the whole bound and dropped (in RingDrops too)
 	LoopBudgetSpent uint64            // probe function calls that spent their loop budget and returned 0 (GPU count)
 	RecordsDiscard  uint64            // records the program reserved and discarded
 	RingPending     uint64            // bytes reserved on the GPU not consumed yet (in flight)

@@ -195,7 +195,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 	if err != nil {
 		return err
 	}
-	sess, err := runtime.Open(t.Spec, runtime.Options{Programs: t.Programs, Kernels: KernelPatterns(c), Client: t.Name, Log: LogOf(c), Warn: WarnOf(t.Name), NoInject: c.Bool(FlagNoInject), Devices: DevicesOf(c)})
+	sess, err := runtime.Open(t.Spec, runtime.Options{Programs: t.Programs, Kernels: KernelPatterns(c), Client: t.Name, Log: LogOf(c), Warn: WarnOf(t.Name), NoInject: c.Bool(FlagNoInject), Devices: DevicesOf(c), RingWait: RingWaitOf(c)})
 	if err != nil {
 		return err
 	}
@@ -517,6 +517,12 @@ func RecordAccount(st runtime.Stats) string {
 	}
 	if st.RingPending > 0 {
 		line += fmt.Sprintf("; %d bytes reserved but never committed (a kernel did not finish)", st.RingPending)
+	}
+	if st.RingWaits > 0 {
+		line += fmt.Sprintf("; %d warps waited for room in a full ring (--no-drop)", st.RingWaits)
+		if st.RingWaitDrops > 0 {
+			line += fmt.Sprintf(", %d of them dropped after waiting the whole bound (raise the bound or the ring size)", st.RingWaitDrops)
+		}
 	}
 	return line
 }

@@ -3,9 +3,13 @@ package toolkit
 import (
 	"encoding/binary"
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/promexport"
+	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/urfave/cli/v2"
 )
 
 func words(v ...uint64) []byte {
@@ -84,5 +88,42 @@ func TestAccountExport(t *testing.T) {
 	want["gpubpf_threadhist_account|kernels instrumented"] = 7
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("exported again: %v, want %v", got, want)
+	}
+}
+
+// --no-drop: the wait bound the runtime gets (0 without the flag, or in a
+// tool without RingFlags), and the account's clause when warps waited.
+func TestNoDrop(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		flags bool
+		want  time.Duration
+	}{
+		{nil, true, 0},
+		{[]string{"--no-drop"}, true, 100 * time.Millisecond},
+		{[]string{"--no-drop", "--no-drop-wait", "5ms"}, true, 5 * time.Millisecond},
+		{[]string{"--no-drop-wait", "5ms"}, true, 0},
+		{[]string{"--no-drop", "--no-drop-wait", "0s"}, true, time.Microsecond},
+		{nil, false, 0},
+	} {
+		app := &cli.App{Name: "t", Action: func(c *cli.Context) error {
+			if got := RingWaitOf(c); got != tc.want {
+				t.Errorf("%v: %v, want %v", tc.args, got, tc.want)
+			}
+			return nil
+		}}
+		if tc.flags {
+			app.Flags = RingFlags()
+		}
+		if err := app.Run(append([]string{"t"}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := runtime.Stats{RecordsProduced: 10, Records: 8, RingDrops: 2, RingWaits: 5, RingWaitDrops: 1}
+	if got := RecordAccount(st); !strings.Contains(got, "5 warps waited for room in a full ring (--no-drop), 1 of them dropped after waiting the whole bound") {
+		t.Errorf("account %q: want the waits", got)
+	}
+	if got := RecordAccount(runtime.Stats{RecordsProduced: 1, Records: 1}); strings.Contains(got, "waited") {
+		t.Errorf("account %q: no waits, none said", got)
 	}
 }

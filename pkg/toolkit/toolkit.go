@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -76,6 +77,31 @@ func GPUFlags() []cli.Flag {
 		&cli.BoolFlag{Name: FlagNoInject, Usage: "with -p, refuse a process started without the gpubpf agent instead of loading the agent into it (ptrace)"},
 		&cli.IntSliceFlag{Name: FlagDevice, Usage: "trace only the kernels on GPU `ORDINAL` (may repeat; default: every GPU the program uses)"},
 		&cli.BoolFlag{Name: FlagAll, Usage: "trace every CUDA process of this host, those running and each new one as it initialises CUDA (the agent is loaded into each, as with -p)"})
+}
+
+// Ring flags, for the tools whose GPU probes write records into a ring:
+// --no-drop makes a thread that finds the ring full wait for room (at most
+// --no-drop-wait for each record) instead of dropping its record.
+const (
+	FlagNoDrop     = "no-drop"
+	FlagNoDropWait = "no-drop-wait"
+)
+
+// RingFlags are --no-drop and --no-drop-wait.
+func RingFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.BoolFlag{Name: FlagNoDrop, Usage: "when a GPU ring is full, the kernel's threads wait for the tool to make room instead of dropping records (the kernel runs slower; the waits are counted)"},
+		&cli.DurationFlag{Name: FlagNoDropWait, Value: 100 * time.Millisecond, Usage: "with --no-drop: wait at most `DURATION` for room for one record, then drop it (counted)"},
+	}
+}
+
+// RingWaitOf is what --no-drop asks of runtime.Options.RingWait (0: drop
+// at once; also for a tool without RingFlags).
+func RingWaitOf(c *cli.Context) time.Duration {
+	if !c.Bool(FlagNoDrop) {
+		return 0
+	}
+	return max(c.Duration(FlagNoDropWait), time.Microsecond)
 }
 
 // DevicesOf is --device: the device ordinals to trace (nil: all).

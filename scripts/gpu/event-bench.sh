@@ -27,6 +27,9 @@
 #            for the released positions and one for the data
 #   VAR=VAL  dev with that environment variable (a measurement switch)
 #   print    the default design with every record printed as JSON (-j) into a pipe
+#   nodrop   dev with --no-drop (a warp that finds its shard full waits for
+#            the tool to make room, up to 100 ms a record): the kernel slows
+#            instead of dropping; its waits and give-ups are shown (issue 47)
 # Reported: CUDA-event kernel time ratio to base, share of records delivered
 # (delivered / produced, from the GPU's own counters), and whether
 # produced = delivered + dropped held exactly. Every traced run must leave
@@ -76,6 +79,7 @@ for ps in "${PS[@]}"; do
 			dev256) timeout "$LIMIT" gpubpf run -j --summary --ring-mb 256 "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			*=*) env "$mode" timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			nobatch) GPUBPF_AGENT_DRAIN_BATCH=0 timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
+			nodrop) timeout "$LIMIT" gpubpf run -j --summary --no-drop "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			host) GPUBPF_RING=host timeout "$LIMIT" gpubpf run -j --summary "$OBJ" -- samples/bin/vec_add $P >"$out" 2>"$out.err" ;;
 			print) timeout "$LIMIT" gpubpf run -j "$OBJ" -- samples/bin/vec_add $P 2>"$out.err" |
 				grep -aF -e RESULT -e '"type":"summary"' -e 'Average' >"$out" ;;
@@ -95,7 +99,7 @@ for ps in "${PS[@]}"; do
 			D[$name.$mode]+="$(python3 -c "print(f'{100*${del:-0}/max(1,${prod:-0}):.2f}')"),"
 			C[$name.$mode]+="$exact,"
 			db=$(jf "$out" ring_drain_bytes)
-			DR[$name.$mode]="$(jf "$out" ring_drains) drains copied $((${db:-0} / 1000000)) MB in $(jf "$out" ring_drain_ms) ms (agent $(jf "$out" ring_drain_agent_ms) ms, of it waiting for copies $(jf "$out" ring_drain_wait_ms) ms; agent busy before $(jf "$out" ring_drain_agent_busy_ms) ms (after its last reply $(jf "$out" ring_drain_agent_post_ms) ms), to the agent $(jf "$out" ring_drain_to_agent_ms) ms, back $(jf "$out" ring_drain_from_agent_ms) ms; then the tool scanning $(jf "$out" ring_drain_scan_ms) ms, delivering $(jf "$out" ring_drain_deliver_ms) ms)"
+			DR[$name.$mode]="$(jf "$out" ring_waits) warps waited ($(jf "$out" ring_wait_drops) gave up); $(jf "$out" ring_drains) drains copied $((${db:-0} / 1000000)) MB in $(jf "$out" ring_drain_ms) ms (agent $(jf "$out" ring_drain_agent_ms) ms, of it waiting for copies $(jf "$out" ring_drain_wait_ms) ms; agent busy before $(jf "$out" ring_drain_agent_busy_ms) ms (after its last reply $(jf "$out" ring_drain_agent_post_ms) ms), to the agent $(jf "$out" ring_drain_to_agent_ms) ms, back $(jf "$out" ring_drain_from_agent_ms) ms; then the tool scanning $(jf "$out" ring_drain_scan_ms) ms, delivering $(jf "$out" ring_drain_deliver_ms) ms)"
 		done
 	done
 	b=${K[$name.base]%,}

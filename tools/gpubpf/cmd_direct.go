@@ -253,6 +253,11 @@ func runDirect(c *cli.Context, obj string, cmdArgs []string) error {
 	if ringMB != 0 && (ringMB&(ringMB-1) != 0 || ringMB > 1<<14) {
 		return toolkit.Usagef("--ring-mb %d: want a power of two of at most 16384", ringMB)
 	}
+	if c.Bool(toolkit.FlagNoDrop) {
+		// the host reads a direct run's rings once the kernel is done:
+		// a thread waiting for room would wait for nothing
+		return toolkit.Usagef("--no-drop is for probes in an application; a direct run's rings are read after its kernel, so size them with --ring-mb")
+	}
 	dump := c.String("dump")
 	if dump != "" {
 		if st, err := os.Stat(filepath.Dir(dump)); err != nil || !st.IsDir() {

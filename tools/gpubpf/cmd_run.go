@@ -42,7 +42,7 @@ none: the traced executable). bpftime objects run unchanged. With -j, output is 
 "map","pid","device","key","value"}, {"type":"kernel_index","index","kernel","name"}
 (what bpf_gpu_kernel_index's numbers stand for, when a program calls it) and a
 final {"type":"summary",...}.` + directHelp,
-		Flags: append(append(toolkit.GPUFlags(),
+		Flags: append(append(append(toolkit.GPUFlags(), toolkit.RingFlags()...),
 			&cli.StringSliceFlag{Name: "program", Aliases: []string{"P"}, Usage: "only run program `NAME` of the object (may repeat)"},
 			&cli.StringFlag{Name: "record-type", Usage: "BTF struct `NAME` to print ring-buffer records as (default: the object's only struct of the record's size)"},
 			&cli.UintFlag{Name: "threads", Usage: "per-GPU-thread array capacity in `THREADS` (default: as many as fit in 1 GiB, at most 1M); with --direct: run THREADS threads, a 1-D grid of ceil(THREADS/block) blocks"},
@@ -105,6 +105,7 @@ func runAction(c *cli.Context) error {
 		Devices:       toolkit.DevicesOf(c),
 		Threads:       uint32(c.Uint("threads")),
 		RingBytes:     ringMB << 20,
+		RingWait:      toolkit.RingWaitOf(c),
 		Log:           toolkit.LogOf(c),
 		Warn:          toolkit.WarnOf("gpubpf"),
 		UprobeTargets: uprobes,
@@ -494,6 +495,7 @@ func (o *runOutput) summary(st runtime.Stats) {
 		o.emit(map[string]any{"type": "summary", "processes": st.Processes, "kernels_instrumented": matched,
 			"kernels_skipped": st.KernelsSkipped, "instrumented_launches": st.Launches, "launch_failures": st.LaunchFailures,
 			"records_produced": st.RecordsProduced, "records": st.Records, "printk_lines": st.PrintkLines, "records_dropped_gpu": st.RingDrops,
+			"ring_waits": st.RingWaits, "ring_wait_drops": st.RingWaitDrops,
 			"loop_budget_spent": st.LoopBudgetSpent, "records_discarded": st.RecordsDiscard, "records_lost_tool": st.RecordsLost, "records_in_flight_bytes": st.RingPending,
 			"ring_drains": st.Drains, "ring_drain_bytes": st.DrainBytes, "ring_drain_ms": float64(st.DrainTime.Microseconds()) / 1000,
 			"ring_drain_agent_ms": float64(st.DrainAgent.Microseconds()) / 1000, "ring_drain_wait_ms": float64(st.DrainWait.Microseconds()) / 1000,

@@ -116,6 +116,8 @@ func TestErrorMessages(t *testing.T) {
 			[]string{base(directObj), "are all direct GPU programs", "gpubpf run --direct"}},
 		{"run --direct: no direct programs", []string{"run", "--direct", gpu}, false, false,
 			[]string{base(gpu), `--direct runs programs in SEC("gpu/direct") or SEC("kprobe/__directly_run")`, "vecadd_entry", "move a program to such a section"}},
+		{"run --direct: --no-drop", []string{"run", "--direct", "--no-drop", directObj}, true, false,
+			[]string{"--no-drop is for probes in an application", "size them with --ring-mb"}},
 		{"run --direct: a command", []string{"run", "--direct", directObj, "--", app}, true, false,
 			[]string{`drop "-- ` + app + `"`, "drop --direct to trace it"}},
 		{"run --direct: -p", []string{"run", "--direct", "-p", "1", directObj}, true, false, []string{"--direct runs with no application: drop -p"}},

@@ -25,7 +25,7 @@ kernel_trace --sample 1024 -p 4242 -d 5   # one thread in 1024 of a running proc
 func main() {
 	app := toolkit.NewApp("kernel_trace", "per-thread GPU kernel entry events: block, thread, SM, warp, lane, globaltimer", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
-	app.Flags = append(append(toolkit.GPUFlags(), toolkit.PromFlags()...),
+	app.Flags = append(append(append(toolkit.GPUFlags(), toolkit.PromFlags()...), toolkit.RingFlags()...),
 		&cli.StringFlag{Name: "block", Usage: "only blocks in `RANGE` (linear block index, A-B or A)"},
 		&cli.StringFlag{Name: "thread", Usage: "only threads in `RANGE` (linear index in the block, A-B or A)"},
 		&cli.UintFlag{Name: "sample", Value: 1, Usage: "trace one thread in `N` (by global thread id)"},

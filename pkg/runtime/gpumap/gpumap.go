@@ -89,9 +89,18 @@
 //	        a warp updates one of the two, not both)
 //	off 40  u32 T: tail bytes (RingTail)
 //	off 44  u32 shards: how many shards the ring has (0 counts as 1)
+//	off 56  u32 wait bound (microseconds; 0: a full ring drops at once)
 //	off 64  u64 reserved position R (bytes, monotonic)
 //	off 128 u64 released position (bytes, monotonic; written by the host)
 //	off 192 u64 claimed bytes
+//	off 200 u64 warps that found the ring full and waited for room
+//	off 208 u64 of those, the ones that waited the whole bound and dropped
+//
+// With a wait bound (Placement.WaitMicros, a tool's --no-drop) a warp that
+// finds no room sleeps and looks again until the host has released enough
+// or the bound has passed, then drops as without one: the kernel slows
+// down instead of losing records, never for longer than the bound per
+// record, and the host sees how often (off 200, 208).
 //
 // A ring is split into Shards independent shards (a power of two), each
 // with its own control block and S = RingSize/Shards data bytes; a warp
@@ -203,9 +212,12 @@ const (
 	OffTail                          = 40
 	OffShards                        = 44
 	OffBudget                        = 48 // the trace_printk ring's first control block: see LoopBudget in package jit
+	OffWaitBound                     = 56 // RingBuf: u32 microseconds a full ring is waited for (0: drop)
 	OffReserved                      = 64
 	OffReleased                      = 128
 	OffClaimed                       = 192
+	OffWaits                         = 200 // RingBuf: u64 warps that found the ring full and waited
+	OffWaitDrops                     = 208 // RingBuf: u64 of those that waited the whole bound, then dropped
 	RecValid                         = 1 << 31
 	RecDiscard                       = 1 << 30
 	RecHeader                        = 8
@@ -250,11 +262,13 @@ type Placement struct {
 	// after the header at Addr). HostData: the data area is pinned host
 	// memory (the GPU writes it directly; commits use system-scope release).
 	// Shards: how many shards the RingSize bytes are split into (a power
-	// of two; 0 means 1).
-	RingSize uint64
-	Data     uint64
-	HostData bool
-	Shards   uint32
+	// of two; 0 means 1). WaitMicros: how long a warp waits for room in a
+	// full ring before it drops its records (0: drop at once).
+	RingSize   uint64
+	Data       uint64
+	HostData   bool
+	Shards     uint32
+	WaitMicros uint32
 }
 
 // KindOf maps a MapSpec's type to the GPU layout it gets.
@@ -470,6 +484,7 @@ func InitHeader(p Placement) []byte {
 	if p.Kind == RingBuf {
 		le.PutUint32(b[OffTail:], RingTail)
 		le.PutUint32(b[OffShards:], uint32(RingShards(p)))
+		le.PutUint32(b[OffWaitBound:], p.WaitMicros)
 	}
 	return b
 }

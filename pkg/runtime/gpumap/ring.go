@@ -132,6 +132,13 @@ func (r *Reader) Produced() uint64 {
 	return atomic.LoadUint64(r.u64(OffRecords)) + atomic.LoadUint64(r.u64(OffErrors))
 }
 
+// Waits is how many warps found the ring full and waited for room (a wait
+// bound set: Placement.WaitMicros), and WaitDrops how many of them waited
+// the whole bound and dropped their records (counted in Dropped too), as
+// of the header in mem.
+func (r *Reader) Waits() uint64     { return atomic.LoadUint64(r.u64(OffWaits)) }
+func (r *Reader) WaitDrops() uint64 { return atomic.LoadUint64(r.u64(OffWaitDrops)) }
+
 // BudgetSpent is, in the trace_printk ring's first shard, the probe calls
 // that spent their loop budget (jit.Options.LoopBudget), as of the header
 // in mem; 0 in any other ring.

@@ -606,3 +606,42 @@ func make40(n int) []int {
 	}
 	return l
 }
+
+// A wait bound (Placement.WaitMicros) is in every shard's control block,
+// where the GPU's reservation reads it when the shard is full, and the
+// warps' waits it counts there reach the host through the Readers.
+func TestRingWaitBound(t *testing.T) {
+	for _, bound := range []uint32{0, 250} {
+		p := Placement{Kind: RingBuf, RingSize: 4 * 8192, Shards: 4, WaitMicros: bound}
+		d := &devRing{mem: Init(p), S: ShardSize(p), N: RingShards(p)}
+		for i := range d.N {
+			if got := le.Uint32(d.mem[d.ctl(i)+OffWaitBound:]); got != bound {
+				t.Errorf("shard %d: wait bound %d, want %d", i, got, bound)
+			}
+		}
+		d.addIn(2, OffWaits, 7)
+		d.addIn(2, OffWaitDrops, 3)
+		rs, err := NewReaders(d.mem, Snapshot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var waits, drops uint64
+		for _, r := range rs {
+			waits, drops = waits+r.Waits(), drops+r.WaitDrops()
+		}
+		if waits != 7 || drops != 3 {
+			t.Errorf("bound %d: %d waits, %d gave up; want 7, 3", bound, waits, drops)
+		}
+	}
+	// the new fields overlap none of the control block's others
+	fields := map[int]int{OffSlots: 4, OffErrors: 8, OffRecords: 8, OffTail: 4, OffShards: 4, OffBudget: 8,
+		OffReserved: 8, OffReleased: 8, OffClaimed: 8}
+	for off, n := range map[int]int{OffWaitBound: 4, OffWaits: 8, OffWaitDrops: 8} {
+		for used, m := range fields {
+			if off < used+m && used < off+n {
+				t.Errorf("bytes %d-%d overlap bytes %d-%d", off, off+n-1, used, used+m-1)
+			}
+		}
+		fields[off] = n
+	}
+}

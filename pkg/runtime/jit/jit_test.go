@@ -1097,3 +1097,31 @@ func TestLoopBudget(t *testing.T) {
 		t.Errorf("a budget on straight code:\n%s", straight.PTX)
 	}
 }
+
+// --no-drop: the reservation's full path reads the ring's wait bound from
+// its control block and, only with one set, sleeps and looks again,
+// counting the warps that waited and those that gave up (gpumap's
+// offsets); the path with room is the same either way (no load of the
+// bound before a claim).
+func TestRingWaitPath(t *testing.T) {
+	src := runtimeFunc("__gpubpf_rb_reserve", "")
+	for _, want := range []string{
+		fmt.Sprintf("ld.relaxed.gpu.u32 %%b13, [%%a0+%d];", gpumap.OffWaitBound),
+		fmt.Sprintf("red.relaxed.gpu.add.u64 [%%a0+%d], 1;", gpumap.OffWaits),
+		fmt.Sprintf("red.relaxed.gpu.add.u64 [%%a0+%d], 1;", gpumap.OffWaitDrops),
+		"nanosleep.u32", "%globaltimer", "bra.uni $CLAIM;",
+	} {
+		if !strings.Contains(src, want) {
+			t.Errorf("no %q in the reservation:\n%s", want, src)
+		}
+	}
+	bound := strings.Index(src, fmt.Sprintf("[%%a0+%d]", gpumap.OffWaitBound))
+	if claim := strings.Index(src, "atom.relaxed.gpu.add.u64 %a9, [%a0+192]"); claim < 0 || bound < claim {
+		t.Errorf("the wait bound is loaded before the claim (at %d, claim at %d)", bound, claim)
+	}
+	for _, w := range []string{"WAITBOUND", "WAITS", "WAITDROPS"} {
+		if strings.Contains(src, w) {
+			t.Errorf("placeholder %s left in the reservation", w)
+		}
+	}
+}

@@ -23,6 +23,9 @@ func runtimeFunc(name, _ string) string {
 	src = strings.ReplaceAll(src, "COMMITSTORE", commitStore(scope))
 	src = strings.ReplaceAll(src, "SCOPE", scope)
 	src = strings.ReplaceAll(src, "RINGTAIL", strconv.Itoa(gpumap.RingTail))
+	src = strings.ReplaceAll(src, "WAITBOUND", strconv.Itoa(gpumap.OffWaitBound))
+	src = strings.ReplaceAll(src, "WAITDROPS", strconv.Itoa(gpumap.OffWaitDrops))
+	src = strings.ReplaceAll(src, "WAITS", strconv.Itoa(gpumap.OffWaits))
 	src = strings.ReplaceAll(src, "NAME", name)
 	src = strings.ReplaceAll(src, "_SC", "_"+scope)
 	if !ringPrecheck {
@@ -357,7 +360,11 @@ $D:
 	// or a shuffle sum, one claim on the control block checked against
 	// the released position, one add for the positions, the base
 	// broadcast by shfl. A ring already full is seen with plain loads
-	// (no atomic on the hot counters while dropping). Never waits.
+	// (no atomic on the hot counters while dropping). A full ring drops
+	// at once, unless its control block holds a wait bound (a tool's
+	// --no-drop): then the claiming lane sleeps and looks again until the
+	// host has released room or the bound (microseconds, on %globaltimer)
+	// has passed, counting the warps that waited and those that gave up.
 	// Returns the payload address, or 0 when the record was dropped
 	// (counted).
 	"__gpubpf_rb_reserve": `.func (.param .b64 ret) NAME(.param .b64 ctl, .param .b64 data, .param .b64 size, .param .b64 smask, .param .b64 sstride, .param .b64 len)
@@ -424,6 +431,7 @@ $AGG:
 	setp.eq.u32 %q4, %b2, %b3;
 	mov.u64 %a5, 0xFFFFFFFFFFFFFFFF;
 	@!%q4 bra $BC;
+	mov.u64 %a12, 0;
 	cvt.u64.u32 %a6, %b12;
 	cvt.u64.u32 %a7, %b7;
 	setp.eq.u64 %q5, %a7, 0;
@@ -432,6 +440,7 @@ $AGG:
 	sub.u64 %a10, %a10, %a8;
 	setp.gt.u64 %q5, %a10, %a2;
 	@%q5 bra $FULLNOW;
+$CLAIM:
 	atom.relaxed.gpu.add.u64 %a9, [%a0+192], %a7;
 	add.u64 %a10, %a9, %a7;
 	sub.u64 %a10, %a10, %a8;
@@ -451,6 +460,30 @@ $FULL:
 	neg.s64 %a11, %a7;
 	red.relaxed.gpu.add.u64 [%a0+192], %a11;
 $FULLNOW:
+	ld.relaxed.gpu.u32 %b13, [%a0+WAITBOUND];
+	setp.eq.u32 %q5, %b13, 0;
+	@%q5 bra $DROPPED;
+	setp.ne.u64 %q5, %a12, 0;
+	@%q5 bra $SLEEP;
+	red.relaxed.gpu.add.u64 [%a0+WAITS], 1;
+	mov.u64 %a13, %globaltimer;
+	cvt.u64.u32 %a12, %b13;
+	mad.lo.u64 %a12, %a12, 1000, %a13;
+$SLEEP:
+	nanosleep.u32 256;
+	mov.u64 %a13, %globaltimer;
+	setp.gt.u64 %q5, %a13, %a12;
+	@%q5 bra $GAVEUP;
+	ld.relaxed.gpu.u64 %a8, [%a0+128];
+	ld.relaxed.gpu.u64 %a11, [%a0+192];
+	add.u64 %a11, %a11, %a7;
+	sub.u64 %a11, %a11, %a8;
+	setp.gt.u64 %q5, %a11, %a2;
+	@%q5 bra $SLEEP;
+	bra.uni $CLAIM;
+$GAVEUP:
+	red.relaxed.gpu.add.u64 [%a0+WAITDROPS], 1;
+$DROPPED:
 	red.relaxed.gpu.add.u64 [%a0+24], %a6;
 $BC:
 	mov.b64 {%b13, %b14}, %a5;
