@@ -74,6 +74,13 @@ func (p *Process) startKernelTimes() {
 	st.KernelTimesFrom[p.PID] = fmt.Sprintf("%s (CUPTI %d)", lib, ver)
 }
 
+// kernelTimesOn reports whether CUPTI's records are on in p.
+func (p *Process) kernelTimesOn() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.kt.on
+}
+
 // needKernelTimes: p has a kernel no probe can time (KernelTimesWhenNeeded
 // starts CUPTI's records now, before the held module's first launch).
 func (p *Process) needKernelTimes() {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -66,5 +67,24 @@ func TestLateReadBytes(t *testing.T) {
 	p.mappedFatbins(procmaps.HostPath(p.PID, lib)) // indexed: no longer to be read
 	if got := p.lateReadBytes(); got != before-want {
 		t.Errorf("after indexing it: %d, want %d", got, before-want)
+	}
+}
+
+// In a process CUPTI already times for launchlate (KernelTimesWhenNeeded),
+// a module loaded before the agent is left unread: its kernels are timed
+// through CUPTI. With CUPTI off, or another mode, it would be read.
+func TestLateModuleLeftToCUPTI(t *testing.T) {
+	var log strings.Builder
+	s := &Session{opts: Options{KernelTimes: KernelTimesWhenNeeded, Log: &log}, gpu: []GPUProgram{{Kernel: "*"}},
+		stats: Stats{KernelsSeen: map[string]bool{}}}
+	p := &Process{PID: 7, s: s, modules: map[uint64]bool{}}
+	p.kt.on = true
+	inv := &agentproto.Inventory{Modules: []agentproto.Module{{ID: 3}}, Kernels: []agentproto.Kernel{{ModuleID: 3, Name: "gemm"}}}
+	p.instrumentModule(inv.Modules[0], inv) // with no connection: reading it would fail and say so
+	if !strings.Contains(log.String(), "module 3 (loaded before the agent): timed through CUPTI, its code not read") || !p.modules[3] {
+		t.Errorf("log %q, module done %v: want it left to CUPTI", log.String(), p.modules[3])
+	}
+	if len(s.stats.KernelsSkipped) != 0 || len(s.stats.NotTraced) != 0 {
+		t.Errorf("skipped %v, not traced %v: a kernel CUPTI times is neither", s.stats.KernelsSkipped, s.stats.NotTraced)
 	}
 }

@@ -679,6 +679,14 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 	if inv != nil && !p.anyTargeted(m.ID, inv) {
 		return
 	}
+	// A module loaded before the agent, in a process CUPTI already times
+	// (KernelTimesWhenNeeded turned it on before reading that much code):
+	// its kernels are timed without probes, so its code is left unread
+	// (on PyTorch, seconds of the attach) and the kernels uninstrumented.
+	if loadedBeforeAgent(m) && p.s.opts.KernelTimes == KernelTimesWhenNeeded && p.kernelTimesOn() {
+		p.s.logf("process %d: module %d (loaded before the agent): timed through CUPTI, its code not read", p.PID, m.ID)
+		return
+	}
 	mc, err := p.moduleCode(m, inv)
 	if err != nil {
 		if loadedBeforeAgent(m) {
