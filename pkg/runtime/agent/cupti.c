@@ -7,15 +7,17 @@
  *     driver's launch calls (the stamp the probes take too), filed under
  *     the call's correlation id, which the kernel record carries. Measured
  *     against the ways without a callback on the H200 (2026-11-28,
- *     launch_heavy_sass, launch rate ratio to untraced): the callback x0.74,
- *     CUPTI's API records of the launch calls alone x0.68
- *     (GPUBPF_CUPTI_JOIN=api: cuptiActivityEnableDriverApi/RuntimeApi,
- *     CUDA 12.5; runtime records too, as CUPTI writes no driver record
- *     for the driver calls the runtime makes; they name no stream), the
- *     agent's wrappers pushing their own id as external correlation x0.60
- *     (GPUBPF_CUPTI_JOIN=external; CUPTI writes those records only with API
- *     records on). CUPTI's kernel records themselves are most of the cost:
- *     x0.72 with nothing else (scripts/gpu/cuptijoin-bench.sh);
+ *     launch_heavy_sass, launch rate ratio to untraced, two calls): the
+ *     callback x0.74 and x0.58, CUPTI's API records of the launch calls
+ *     alone x0.68 both times (GPUBPF_CUPTI_JOIN=api:
+ *     cuptiActivityEnableDriverApi/RuntimeApi, CUDA 12.5; runtime records
+ *     too, as CUPTI writes no driver record for the driver calls the
+ *     runtime makes; they name no stream), the agent's wrappers pushing
+ *     their own id as external correlation x0.60 (GPUBPF_CUPTI_JOIN=external;
+ *     CUPTI writes those records only with API records on): within the
+ *     runs' spread, so the callback, which names the stream. CUPTI's kernel
+ *     records themselves are most of the cost: x0.72 with nothing else
+ *     (scripts/gpu/cuptijoin-bench.sh);
  *   - CUPTI's concurrent-kernel records, on CLOCK_MONOTONIC (a timestamp
  *     callback: CUPTI converts its GPU times to our clock), come back in
  *     buffers CUPTI fills; each kernel becomes one queued record with the
