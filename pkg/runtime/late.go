@@ -157,7 +157,8 @@ func (p *Process) lateTargeted(inv *agentproto.Inventory) bool {
 const lateReadSlow = 64 << 20
 
 // lateReadBytes is the device code in the files process p maps that the
-// session has not indexed yet, from their section headers.
+// session has not indexed yet, from their section headers. The driver's
+// own libraries hold no module of the program's and are left out.
 func (p *Process) lateReadBytes() int64 {
 	ms, err := procmaps.Read(p.PID)
 	if err != nil {
@@ -165,6 +166,9 @@ func (p *Process) lateReadBytes() int64 {
 	}
 	var n int64
 	for _, obj := range ms.Objects() {
+		if b := filepath.Base(obj); strings.HasPrefix(b, "libcuda.so") || strings.HasPrefix(b, "libnvidia-") {
+			continue
+		}
 		path := procmaps.HostPath(p.PID, obj)
 		if p.s != nil {
 			p.s.fatbins.mu.Lock()

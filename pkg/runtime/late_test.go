@@ -68,6 +68,29 @@ func TestLateReadBytes(t *testing.T) {
 	if got := p.lateReadBytes(); got != before-want {
 		t.Errorf("after indexing it: %d, want %d", got, before-want)
 	}
+
+	// the same code in a file named as the driver's library: left out
+	drv := filepath.Join(t.TempDir(), "libcuda.so.1")
+	b, err := os.ReadFile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(drv, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, err := os.Open(drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	mem2, err := syscall.Mmap(int(g.Fd()), 0, len(b), syscall.PROT_READ, syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(mem2)
+	if got := p.lateReadBytes(); got != before-want {
+		t.Errorf("with %s mapped: %d, want %d (the driver's library left out)", drv, got, before-want)
+	}
 }
 
 // In a process CUPTI already times for launchlate (KernelTimesWhenNeeded),
