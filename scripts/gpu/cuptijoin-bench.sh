@@ -6,10 +6,11 @@
 # long turning the mode on took while another thread launched without pause
 # (a program a tool attaches to). joined: kernel records whose launch's API
 # record came.
-#   scripts/gpu/cuptijoin-bench.sh [N [ROUNDS]]
+#   scripts/gpu/cuptijoin-bench.sh [N [ROUNDS]]    (defaults 300000 5: 100000 x 3
+# varied 0.6-0.8 run to run on the H200)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-N=${1:-100000} ROUNDS=${2:-3}
+N=${1:-300000} ROUNDS=${2:-5}
 T=${GPUBPF_GPU_LOGS:-$(mktemp -d)}/cuptijoin
 mkdir -p "$T"
 scripts/gpu/cupti/build.sh >"$T/build.txt" 2>&1 || { echo "FAIL cupti build: $(tail -n 3 "$T/build.txt" | tr '\n' ' ')"; exit 1; }
