@@ -41,9 +41,21 @@ echo "gpu-check: $(date -u +%Y-%m-%dT%H:%MZ) on ${DEVICE:-unknown GPU} ($NVCC), 
 
 # check NAME TIMEOUT CMD...: run CMD, keep its log, record pass/fail and the
 # last line that starts with "SUMMARY:" (or the last line) as its summary.
+# GPUBPF_CHECK_BUDGET=SECONDS: the whole run's time (a device call's limit):
+# each check gets at most what is left of it less 20 s for the table, and
+# one that would get under 30 s is skipped, so the table always prints.
 check() {
 	local name=$1 limit=$2; shift 2
 	local log=$LOGDIR/$name.log t0=$SECONDS rc
+	if [ -n "${GPUBPF_CHECK_BUDGET:-}" ]; then
+		local left=$((GPUBPF_CHECK_BUDGET - SECONDS - 20))
+		if [ $left -lt 30 ]; then
+			echo "---- $name: skipped, ${left}s of GPUBPF_CHECK_BUDGET=$GPUBPF_CHECK_BUDGET left"
+			printf '%s\t%s\t%s\t%s\n' "$name" "SKIP" 0 "no time left (GPUBPF_CHECK_BUDGET=$GPUBPF_CHECK_BUDGET)" >>"$RESULTS"
+			return
+		fi
+		[ $left -lt "$limit" ] && limit=$left
+	fi
 	echo "---- $name: $*"
 	timeout --kill-after=10 "$limit" "$@" >"$log" 2>&1
 	rc=$?
