@@ -6,8 +6,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
 // Indexes of the BPF counters array (enum ges_counter).
@@ -28,6 +30,40 @@ func init() {
 	if len(apis) > maxAPIs {
 		panic(fmt.Sprintf("%d APIs, the BPF hit counters hold %d", len(apis), maxAPIs))
 	}
+}
+
+// accountEvery is how often --prometheus/--otlp get the account's counts
+// while tracing (as the GPU tools' metrics refresh).
+const accountEvery = 10 * time.Second
+
+// countedAccount is the account's clauses with a number: what was seen,
+// shown, dropped, lost and folded, the kernels named, the processes and
+// objects probed (tr held by the caller). The end of the trace adds its
+// notes; while tracing these are exported as they stand.
+func countedAccount(tr *Tracer, cnt [numCounters]uint64, att *Attacher) *toolkit.Account {
+	acc := &toolkit.Account{Tool: "gpuevent_snoop"}
+	acc.Add(tr.Seen, "events", "")
+	if tr.Shown != tr.Seen-tr.Internal {
+		acc.Add(tr.Shown, "shown", "the rest filtered by -k/--min-size")
+	}
+	acc.Add(cnt[cntRingbufFull], "dropped", "ring buffer full: raise -b")
+	acc.Add(cnt[cntInflightFull], "lost", "in-flight call table full")
+	acc.Add(cnt[cntNested], "nested calls folded", "driver calls made by a traced runtime call")
+	if tr.Internal > 0 {
+		acc.Add(tr.Internal, "cudart-internal driver calls left out", "")
+	}
+	if cnt[cntNoEntry] > 0 {
+		acc.Add(cnt[cntNoEntry], "returns without entry", "calls already running at attach")
+	}
+	if named, unnamed := tr.KernelCounts(); named+unnamed > 0 {
+		acc.Add(uint64(named), "kernels named", "")
+		if unnamed > 0 {
+			acc.Add(uint64(unnamed), "kernels unnamed", "driver CUfunction handles or objects without symbols")
+		}
+	}
+	acc.Add(uint64(len(tr.procs)), "processes", "")
+	acc.Add(uint64(len(att.Objects())), "objects probed", "")
+	return acc
 }
 
 // sumPerCPU reads slot i of a per-CPU array summed over the CPUs.

@@ -636,6 +636,14 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	}
 	rescan := time.NewTicker(rescanPeriod(filter))
 	defer rescan.Stop()
+	// --prometheus, --otlp: the account's counts while tracing, as the
+	// other tools refresh theirs (the whole account comes at the end)
+	var accC <-chan time.Time
+	if cfg.exp != nil {
+		t := time.NewTicker(accountEvery)
+		defer t.Stop()
+		accC = t.C
+	}
 	var readErr error
 	readerExited := false
 	childStatus := ""
@@ -656,6 +664,12 @@ loop:
 			lock()
 			tr.PrintSummary(true, now)
 			unlock()
+		case <-accC:
+			cnt := readCounters(objs.Counters)
+			lock()
+			acc := countedAccount(tr, cnt, att)
+			unlock()
+			acc.Export(cfg.exp)
 		case <-rescan.C:
 			switch {
 			case cmd != nil:
@@ -713,28 +727,7 @@ loop:
 	cnt := readCounters(objs.Counters)
 	hits := readHits(objs.ApiHits)
 	lay := att.Layers(len(tr.procs))
-	acc := toolkit.Account{Tool: "gpuevent_snoop"}
-	acc.Add(tr.Seen, "events", "")
-	if tr.Shown != tr.Seen-tr.Internal {
-		acc.Add(tr.Shown, "shown", "the rest filtered by -k/--min-size")
-	}
-	acc.Add(cnt[cntRingbufFull], "dropped", "ring buffer full: raise -b")
-	acc.Add(cnt[cntInflightFull], "lost", "in-flight call table full")
-	acc.Add(cnt[cntNested], "nested calls folded", "driver calls made by a traced runtime call")
-	if tr.Internal > 0 {
-		acc.Add(tr.Internal, "cudart-internal driver calls left out", "")
-	}
-	if cnt[cntNoEntry] > 0 {
-		acc.Add(cnt[cntNoEntry], "returns without entry", "calls already running at attach")
-	}
-	if named, unnamed := tr.KernelCounts(); named+unnamed > 0 {
-		acc.Add(uint64(named), "kernels named", "")
-		if unnamed > 0 {
-			acc.Add(uint64(unnamed), "kernels unnamed", "driver CUfunction handles or objects without symbols")
-		}
-	}
-	acc.Add(uint64(len(tr.procs)), "processes", "")
-	acc.Add(uint64(len(att.Objects())), "objects probed", "")
+	acc := countedAccount(tr, cnt, att)
 	if len(feeds) > 0 {
 		acc.Note(fmt.Sprintf("launches from the gpubpf agent in %d of %d processes (%d, no probe hit)", len(feeds), len(tr.procs), agentLaunches))
 		acc.Add(agentDropped, "launches lost", "the agent's launch ring was full")

@@ -62,3 +62,35 @@ func TestMetricsEqualSummary(t *testing.T) {
 		t.Errorf("live bytes by site add up to %v, want 300", bySite)
 	}
 }
+
+// While tracing, --prometheus gets the account's counted clauses as they
+// stand (exported again at each refresh: the same series, new numbers).
+func TestCountedAccountExported(t *testing.T) {
+	tr := NewTracer(io.Discard, NewResolver(), Options{Summary: true}, 0, 0)
+	att := NewAttacher(0)
+	ex := promexport.New("gpuevent_snoop", 0)
+	var cnt [numCounters]uint64
+	cnt[cntRingbufFull], cnt[cntNested] = 3, 2
+	countedAccount(tr, cnt, att).Export(ex)
+	var e Event
+	if err := Decode(rawEvent(apiIndex(t, "cudaMalloc"), 0, [6]uint64{0x7ffd0000, 64}, [6]uint64{0x401400}, 0x7f0000100000), &e); err != nil {
+		t.Fatal(err)
+	}
+	tr.Handle(&e)
+	cnt[cntRingbufFull] = 5
+	countedAccount(tr, cnt, att).Export(ex)
+	got, err := ex.Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]float64{
+		"gpubpf_gpuevent_snoop_account|events":              1,
+		"gpubpf_gpuevent_snoop_account|dropped":             5,
+		"gpubpf_gpuevent_snoop_account|nested calls folded": 2,
+		"gpubpf_gpuevent_snoop_account|processes":           1,
+	} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+}
