@@ -43,7 +43,9 @@ type GPUTool struct {
 	// Report renders one interval (final: the end of the trace). It is
 	// never called concurrently.
 	Report func(r *Report)
-	// Account adds the tool's own clauses to the completeness line.
+	// Account adds the tool's own clauses to the completeness line: at
+	// the end, after the final Report, and with --prometheus/--otlp every
+	// refresh, after Metrics (each must leave the numbers it needs).
 	Account func(a *Account, st runtime.Stats)
 	// Metrics sets the tool's numbers in r.Exporter's instruments
 	// (--prometheus, --otlp) from a report of the totals so far: every
@@ -223,10 +225,14 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 			metricsDone = every(ctx, metricsEvery, func() {
 				out.read()
 				out.metrics()
-				// the runtime's clauses of the account as the trace goes
-				// (the tool's own are set at the end)
+				// the account as the trace goes: the tool's clauses (its
+				// Metrics took their numbers) and the runtime's
+				st := sess.Stats()
 				a := &Account{Tool: t.Name}
-				KernelAccount(a, sess.Stats())
+				if t.Account != nil {
+					t.Account(a, st)
+				}
+				KernelAccount(a, st)
 				a.Export(exp)
 			})
 		}

@@ -117,12 +117,7 @@ type reporter struct {
 
 func (r *reporter) report(rep *toolkit.Report) {
 	if rep.Final {
-		r.lost = rep.Total("lost")
-		// Every exit counted once, in the launch spread.
-		r.exits = 0
-		for _, v := range rep.Total("spreadhist") {
-			r.exits += v
-		}
+		r.totals(rep)
 	}
 	toolkit.EachDevice(rep, r.perDevice, func(d *toolkit.Report, dev int) {
 		r.dev = dev
@@ -149,7 +144,19 @@ func (r *reporter) reportOne(rep *toolkit.Report) {
 
 // metrics sets, per kernel (and device with --per-device: "all" without),
 // the numbers of its summary (--prometheus, --otlp).
+// totals takes the account's numbers from the trace's totals so far.
+func (r *reporter) totals(rep *toolkit.Report) {
+	r.lost = rep.Total("lost")
+	// Every exit counted once, in the launch spread.
+	r.exits = 0
+	for _, v := range rep.Total("spreadhist") {
+		r.exits += v
+	}
+}
+
+// metrics also takes the account's numbers, which the refresh exports next.
 func (r *reporter) metrics(rep *toolkit.Report) {
+	r.totals(rep)
 	e := rep.Exporter
 	if r.gauges == nil {
 		r.gauges = e.Gauges([]string{"device", "kernel"}, map[string][2]string{

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpubpf/gpubpf/pkg/promexport"
+	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -113,7 +114,14 @@ func TestMetrics(t *testing.T) {
 	rep := toolkit.NewReport(&bytes.Buffer{}, true, func(uint32) string { return "_Z4workv" },
 		map[int]map[string][]uint64{0: {"lanehist": lane, "spreadhist": spread}})
 	rep.Exporter = e
-	(&reporter{}).metrics(rep)
+	r := &reporter{}
+	r.metrics(rep)
+	// the account a refresh exports after the metrics: the exits so far
+	a := &toolkit.Account{Tool: "kernelretsnoop"}
+	r.account(a, runtime.Stats{})
+	if !strings.Contains(a.String(), "5 thread exits counted") {
+		t.Errorf("account after the metrics: %q, want the 5 exits", a.String())
+	}
 	fams, err := e.Registry.Gather()
 	if err != nil {
 		t.Fatal(err)

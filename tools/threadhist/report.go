@@ -145,11 +145,7 @@ type reporter struct {
 
 func (r *reporter) report(rep *toolkit.Report) {
 	if rep.Final {
-		r.lost = rep.Total("lost")
-		r.total = 0
-		for _, v := range rep.Total("runs") {
-			r.total += v
-		}
+		r.totals(rep)
 	}
 	toolkit.EachDevice(rep, r.perDevice, func(d *toolkit.Report, dev int) {
 		r.dev = dev
@@ -180,9 +176,20 @@ func (r *reporter) reportOne(rep *toolkit.Report) {
 	}
 }
 
+// totals takes the account's numbers from the trace's totals so far.
+func (r *reporter) totals(rep *toolkit.Report) {
+	r.lost = rep.Total("lost")
+	r.total = 0
+	for _, v := range rep.Total("runs") {
+		r.total += v
+	}
+}
+
 // metrics sets, per kernel (and device with --per-device: "all" without),
-// the numbers of its summary line (--prometheus, --otlp).
+// the numbers of its summary line (--prometheus, --otlp), and the
+// account's, which the refresh exports next.
 func (r *reporter) metrics(rep *toolkit.Report) {
+	r.totals(rep)
 	e := rep.Exporter
 	if r.gauges == nil {
 		r.gauges = e.Gauges([]string{"device", "kernel"}, map[string][2]string{

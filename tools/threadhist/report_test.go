@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/gpubpf/gpubpf/pkg/promexport"
+	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
@@ -127,6 +128,12 @@ func TestMetricsEqualTable(t *testing.T) {
 			if g, ok := got[k]; !ok || g < v-1e-9 || g > v+1e-9 {
 				t.Errorf("per-device %v: %s = %v, want %v (got %v)", per, k, g, v, got)
 			}
+		}
+		// the account a refresh exports after the metrics: the runs so far
+		a := &toolkit.Account{Tool: "threadhist"}
+		r.account(a, runtime.Stats{})
+		if !strings.Contains(a.String(), "12 thread runs counted") {
+			t.Errorf("account after the metrics: %q, want the 12 runs", a.String())
 		}
 	}
 }
