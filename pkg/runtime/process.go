@@ -937,8 +937,12 @@ func (p *Process) loadClone(m agentproto.Module, inv *agentproto.Inventory, t ag
 		return err
 	}
 	lr, err := p.conn.LoadPTX(t, []byte(res.PTX), res.Kernels...)
-	if err != nil {
+	var refused *agentproto.Error
+	switch {
+	case errors.As(err, &refused):
 		return fmt.Errorf("the driver's JIT refused the instrumented PTX: %w", err)
+	case err != nil: // the agent did not answer, or is gone: no verdict on the PTX
+		return fmt.Errorf("loading the instrumented PTX: %w", err)
 	}
 	fn := map[string]uint64{}
 	for _, f := range lr.Functions {

@@ -248,6 +248,9 @@ func TestRunCtrlCDuringSlowJIT(t *testing.T) {
 	// the load, or a request the tool sent behind it (a ring drain, on a
 	// busy machine the first to time out), went unanswered: said so
 	stderr.waitFor(t, "did not answer", time.Second)
+	if strings.Contains(stderr.String(), "JIT refused") {
+		t.Errorf("a load the agent did not answer is no verdict of the JIT's:\n%s", stderr)
+	}
 	fmt.Fprintln(in, "launch")
 	fmt.Fprintln(in, "quit")
 	stdout.waitFor(t, "LAUNCH _Z6vecAddPfi", 5*time.Second)
