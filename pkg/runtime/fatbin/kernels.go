@@ -77,35 +77,20 @@ func Inventory(fbs ...*Fatbin) ([]Kernel, error) {
 	}
 	for _, fb := range fbs {
 		for _, e := range fb.Elements {
-			switch e.Kind {
-			case KindPTX:
-				p, err := e.Payload()
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", fb.Source, err))
-					continue
-				}
-				for _, n := range PTXEntries(p) {
-					k := get(n)
+			if e.Kind != KindPTX && e.Kind != KindELF {
+				continue
+			}
+			names, arch, err := elementKernels(fb, e)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			for _, n := range names {
+				k := get(n)
+				if e.Kind == KindPTX {
 					k.HasPTX = true
-					k.PTXArchs = addUniq(k.PTXArchs, e.Arch())
-				}
-			case KindELF:
-				p, err := e.Payload()
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", fb.Source, err))
-					continue
-				}
-				names, sm, err := CubinKernels(p)
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: cubin at offset %#x: %w", fb.Source, e.Offset, err))
-					continue
-				}
-				arch := e.Arch()
-				if e.SM == 0 && sm != 0 {
-					arch = "sm_" + strconv.Itoa(sm)
-				}
-				for _, n := range names {
-					k := get(n)
+					k.PTXArchs = addUniq(k.PTXArchs, arch)
+				} else {
 					k.SASSArchs = addUniq(k.SASSArchs, arch)
 				}
 			}
@@ -138,16 +123,9 @@ func KernelNames(fb *Fatbin) ([]string, error) {
 		if e.Kind != KindPTX && e.Kind != KindELF {
 			continue
 		}
-		p, err := e.Payload()
+		names, _, err := elementKernels(fb, e)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", fb.Source, err))
-			continue
-		}
-		var names []string
-		if e.Kind == KindPTX {
-			names = PTXEntries(p)
-		} else if names, _, err = CubinKernels(p); err != nil {
-			errs = append(errs, fmt.Errorf("%s: cubin at offset %#x: %w", fb.Source, e.Offset, err))
+			errs = append(errs, err)
 			continue
 		}
 		for _, n := range names {
@@ -158,6 +136,28 @@ func KernelNames(fb *Fatbin) ([]string, error) {
 		}
 	}
 	return out, errors.Join(errs...)
+}
+
+// elementKernels is the kernels a PTX or cubin element of fb defines and
+// its architecture (a cubin's from its ELF header where the element does
+// not say).
+func elementKernels(fb *Fatbin, e *Element) (names []string, arch string, err error) {
+	p, err := e.Payload()
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: %w", fb.Source, err)
+	}
+	arch = e.Arch()
+	if e.Kind == KindPTX {
+		return PTXEntries(p), arch, nil
+	}
+	names, sm, err := CubinKernels(p)
+	if err != nil {
+		return nil, "", fmt.Errorf("%s: cubin at offset %#x: %w", fb.Source, e.Offset, err)
+	}
+	if e.SM == 0 && sm != 0 {
+		arch = "sm_" + strconv.Itoa(sm)
+	}
+	return names, arch, nil
 }
 
 func addUniq(s []string, v string) []string {
