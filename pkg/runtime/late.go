@@ -164,21 +164,15 @@ func (p *Process) lateReadBytes() int64 {
 	if err != nil {
 		return 0
 	}
+	isCuda := procmaps.LibraryMatcher("libcuda.so")
 	var n int64
 	for _, obj := range ms.Objects() {
-		if b := filepath.Base(obj); strings.HasPrefix(b, "libcuda.so") || strings.HasPrefix(b, "libnvidia-") {
+		if isCuda(obj) || strings.HasPrefix(filepath.Base(obj), "libnvidia-") {
 			continue
 		}
-		path := procmaps.HostPath(p.PID, obj)
-		if p.s != nil {
-			p.s.fatbins.mu.Lock()
-			_, done := p.s.fatbins.files[path]
-			p.s.fatbins.mu.Unlock()
-			if done {
-				continue
-			}
+		if path := procmaps.HostPath(p.PID, obj); !p.s.fatbins.indexed(path) {
+			n += fatbin.DeviceCodeBytes(path)
 		}
-		n += fatbin.DeviceCodeBytes(path)
 	}
 	return n
 }
@@ -241,6 +235,14 @@ func (p *Process) lateFatbins(m agentproto.Module, inv *agentproto.Inventory) ([
 type fatbinCache struct {
 	mu    sync.Mutex
 	files map[string][]containerKernels
+}
+
+// indexed reports whether path's index is in the cache.
+func (c *fatbinCache) indexed(path string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.files[path]
+	return ok
 }
 
 // containerKernels is one container of a file: its offset there and the
