@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -88,13 +87,7 @@ func TestRunPIDInContainer(t *testing.T) {
 			if !strings.Contains(stderr.String(), fmt.Sprintf("process %d had no gpubpf agent: loaded a copy of libgpubpf-agent.so into it (/tmp/gpubpf-agent-", pid)) {
 				t.Errorf("the tool did not load a copy of the agent:\n%s", stderr.String())
 			}
-			var summary map[string]any
-			for _, line := range strings.Split(stdout.String(), "\n") {
-				var o map[string]any
-				if json.Unmarshal([]byte(line), &o) == nil && o["type"] == "summary" {
-					summary = o
-				}
-			}
+			summary := runSummary(t, stdout.String(), stderr.String())
 			if n, _ := summary["instrumented_launches"].(float64); n < 5 {
 				t.Errorf("instrumented launches %v, want most of the ~30 after the attach; stderr:\n%s\napp:\n%s", summary["instrumented_launches"], stderr.String(), appErr.String())
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -180,4 +181,21 @@ func (l *lines) end(t *testing.T, limit time.Duration) {
 	case <-time.After(limit):
 		t.Fatalf("output still open after %v:\n%s", limit, l)
 	}
+}
+
+// runSummary is the last {"type":"summary"} object of gpubpf run -j's
+// output; it fails the test when there is none.
+func runSummary(t *testing.T, stdout, stderr string) map[string]any {
+	t.Helper()
+	var summary map[string]any
+	for _, line := range strings.Split(stdout, "\n") {
+		var o map[string]any
+		if json.Unmarshal([]byte(line), &o) == nil && o["type"] == "summary" {
+			summary = o
+		}
+	}
+	if summary == nil {
+		t.Fatalf("no summary:\n%s\n%s", stdout, stderr)
+	}
+	return summary
 }

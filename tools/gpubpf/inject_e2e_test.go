@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -80,16 +79,7 @@ func TestRunPIDInjects(t *testing.T) {
 	if !strings.Contains(stderr.String(), fmt.Sprintf("process %d had no gpubpf agent: loaded", pid)) {
 		t.Errorf("the tool did not say it loaded the agent:\n%s", stderr.String())
 	}
-	var summary map[string]any
-	for _, line := range strings.Split(stdout.String(), "\n") {
-		var o map[string]any
-		if json.Unmarshal([]byte(line), &o) == nil && o["type"] == "summary" {
-			summary = o
-		}
-	}
-	if summary == nil {
-		t.Fatalf("no summary:\n%s\n%s", stdout.String(), stderr.String())
-	}
+	summary := runSummary(t, stdout.String(), stderr.String())
 	if n, _ := summary["instrumented_launches"].(float64); n < 5 {
 		t.Errorf("instrumented launches %v, want most of the ~30 launched after attaching; stderr:\n%s", summary["instrumented_launches"], stderr.String())
 	}
