@@ -508,12 +508,14 @@ static const CUpti_CallbackId kt_runtime_cbids[] = {
 	CBID_cudaLaunchKernelExC_ptsz_v11060,
 };
 
+#define KT_NDRIVER (sizeof(kt_driver_cbids) / sizeof(kt_driver_cbids[0]))
+#define KT_NRUNTIME (sizeof(kt_runtime_cbids) / sizeof(kt_runtime_cbids[0]))
+
 /* Whether an API record (kind DRIVER or RUNTIME) is of a launch call. */
 static int kt_is_launch(CUpti_ActivityKind kind, CUpti_CallbackId cbid)
 {
 	const CUpti_CallbackId *ids = kind == CUPTI_ACTIVITY_KIND_DRIVER ? kt_driver_cbids : kt_runtime_cbids;
-	size_t n = kind == CUPTI_ACTIVITY_KIND_DRIVER ? sizeof(kt_driver_cbids) / sizeof(kt_driver_cbids[0])
-						       : sizeof(kt_runtime_cbids) / sizeof(kt_runtime_cbids[0]);
+	size_t n = kind == CUPTI_ACTIVITY_KIND_DRIVER ? KT_NDRIVER : KT_NRUNTIME;
 	for (size_t i = 0; i < n; i++)
 		if (ids[i] == cbid)
 			return 1;
@@ -722,12 +724,12 @@ static void kt_enable_callbacks(int on)
 	if (kt_callbacks_on == on)
 		return;
 	kt_callbacks_on = on;
-	for (size_t i = 0; i < sizeof(kt_driver_cbids) / sizeof(kt_driver_cbids[0]); i++)
+	for (size_t i = 0; i < KT_NDRIVER; i++)
 		C.EnableCallback((uint32_t)on, kt_sub, CUPTI_CB_DOMAIN_DRIVER_API, kt_driver_cbids[i]);
 	const char *which = getenv("GPUBPF_CUPTI_CALLBACKS");
 	if (on && (!which || strcmp(which, "all")))
 		return;
-	for (size_t i = 0; i < sizeof(kt_runtime_cbids) / sizeof(kt_runtime_cbids[0]); i++)
+	for (size_t i = 0; i < KT_NRUNTIME; i++)
 		C.EnableCallback((uint32_t)on, kt_sub, CUPTI_CB_DOMAIN_RUNTIME_API, kt_runtime_cbids[i]);
 }
 
@@ -767,9 +769,9 @@ static int kt_api_records(int on)
 		C.ActivityEnableDriverApi(id, 0);
 	for (CUpti_CallbackId id = 1; id < CBID_RUNTIME_SIZE; id++)
 		C.ActivityEnableRuntimeApi(id, 0);
-	for (size_t i = 0; i < sizeof(kt_runtime_cbids) / sizeof(kt_runtime_cbids[0]); i++)
+	for (size_t i = 0; i < KT_NRUNTIME; i++)
 		C.ActivityEnableRuntimeApi(kt_runtime_cbids[i], 1);
-	for (size_t i = 0; i < sizeof(kt_driver_cbids) / sizeof(kt_driver_cbids[0]); i++)
+	for (size_t i = 0; i < KT_NDRIVER; i++)
 		if ((r = C.ActivityEnableDriverApi(kt_driver_cbids[i], 1)) != CUPTI_SUCCESS &&
 		    kt_driver_cbids[i] == CBID_cuLaunchKernel) {
 			DBG("CUPTI refused API records for cuLaunchKernel (%s): launches stamped from its callback",
