@@ -113,10 +113,12 @@ const (
 	// KernelTimesWhenNeeded: at the first kernel of the process that no
 	// probe can time: as a module with a kernel without PTX is read (for
 	// the modules a program registers as it starts, before its first CUDA
-	// call), or as a kernel's instrumentation fails. CUPTI costs
-	// launch-bound programs launch rate (its kernel records alone x0.94 on
-	// the H100, with its launch callback x0.67), which a program whose
-	// kernels all have probes need not pay.
+	// call), or as a kernel's instrumentation fails; with -p, before the
+	// modules loaded before the agent are read where that is much code.
+	// CUPTI costs launch-bound programs launch rate (launch_heavy_sass:
+	// its kernel records alone x0.94 on the H100, x0.72 on the H200; with
+	// the launch stamps x0.58-0.74), which a program whose kernels all
+	// have probes need not pay.
 	KernelTimesWhenNeeded
 	// KernelTimesAlways: at the attach.
 	KernelTimesAlways
