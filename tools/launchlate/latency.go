@@ -136,16 +136,8 @@ func (t *tracker) forget(pid int, untimed func(source, start)) {
 			delete(t.pending, src)
 		}
 	}
-	for src := range t.seen {
-		if src.pid == pid {
-			delete(t.seen, src)
-		}
-	}
-	for src := range t.clocks {
-		if src.pid == pid {
-			delete(t.clocks, src)
-		}
-	}
+	maps.DeleteFunc(t.seen, func(src source, _ []uint64) bool { return src.pid == pid })
+	maps.DeleteFunc(t.clocks, func(src source, _ []runtime.ClockSample) bool { return src.pid == pid })
 }
 
 // addClock records a calibration of src's clocks, in time order, and lets
