@@ -227,13 +227,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 				out.metrics()
 				// the account as the trace goes: the tool's clauses (its
 				// Metrics took their numbers) and the runtime's
-				st := sess.Stats()
-				a := &Account{Tool: t.Name}
-				if t.Account != nil {
-					t.Account(a, st)
-				}
-				KernelAccount(a, st)
-				a.Export(exp)
+				t.account(sess.Stats()).Export(exp)
 			})
 		}
 	}
@@ -271,11 +265,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 	}
 	out.report(true)
 	out.metrics()
-	a := &Account{Tool: t.Name}
-	if t.Account != nil {
-		t.Account(a, st)
-	}
-	KernelAccount(a, st)
+	a := t.account(st)
 	a.Export(out.exp)
 	if !jsonOut {
 		fmt.Fprintln(os.Stderr, a.String())
@@ -436,6 +426,17 @@ func (o *reporter) report(final bool) {
 		r.maps = map[string][]uint64{}
 	}
 	o.t.Report(r)
+}
+
+// account is the completeness line: the tool's own clauses, then the
+// runtime's.
+func (t GPUTool) account(st runtime.Stats) *Account {
+	a := &Account{Tool: t.Name}
+	if t.Account != nil {
+		t.Account(a, st)
+	}
+	KernelAccount(a, st)
+	return a
 }
 
 // KernelAccount adds the kernel clauses of the completeness line: kernels
