@@ -151,6 +151,30 @@ func (p *Process) lateTargeted(inv *agentproto.Inventory) bool {
 	return false
 }
 
+// lateReadIsSlow: with KernelTimesWhenNeeded, whether CUPTI comes on in p
+// before the code of modules loaded before the agent (-p) is read, rather
+// than once a kernel without PTX is found in it. That code is read from the
+// process's files, which on PyTorch (GBs of libraries) outlasted an 8 s
+// trace on the H200 (2026-11-28): CUPTI came on after the trace had ended.
+// Where there is that much to read (libraries' SASS, mostly) it comes on
+// first; a program with a little device code of its own is read first,
+// and pays for CUPTI only if a kernel of it has no PTX. Decided once per
+// process, at its first such module.
+func (p *Process) lateReadIsSlow() bool {
+	if p.s.opts.KernelTimes != KernelTimesWhenNeeded {
+		return false
+	}
+	p.lateSlowOnce.Do(func() { p.lateSlow = p.lateReadBytes() > lateReadSlow })
+	return p.lateSlow
+}
+
+// cuptiBeforeReading: CUPTI is to be turned on in p before module m's code
+// is read (m loaded before the agent, much such code to read, CUPTI not on
+// yet).
+func (p *Process) cuptiBeforeReading(m agentproto.Module) bool {
+	return loadedBeforeAgent(m) && !p.kernelTimesOn() && p.lateReadIsSlow()
+}
+
 // lateReadSlow is the device code, in bytes, in the files a process maps
 // past which reading it (for modules loaded before the agent) takes long
 // enough to miss launches: about a quarter second of one core.

@@ -111,3 +111,36 @@ func TestLateModuleLeftToCUPTI(t *testing.T) {
 		t.Errorf("skipped %v, not traced %v: a kernel CUPTI times is neither", s.stats.KernelsSkipped, s.stats.NotTraced)
 	}
 }
+
+// A module loaded before the agent is mostly learnt at its first launch
+// after the attach (the program was idle as the tool came), not in the
+// attach's inventory. In a process with much device code to read, CUPTI is
+// asked for there too, before the module's code would be read (on the
+// H200, 2026-11-28, PyTorch's read outlasted a 6 s trace and CUPTI came on
+// after it had ended).
+func TestCUPTIBeforeReading(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		mode   KernelTimesMode
+		slow   bool
+		on     bool
+		loaded agentproto.Module
+		want   bool
+	}{
+		{"much code, loaded before the agent", KernelTimesWhenNeeded, true, false, agentproto.Module{ID: 3}, true},
+		{"CUPTI on already", KernelTimesWhenNeeded, true, true, agentproto.Module{ID: 3}, false},
+		{"little code", KernelTimesWhenNeeded, false, false, agentproto.Module{ID: 3}, false},
+		{"loaded after the agent", KernelTimesWhenNeeded, true, false, agentproto.Module{ID: 3, Size: 4096}, false},
+		{"CUPTI never", KernelTimesOff, true, false, agentproto.Module{ID: 3}, false},
+		{"CUPTI from the start", KernelTimesAlways, true, false, agentproto.Module{ID: 3}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Process{PID: 7, s: &Session{opts: Options{KernelTimes: tc.mode}}}
+			p.kt.on = tc.on
+			p.lateSlowOnce.Do(func() { p.lateSlow = tc.slow })
+			if got := p.cuptiBeforeReading(tc.loaded); got != tc.want {
+				t.Errorf("CUPTI before reading: %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

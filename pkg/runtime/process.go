@@ -68,6 +68,10 @@ type Process struct {
 	lastSent uint64
 	closed   bool
 	kt       kernelTimes // Options.KernelTimes (mu)
+	// lateSlow: reading the code of modules loaded before the agent would
+	// take long (lateReadIsSlow, decided once)
+	lateSlowOnce sync.Once
+	lateSlow     bool
 }
 
 // AttachOptions say how to attach to a process.
@@ -170,18 +174,10 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 				return nil, fmt.Errorf("process %d: listing its CUDA modules: %w", pid, err)
 			}
 		}
-		if s.opts.KernelTimes == KernelTimesAlways ||
-			(s.opts.KernelTimes == KernelTimesWhenNeeded && p.lateTargeted(inv) && p.lateReadBytes() > lateReadSlow) {
+		if s.opts.KernelTimes == KernelTimesAlways || (p.lateTargeted(inv) && p.lateReadIsSlow()) {
 			// before the modules are instrumented: a held program
 			// launches nothing meanwhile, a running one's launches are
-			// timed from now. Modules loaded before the agent (-p) are
-			// read from the process's files first, which on PyTorch
-			// (GBs of libraries) outlasted an 8 s trace on the H200
-			// (2026-11-28): CUPTI came on after it had ended. Where
-			// there is that much to read (libraries' SASS, mostly),
-			// CUPTI comes on before it is read; a program with a little
-			// device code of its own is read first, and pays for CUPTI
-			// only if a kernel of it has no PTX.
+			// timed from now (see lateReadIsSlow)
 			p.startKernelTimes()
 		}
 		for _, m := range inv.Modules {
@@ -679,10 +675,15 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 	if inv != nil && !p.anyTargeted(m.ID, inv) {
 		return
 	}
-	// A module loaded before the agent, in a process CUPTI already times
-	// (KernelTimesWhenNeeded turned it on before reading that much code):
-	// its kernels are timed without probes, so its code is left unread
-	// (on PyTorch, seconds of the attach) and the kernels uninstrumented.
+	// A module loaded before the agent, in a process CUPTI times or is to
+	// time (KernelTimesWhenNeeded, much code to read): its kernels are
+	// timed without probes, so its code is left unread (on PyTorch,
+	// seconds of the attach) and the kernels uninstrumented. Most such
+	// modules are learnt here, at their first launch after the attach,
+	// not in the attach's inventory (a program idle as the tool came).
+	if p.cuptiBeforeReading(m) {
+		p.startKernelTimes()
+	}
 	if loadedBeforeAgent(m) && p.s.opts.KernelTimes == KernelTimesWhenNeeded && p.kernelTimesOn() {
 		p.s.logf("process %d: module %d (loaded before the agent): timed through CUPTI, its code not read", p.PID, m.ID)
 		return

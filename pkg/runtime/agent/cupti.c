@@ -138,6 +138,11 @@ static struct {
 	uint64_t start_us; /* turning the records on took (kt_start_locked) */
 	int fell_back;     /* the join joined nothing: the callback's now */
 } kt_seen;
+/* What CUPTI did apart from handing records over (atomic): its launch
+ * callbacks and the buffers it asked for. A -p attach to PyTorch got no
+ * record at all (H200, 2026-11-28); these tell a CUPTI that never traced
+ * from one whose records never came. */
+static uint64_t kt_ncallbacks, kt_nrequested;
 
 /* Kernel records none of whose correlation ids came with a launch's record
  * (API record or external correlation), after which the join is given up
@@ -481,6 +486,7 @@ static void CUPTIAPI kt_callback(void *ud, CUpti_CallbackDomain dom, CUpti_Callb
 	}
 	if (!__atomic_load_n(&kt_on, __ATOMIC_RELAXED) || kt_join != KT_JOIN_CALLBACK)
 		return;
+	__atomic_fetch_add(&kt_ncallbacks, 1, __ATOMIC_RELAXED);
 	uint64_t t = mono_ns();
 	uint64_t st = (uint64_t)(uintptr_t)kt_stream(dom, cbid, cb->functionParams);
 	uint64_t ctx = (uint64_t)(uintptr_t)cb->context;
@@ -528,6 +534,7 @@ static void CUPTIAPI kt_buffer_requested(uint8_t **buf, size_t *size, size_t *ma
 {
 	void *p = NULL;
 	*max = 0;
+	__atomic_fetch_add(&kt_nrequested, 1, __ATOMIC_RELAXED);
 	if (posix_memalign(&p, 8, KT_BUF) != 0)
 		p = NULL; /* CUPTI drops records without a buffer, and counts them */
 	*buf = p;
@@ -895,6 +902,8 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 		kt_names[i].sent = 0; /* a new tool learns every name */
 	kt_join = join;
 	memset(&kt_seen, 0, sizeof(kt_seen));
+	__atomic_store_n(&kt_ncallbacks, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&kt_nrequested, 0, __ATOMIC_RELAXED);
 	kt_seen.start_us = (mono_ns() - t0) / 1000;
 	pthread_mutex_unlock(&kt_mu);
 	__atomic_store_n(&kt_on, 1, __ATOMIC_RELEASE);
@@ -1052,12 +1061,15 @@ int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf
 		 * wrappers pushed: stamp from its callback from now on */
 		int fall_back = kt_join != KT_JOIN_CALLBACK && kt_seen.joined == 0 &&
 				kt_seen.unmatched >= KT_FALLBACK_AFTER;
-		char account[512];
+		char account[768];
 		snprintf(account, sizeof(account),
-			 "CUPTI, on in %.1f ms, handed over %llu buffers: %llu kernel records, %llu launch records, %llu "
-			 "other; %llu kernels without their launch's record; launches stamped %s",
-			 kt_seen.start_us / 1e3, (unsigned long long)kt_seen.buffers, (unsigned long long)kt_seen.kernels,
+			 "CUPTI, on in %.1f ms, asked for %llu buffers, handed over %llu: %llu kernel records, %llu launch "
+			 "records, %llu other; %llu launch callbacks; %llu kernels without their launch's record; launches "
+			 "stamped %s",
+			 kt_seen.start_us / 1e3, (unsigned long long)__atomic_load_n(&kt_nrequested, __ATOMIC_RELAXED),
+			 (unsigned long long)kt_seen.buffers, (unsigned long long)kt_seen.kernels,
 			 (unsigned long long)kt_seen.corrs, (unsigned long long)kt_seen.other,
+			 (unsigned long long)__atomic_load_n(&kt_ncallbacks, __ATOMIC_RELAXED),
 			 (unsigned long long)kt_seen.unmatched,
 			 kt_join_name(kt_join, kt_seen.fell_back || fall_back));
 		wb_i32(w, ST_OK);
