@@ -732,10 +732,9 @@ func (p *Process) instrumentModule(m agentproto.Module, inv *agentproto.Inventor
 		return
 	}
 	// A kernel without PTX: CUPTI's records come on now, as the module is
-	// read, not at its placement on a device (after the program's CUDA
-	// started): on the H100, CUPTI turned on in a running program saw none
-	// of its launches (-p on PyTorch), and the modules a program registers
-	// as it starts are read before its first CUDA call.
+	// read, not at its placement on a device: the modules a program
+	// registers as it starts are read before its first CUDA call, so a
+	// program started under the tool has every launch timed.
 	for k := range pm.sets {
 		if !pm.byName[k].HasPTX {
 			p.needKernelTimes()

@@ -142,11 +142,13 @@ func (l *launchlate) ktAccount(a *toolkit.Account, st runtime.Stats) runtime.Sta
 	}
 	for _, pid := range slices.Sorted(maps.Keys(st.KernelTimesFrom)) {
 		if st.KernelTimesRecords[pid] == 0 {
-			// Seen on PyTorch attached with -p (H100, 2026-11-28): CUPTI
-			// turned on in a program whose CUDA had started without it
-			// sees none of its launches.
-			a.Note(fmt.Sprintf("process %d: CUPTI gave no kernel records (turned on in a running program, it may see none of "+
-				"the launches of a CUDA started without it): start the program under launchlate (-- CMD) to time kernels without PTX", pid))
+			// No kernel ran while CUPTI was on, or CUPTI saw none: its
+			// account (the buffers it asked for, the launch callbacks
+			// that came) tells which. CUPTI turned on mid-run does see a
+			// running program's launches (-p on PyTorch and on a static
+			// and a shared cudart program, H200, 2026-11-28).
+			a.Note(fmt.Sprintf("process %d: CUPTI gave no kernel records: no kernel ran while it was on, or CUPTI did not "+
+				"see them (its account below)", pid))
 			if seen := st.KernelTimesCUPTI[pid]; seen != "" {
 				a.Note(fmt.Sprintf("process %d: %s", pid, seen))
 			}
