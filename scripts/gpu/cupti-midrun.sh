@@ -62,7 +62,15 @@ attach() {
 	[ -n "${GATE:-}" ] && (sleep 2; touch "$GATE") &
 	# which libcupti the program maps before the attach
 	grep -ao '/[^ ]*libcupti[^ ]*' "/proc/${pid:-0}/maps" 2>/dev/null | sort -u | sed "s/^/  $name maps before: /"
-	timeout --kill-after=5 $((secs + 60)) launchlate -v -j -d "$secs" -p "${pid:-0}" >"$LOGS/$name.out" 2>"$LOGS/$name.err"
+	# TEXT=1: the table a user sees, printed here (the README's view)
+	local fmt=(-v -j)
+	[ "${TEXT:-0}" = 1 ] && fmt=()
+	timeout --kill-after=5 $((secs + 60)) launchlate "${fmt[@]}" -d "$secs" -p "${pid:-0}" >"$LOGS/$name.out" 2>"$LOGS/$name.err"
+	if [ "${TEXT:-0}" = 1 ]; then
+		echo "\$ sudo launchlate -d $secs -p $pid"
+		cat "$LOGS/$name.out"
+		grep -av skipping "$LOGS/$name.err" | tail -4
+	fi
 	echo "$name: tool rc $?: $(grep -ao '[0-9]* kernel starts timed through CUPTI' "$LOGS/$name.err" | head -1)"
 	grep -ao 'CUPTI, on in [^"]*' "$LOGS/$name.out" "$LOGS/$name.err" | head -1 | sed 's/^/  /'
 	grep -ao 'CUPTI gave no kernel records[^,]*' "$LOGS/$name.err" | head -1 | sed 's/^/  /'

@@ -48,7 +48,11 @@ wait_for() { # FILE PATTERN SECS
 	return 1
 }
 
+# FLEET_PARTS picks sections (default all): scrape all cost
+part() { [[ " ${FLEET_PARTS:-scrape all cost} " == *" $1 "* ]]; }
+
 # ---- 1. each tool's scrape against exact counts -------------------------------
+if part scrape; then
 G=$T/gate
 mkdir -p "$G"
 # a sixth round, opened after the last tool's scrape, keeps the program
@@ -92,7 +96,10 @@ touch "$G/go.6"
 wait $app
 grep -q "RESULT gated ok" "$T/gated.out" && ok "gated ran its 5 rounds right under the five tools" || bad "gated: $(tail -n 2 "$T/gated.out" | tr '\n' ' ')"
 
+fi
+
 # ---- 2. launchlate --all ----------------------------------------------------
+if part all; then
 launchlate --all --prometheus 127.0.0.1:9400 -d 90 >"$T/all.out" 2>"$T/all.err" &
 lp=$!
 sleep 3
@@ -126,7 +133,10 @@ for p in $p1 $p2 $p3; do
 	fi
 done
 
+fi
+
 # ---- 3. cost at 1,000 launches/s --------------------------------------------
+if part cost; then
 LH=(samples/bin/launch_heavy 8000 1 1000000 32)
 # CPU ns of every thread of a process (clock ticks, 10 ms, are too coarse
 # for a tool that spends well under 1% of a core); without schedstat, the
@@ -176,6 +186,7 @@ if python3 -c "import sys; sys.exit(0 if $cq < 2.0 and $rq / $rp > 0.97 else 1)"
 	ok "cost at 1,000 launches/s: $line (goals: CPU < 2%, the exporter within the noise)"
 else
 	bad "cost at 1,000 launches/s: $line (goals: CPU < 2%, the exporter within the noise)"
+fi
 fi
 
 echo "SUMMARY: fleet $pass ok, $fail failed"

@@ -101,5 +101,12 @@ for mode in serial threads; do
 		fi
 	done
 done
+# What the tools print on a process using two GPUs (the README's view).
+echo "== text views"
+for v in "threadhist --per-device -k work" "kernelretsnoop --per-device -k work" "kernel_trace --max-events 0 --launches 30 -k work" "launchlate -k tick"; do
+	echo "\$ sudo $v -- ./multigpu serial"
+	# shellcheck disable=SC2086 # the tool's words
+	timeout 120 $v -- samples/bin/multigpu serial 2>&1 | grep -av '^EXPECT\|^RESULT\|^device [0-9]*: \|^multigpu: ' | head -48
+done
 echo "SUMMARY: multigpu $pass ok, $fail failed ($n GPUs)"
 [ $fail = 0 ]
