@@ -9,9 +9,10 @@
 #   - PyTorch (torch_train.py: PyTorch's and cuBLAS's kernels, no PTX): per
 #     kernel, launchlate's timed + untimed equals the launches an injected
 #     CUPTI tracer counts in a run of the same steps; -p on a loop started
-#     without the agent: the loop runs on, and the kernels are timed or the
-#     tool says CUPTI gave no records; torch.compile's Triton kernels are
-#     timed, and threadhist sees inside them (PTX from Triton's cache);
+#     without the agent: the loop runs on and its kernels are timed, none
+#     untimed; torch.compile's Triton kernels are timed, started under the
+#     tool and with -p, and threadhist sees inside them (PTX from Triton's
+#     cache);
 #   - cost: launch_heavy_sass's launch rate and torch_train's step time under
 #     launchlate, as ratios to untraced runs in the same invocation (median of
 #     COST_RUNS, default 5, alternating).
@@ -234,6 +235,26 @@ if result_ok triton-th torch_train && [ -n "$thr" ]; then
 	ok "torch.compile: threadhist inside Triton's kernels (PTX from Triton's cache): ${thr:0:300}"
 else
 	bad "torch.compile, threadhist -k 'triton_*': no kernel with runs ('$thr'); rc $(rc triton-th); $(grep -a 'skipped\|threadhist:' "$LOGS/triton-th.err" | tail -3 | tr '\n' ' ' | cut -c1-400)"
+fi
+
+# 7c. -p on a torch.compile'd loop started without the agent: Triton's
+#     kernels (loaded before the agent) timed through CUPTI with the rest.
+gate=$LOGS/triton-p.gate
+rm -f "$gate"
+timeout 180 python3 scripts/gpu/torch_train.py --seconds 12 --compile --gate "$gate" >"$LOGS/triton-p-app.out" 2>&1 &
+waiter=$!
+for _ in $(seq 1200); do grep -q GATED "$LOGS/triton-p-app.out" 2>/dev/null && break; sleep 0.1; done
+app=$(grep -ao 'GATED pid=[0-9]*' "$LOGS/triton-p-app.out" | cut -d= -f2)
+(sleep 3; touch "$gate") &
+run triton-p launchlate -j -d 8 -p "${app:-0}"
+wait $waiter
+apprc=$?
+trp=$(grep -a '"type":"kernel"' "$LOGS/triton-p.out" | grep -a '"kernel":"triton_' | grep -ac '"cupti":[1-9]')
+all=$(grep -a '"type":"kernel"' "$LOGS/triton-p.out" | grep -ac '"cupti":[1-9]')
+if [ $apprc = 0 ] && grep -aq "RESULT torch_train ok" "$LOGS/triton-p-app.out" && [ "${trp:-0}" -gt 0 ]; then
+	ok "-p on a torch.compile'd loop: $trp Triton kernels among $all timed through CUPTI, the loop ran on"
+else
+	bad "-p on a torch.compile'd loop: ${trp:-0} Triton kernels of ${all:-0} timed; app rc $apprc: $(tail -1 "$LOGS/triton-p-app.out"); $(grep -av skipping "$LOGS/triton-p.err" | tail -2 | tr '\n' ' ' | cut -c1-300)"
 fi
 
 # 8. Cost: a training step under launchlate, alternating; its parts: the
