@@ -81,6 +81,7 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+	cd internal/otelcol && $(GO) vet ./...
 
 # Unit tests and root-only kernel eBPF tests (CI runs as root); then the
 # performance table's renderer, table-bench.sh's plumbing and the launch-rate
