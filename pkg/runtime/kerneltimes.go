@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 )
@@ -67,6 +68,14 @@ func (p *Process) startKernelTimes() {
 		}
 		st.KernelTimesOff[p.PID] = err.Error()
 		return
+	}
+	if p.running && !p.attached.IsZero() {
+		// a program started under the tool has CUPTI on before its first
+		// CUDA call; one attached to had launches meanwhile
+		if st.KernelTimesLate == nil {
+			st.KernelTimesLate = map[int]time.Duration{}
+		}
+		st.KernelTimesLate[p.PID] = time.Since(p.attached)
 	}
 	if st.KernelTimesFrom == nil {
 		st.KernelTimesFrom = map[int]string{}

@@ -68,6 +68,10 @@ type Process struct {
 	lastSent uint64
 	closed   bool
 	kt       kernelTimes // Options.KernelTimes (mu)
+	// attached: when the agent answered; running: the program was running
+	// then (-p), not started by the tool
+	attached time.Time
+	running  bool
 	// lateSlow: reading the code of modules loaded before the agent would
 	// take long (lateReadIsSlow, decided once)
 	lateSlowOnce sync.Once
@@ -124,6 +128,7 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 			return nil, err
 		}
 		p.conn = conn
+		p.attached, p.running = time.Now(), !opts.Hold
 		// Ctrl-C or -d while attaching: what attaching still asks of the
 		// agent (a module's JIT may take LoadTimeout) must not hold the
 		// tool longer than its wind-up.

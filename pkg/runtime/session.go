@@ -393,7 +393,11 @@ type Stats struct {
 	// handed over (buffers, records by kind, how launches are stamped):
 	// what to look at where no record comes.
 	KernelTimesCUPTI map[int]string
-	firstAttachDone  bool
+	// KernelTimesLate: by process attached while it ran (-p), how long
+	// after the attach CUPTI came on: kernels without PTX launched in
+	// between are in no count.
+	KernelTimesLate map[int]time.Duration
+	firstAttachDone bool
 }
 
 // Open prepares a session for spec: splits GPU and CPU programs, loads the
@@ -696,6 +700,7 @@ func (s *Session) Stats() Stats {
 	st.KernelTimesOff = maps.Clone(s.stats.KernelTimesOff)
 	st.KernelTimesRecords = maps.Clone(s.stats.KernelTimesRecords)
 	st.KernelTimesCUPTI = maps.Clone(s.stats.KernelTimesCUPTI)
+	st.KernelTimesLate = maps.Clone(s.stats.KernelTimesLate)
 	s.mu.Unlock()
 	for _, p := range procs {
 		p.addStats(&st)

@@ -140,6 +140,10 @@ func (l *launchlate) ktAccount(a *toolkit.Account, st runtime.Stats) runtime.Sta
 	for _, pid := range slices.Sorted(maps.Keys(st.KernelTimesOff)) {
 		a.Note(fmt.Sprintf("process %d: kernels without PTX not timed: %s", pid, st.KernelTimesOff[pid]))
 	}
+	for _, pid := range slices.Sorted(maps.Keys(st.KernelTimesLate)) {
+		a.Note(fmt.Sprintf("process %d: CUPTI came on %s after the attach; kernels without PTX launched before that are not counted",
+			pid, toolkit.FormatNs(uint64(st.KernelTimesLate[pid]))))
+	}
 	for _, pid := range slices.Sorted(maps.Keys(st.KernelTimesFrom)) {
 		if st.KernelTimesRecords[pid] == 0 {
 			// No kernel ran while CUPTI was on, or CUPTI saw none: its

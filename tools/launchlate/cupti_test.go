@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
 
 // TestKernelTimes: CUPTI's records time the kernels no probe times (latency
@@ -124,5 +126,28 @@ func TestStreamUnknown(t *testing.T) {
 	}
 	if got := l.label(key{pid: 7, stream: streamUnknown}); got != "gemm [pid 7, stream unknown]" {
 		t.Errorf("label %q", got)
+	}
+}
+
+// A process attached while it ran (-p) had launches before CUPTI came on:
+// the account says how long after the attach that was, the summary gives it
+// in ns, and a program started under the tool has no such line.
+func TestCUPTILateAfterAttach(t *testing.T) {
+	var out bytes.Buffer
+	l := &launchlate{w: &out, cur: map[key]*stats{}, cupti: true, tr: newTracker()}
+	st := runtime.Stats{KernelTimesFrom: map[int]string{7: "libcupti.so.13 (CUPTI 130001)", 8: "libcupti.so.13 (CUPTI 130001)"},
+		KernelTimesRecords: map[int]uint64{7: 10, 8: 10}, KernelTimesLate: map[int]time.Duration{7: 41 * time.Millisecond}}
+	var a toolkit.Account
+	l.ktAccount(&a, st)
+	got := a.String()
+	if !strings.Contains(got, "process 7: CUPTI came on 41.00 ms after the attach; kernels without PTX launched before that are not counted") {
+		t.Errorf("account %q: want process 7's late start said", got)
+	}
+	if strings.Contains(got, "process 8: CUPTI came on") {
+		t.Errorf("account %q: process 8 was started under the tool", got)
+	}
+	l.summaryJSON(st)
+	if !strings.Contains(out.String(), `"cupti_late_ns":{"7":41000000}`) {
+		t.Errorf("summary %s: want cupti_late_ns for process 7", out.String())
 	}
 }

@@ -246,6 +246,15 @@ func (l *launchlate) summaryJSON(st runtime.Stats) {
 			b = fmt.Appendf(b, `"%d":`, pid)
 			b = toolkit.AppendJSONString(b, st.KernelTimesCUPTI[pid])
 		}
+		// -p: how long after the attach CUPTI came on (launches of kernels
+		// without PTX before then are in no count)
+		b = append(b, `},"cupti_late_ns":{`...)
+		for i, pid := range slices.Sorted(maps.Keys(st.KernelTimesLate)) {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = fmt.Appendf(b, `"%d":%d`, pid, st.KernelTimesLate[pid].Nanoseconds())
+		}
 		b = append(b, '}')
 	}
 	b = append(b, "}\n"...)
