@@ -57,18 +57,7 @@ func TestOTLPInMemory(t *testing.T) {
 // --otlp http://...: the real exporter posts OTLP/HTTP protobuf to the
 // collector's /v1/metrics, with the metrics and the resource.
 func TestOTLPHTTP(t *testing.T) {
-	got := make(chan *collpb.ExportMetricsServiceRequest, 4)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		req := &collpb.ExportMetricsServiceRequest{}
-		if r.URL.Path == "/v1/metrics" && proto.Unmarshal(b, req) == nil {
-			got <- req
-		}
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		out, _ := proto.Marshal(&collpb.ExportMetricsServiceResponse{})
-		w.Write(out)
-	}))
-	defer srv.Close()
+	srv, got := otlpSink(t)
 	e := New("launchlate", 0)
 	e.Histogram("latency_seconds", "launch to start", "pid", "kernel").WithLabelValues("7", "gemm").Observe(1e-5)
 	if err := e.PushOTLP(srv.URL, time.Hour, attribute.String("gpu.name", "NVIDIA H100 80GB HBM3")); err != nil {
@@ -97,4 +86,22 @@ func TestOTLPHTTP(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("nothing pushed (a hang detector: the push is at Close)")
 	}
+}
+
+// otlpSink is an OTLP/HTTP metrics endpoint: each request to /v1/metrics,
+// decoded, on the channel; closed at the test's end.
+func otlpSink(t *testing.T) (*httptest.Server, chan *collpb.ExportMetricsServiceRequest) {
+	got := make(chan *collpb.ExportMetricsServiceRequest, 16)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		req := &collpb.ExportMetricsServiceRequest{}
+		if r.URL.Path == "/v1/metrics" && proto.Unmarshal(b, req) == nil {
+			got <- req
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		out, _ := proto.Marshal(&collpb.ExportMetricsServiceResponse{})
+		w.Write(out)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, got
 }

@@ -3,10 +3,7 @@ package promexport
 import (
 	"bytes"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +15,6 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	collpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
-	"google.golang.org/protobuf/proto"
 )
 
 // collector builds the project's minimal OpenTelemetry Collector
@@ -60,18 +56,7 @@ func TestOTLPCollector(t *testing.T) {
 	dir := t.TempDir()
 	bin := collector(t, dir)
 
-	sink := make(chan *collpb.ExportMetricsServiceRequest, 16)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		b, _ := io.ReadAll(r.Body)
-		req := &collpb.ExportMetricsServiceRequest{}
-		if r.URL.Path == "/v1/metrics" && proto.Unmarshal(b, req) == nil {
-			sink <- req
-		}
-		w.Header().Set("Content-Type", "application/x-protobuf")
-		out, _ := proto.Marshal(&collpb.ExportMetricsServiceResponse{})
-		w.Write(out)
-	}))
-	defer srv.Close()
+	srv, sink := otlpSink(t)
 
 	httpPort, grpcPort := freePort(t), freePort(t)
 	cfg := filepath.Join(dir, "otelcol.yaml")
