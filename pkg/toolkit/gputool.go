@@ -457,10 +457,16 @@ func KernelAccount(a *Account, st runtime.Stats) {
 		a.Note(RecordAccount(st))
 	}
 	if st.LoopBudgetSpent > 0 {
-		a.Add(st.LoopBudgetSpent, "probe calls stopped by their loop budget",
-			"a loop whose bound comes from data ran past it: the probe returned there, the kernel went on")
+		a.Add(st.LoopBudgetSpent, LoopBudgetWhat, LoopBudgetWhy)
 	}
 }
+
+// The loop-budget clause, worded once for the tools' accounts and gpubpf
+// run's summary (the GPU checks look for LoopBudgetWhat).
+const (
+	LoopBudgetWhat = "probe calls stopped by their loop budget"
+	LoopBudgetWhy  = "a loop whose bound comes from data ran past it: the probe returned 0 there, the kernel went on"
+)
 
 // SkippedAccount is the kernels-skipped clause: kernels without PTX (most
 // of PyTorch, cuBLAS) counted as one group with a few names, the other

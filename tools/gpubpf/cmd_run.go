@@ -512,7 +512,7 @@ func (o *runOutput) summary(st runtime.Stats) {
 	}
 	line += "; " + toolkit.RecordAccount(st)
 	if st.LoopBudgetSpent > 0 {
-		line += fmt.Sprintf("; %d probe calls stopped by their loop budget (returned 0 there, the kernel went on; --loop-budget raises it)", st.LoopBudgetSpent)
+		line += fmt.Sprintf("; %d %s (%s; --loop-budget raises it)", st.LoopBudgetSpent, toolkit.LoopBudgetWhat, toolkit.LoopBudgetWhy)
 	}
 	if st.Clones > 0 {
 		line += fmt.Sprintf("; JIT %.1f ms, first probe active %.0f ms after start", float64(st.JIT.Microseconds())/1000, float64(st.FirstAttach.Microseconds())/1000)
