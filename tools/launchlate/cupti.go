@@ -152,7 +152,7 @@ func (l *launchlate) ktAccount(a *toolkit.Account, st runtime.Stats) runtime.Sta
 			// running program's launches (-p on PyTorch and on a static
 			// and a shared cudart program, H200, 2026-11-28).
 			a.Note(fmt.Sprintf("process %d: CUPTI gave no kernel records: no kernel ran while it was on, or CUPTI did not "+
-				"see them (its account below)", pid))
+				"see them (its account follows)", pid))
 			if seen := st.KernelTimesCUPTI[pid]; seen != "" {
 				a.Note(fmt.Sprintf("process %d: %s", pid, seen))
 			}

@@ -139,9 +139,10 @@ static struct {
 	int fell_back;     /* the join joined nothing: the callback's now */
 } kt_seen;
 /* What CUPTI did apart from handing records over (atomic): its launch
- * callbacks and the buffers it asked for. A -p attach to PyTorch got no
- * record at all (H200, 2026-11-28); these tell a CUPTI that never traced
- * from one whose records never came. */
+ * callbacks and the buffers it asked for. They tell a CUPTI that saw no
+ * launch from one whose records never came (they found why a -p attach to
+ * PyTorch got no record: the tool asked for CUPTI too late; H200,
+ * 2026-11-28). */
 static uint64_t kt_ncallbacks, kt_nrequested;
 
 /* Kernel records none of whose correlation ids came with a launch's record
