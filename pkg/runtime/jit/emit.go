@@ -160,22 +160,14 @@ func (c *compiler) compileFunc(sp *subprog) (string, error) {
 }
 
 // loopHeads are sp's loop heads when the program runs with a loop budget
-// (Options.LoopBudget): each instruction a jump goes back to, itself or
-// one before it, other than the function's first (verify's loopHeads, where
-// the CPU twin has its may_goto).
+// (Options.LoopBudget): LoopHeads' rule, the verifier's too.
 func (c *compiler) loopHeads(sp *subprog) map[int]bool {
 	if c.opts.LoopBudget == 0 {
 		return nil
 	}
 	heads := map[int]bool{}
-	for i := sp.start; i < sp.end; i++ {
-		ins := &c.insns[i]
-		if jop := ins.OpCode.JumpOp(); !ins.OpCode.Class().IsJump() || jop == asm.Call || jop == asm.Exit {
-			continue
-		}
-		if t := c.target[i]; t >= 0 && t <= i && t != sp.start {
-			heads[t] = true
-		}
+	for t := range c.flow.loopHeads(c.insns, sp.start, sp.end) {
+		heads[t] = true
 	}
 	return heads
 }

@@ -331,6 +331,7 @@ type compiler struct {
 	rawOff   []int       // raw offset of each instruction
 	rawToIdx map[int]int // raw offset -> instruction index
 	target   []int       // resolved jump/call target index per instruction (-1 none)
+	flow     *flow       // what target, rawOff and rawToIdx come from
 	subs     []*subprog
 	subAt    map[int]int // start index -> subprog number
 
@@ -403,92 +404,18 @@ func (c *compiler) run() error {
 	if n == 0 {
 		return fmt.Errorf("program %s has no instructions", c.prog.Name)
 	}
-	c.rawOff = make([]int, n+1)
-	c.rawToIdx = make(map[int]int, n+1)
-	off := 0
-	syms := map[string]int{}
-	for i := range c.insns {
-		c.rawOff[i] = off
-		c.rawToIdx[off] = i
-		if s := c.insns[i].Symbol(); s != "" {
-			syms[s] = i
+	fl, err := resolveFlow(c.insns)
+	if err != nil {
+		var te *targetError
+		if errors.As(err, &te) {
+			return c.errAt(te.at, te.err)
 		}
-		off += int(c.insns[i].Width())
+		return err
 	}
-	c.rawOff[n] = off
-	c.rawToIdx[off] = n
-
-	// Resolve jump and call targets.
-	c.target = make([]int, n)
-	c.subAt = map[int]int{0: 0}
-	starts := []int{0}
-	for i := range c.insns {
-		c.target[i] = -1
-		ins := &c.insns[i]
-		op := ins.OpCode
-		if !op.Class().IsJump() {
-			continue
-		}
-		jop := op.JumpOp()
-		switch {
-		case jop == asm.Exit:
-			continue
-		case jop == asm.Call:
-			if ins.Src != asm.PseudoCall {
-				continue
-			}
-			t := -1
-			if ins.Constant == -1 && ins.Reference() != "" {
-				if ti, ok := syms[ins.Reference()]; ok {
-					t = ti
-				} else {
-					return c.errAt(i, fmt.Errorf("call of function %q that is not in the program", ins.Reference()))
-				}
-			} else {
-				ti, ok := c.rawToIdx[c.rawOff[i]+1+int(ins.Constant)]
-				if !ok || ti >= n {
-					return c.errAt(i, fmt.Errorf("call target %+d lies outside the program", ins.Constant))
-				}
-				t = ti
-			}
-			if t == 0 {
-				return c.errAt(i, unsupported("recursive call of the main program"))
-			}
-			c.target[i] = t
-			if _, ok := c.subAt[t]; !ok {
-				c.subAt[t] = len(starts)
-				starts = append(starts, t)
-			}
-		default:
-			var rel int
-			if jop == asm.Ja && op.Class() == asm.Jump32Class {
-				rel = int(ins.Constant) // gotol
-				if ins.Constant == -1 && ins.Reference() != "" {
-					ti, ok := syms[ins.Reference()]
-					if !ok {
-						return c.errAt(i, fmt.Errorf("jump to unknown label %q", ins.Reference()))
-					}
-					c.target[i] = ti
-					continue
-				}
-			} else {
-				rel = int(ins.Offset)
-				if ins.Offset == -1 && ins.Reference() != "" {
-					ti, ok := syms[ins.Reference()]
-					if !ok {
-						return c.errAt(i, fmt.Errorf("jump to unknown label %q", ins.Reference()))
-					}
-					c.target[i] = ti
-					continue
-				}
-			}
-			ti, ok := c.rawToIdx[c.rawOff[i]+1+rel]
-			if !ok || ti >= n {
-				return c.errAt(i, fmt.Errorf("jump offset %+d lands outside the program or inside a 64-bit immediate", rel))
-			}
-			c.target[i] = ti
-		}
-	}
+	c.flow = fl
+	c.rawOff, c.rawToIdx, c.target = fl.rawOff, fl.rawToIdx, fl.target
+	c.subAt = map[int]int{}
+	starts := fl.starts
 	sort.Ints(starts)
 	for k, s := range starts {
 		end := n

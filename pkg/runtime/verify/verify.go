@@ -497,37 +497,31 @@ func build(spec *ebpf.CollectionSpec, p *ebpf.ProgramSpec, widen bool) (*twin, e
 // spent.
 const mayGoto = asm.OpCode(0xe5)
 
-// loopHeads finds the loops of insns (a jump back to an instruction at or
-// before it: the loop's head) and, for each head, the registers that an
-// instruction of the loop's body sets (not through a call, whose scratch
-// registers the verifier makes unreadable anyway). A head that begins a
-// function is left as it is. Widening a register to an unknown number can
-// only lose what the verifier knows: a pointer becomes a number it refuses
-// to dereference, a number any value, so what it accepts stays safe.
+// loopHeads finds the loops of insns by the compiler's rule (jit.LoopHeads:
+// a jump back to an instruction at or before it, not a function's start)
+// and, for each head, the registers that an instruction of the loop's body
+// sets (not through a call, whose scratch registers the verifier makes
+// unreadable anyway). Widening a register to an unknown number can only
+// lose what the verifier knows: a pointer becomes a number it refuses to
+// dereference, a number any value, so what it accepts stays safe. A
+// program whose jumps do not resolve has none (the kernel refuses it).
 func loopHeads(insns asm.Instructions) map[int][]asm.Register {
-	at, raw := offsets(insns)
-	set := map[int]map[asm.Register]bool{}
-	for i, ins := range insns {
-		if !isJump(ins) {
-			continue
-		}
-		t, ok := at[raw[i]+1+jumpOffset(ins)]
-		if !ok || t > i || insns[t].Symbol() != "" {
-			continue
-		}
-		if set[t] == nil {
-			set[t] = map[asm.Register]bool{}
-		}
-		for k := t; k <= i; k++ {
-			if r, ok := setsRegister(insns[k]); ok {
-				set[t][r] = true
-			}
-		}
+	back, err := jit.LoopHeads(insns)
+	if err != nil {
+		return nil
 	}
 	heads := map[int][]asm.Register{}
-	for t, rs := range set {
+	for t, jumps := range back {
+		set := map[asm.Register]bool{}
+		for _, i := range jumps {
+			for k := t; k <= i; k++ {
+				if r, ok := setsRegister(insns[k]); ok {
+					set[r] = true
+				}
+			}
+		}
 		for r := asm.R0; r < asm.R10; r++ {
-			if rs[r] {
+			if set[r] {
 				heads[t] = append(heads[t], r)
 			}
 		}
