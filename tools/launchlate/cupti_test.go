@@ -50,7 +50,7 @@ func TestKernelTimes(t *testing.T) {
 			if p50, _ := gemm.quantile(50); p50 < 5_000 || p50 > 5_010 {
 				t.Errorf("gemm p50 latency %d, want 5000 (start 6000 - call 1000)", p50)
 			}
-			if d50, _, _, _ := gemm.durs(); d50 < 80_000 || d50 > 80_100 {
+			if d50 := gemm.durs().p50; d50 < 80_000 || d50 > 80_100 {
 				t.Errorf("gemm p50 run time %d, want 80000", d50)
 			}
 			probed := l.cur[key{kernel: idx["_Z6probedPf"]}]
@@ -149,5 +149,46 @@ func TestCUPTILateAfterAttach(t *testing.T) {
 	l.summaryJSON(st)
 	if !strings.Contains(out.String(), `"cupti_late_ns":{"7":41000000}`) {
 		t.Errorf("summary %s: want cupti_late_ns for process 7", out.String())
+	}
+}
+
+// The summary line and -j give p99.9 beside p50, p90, p99 and max (CLI.md:
+// HDR percentiles where latency is measured), for the latencies and for
+// CUPTI's run times.
+func TestPercentilesP999(t *testing.T) {
+	for _, js := range []bool{false, true} {
+		var out bytes.Buffer
+		names := []string{"sm90_xmma_gemm"}
+		l := &launchlate{w: &out, cur: map[key]*stats{}, cupti: true, timing: timingAuto, json: js,
+			nameOf: func(i uint32) string { return names[i] }, indexOf: func(string) uint32 { return 0 },
+			instrumented: func(string) bool { return false }}
+		// latencies 1..2000 us, run times 1..2000 us: p99.9 about 1998-2000 us
+		var recs []runtime.KernelTime
+		for i := uint64(1); i <= 2000; i++ {
+			recs = append(recs, runtime.KernelTime{PID: 7, Kernel: "sm90_xmma_gemm", CPU: 1_000_000_000, Start: 1_000_000_000 + i*1000,
+				End: 1_000_000_000 + i*2000, Grid: i})
+		}
+		l.addKernelTimes(recs)
+		l.report(true)
+		got := out.String()
+		if js {
+			var o struct {
+				P99  uint64 `json:"p99_ns"`
+				P999 uint64 `json:"p999_ns"`
+				Max  uint64 `json:"max_ns"`
+				D999 uint64 `json:"dur_p999_ns"`
+			}
+			if err := json.Unmarshal([]byte(strings.TrimSpace(got)), &o); err != nil {
+				t.Fatalf("%q: %v", got, err)
+			}
+			if o.P999 < 1_990_000 || o.P999 > o.Max || o.P999 < o.P99 || o.D999 < 1_990_000 {
+				t.Errorf("-j: p99 %d, p99.9 %d, max %d, run p99.9 %d: want p99.9 about 1998-2000 us", o.P99, o.P999, o.Max, o.D999)
+			}
+			continue
+		}
+		if !strings.Contains(got, ", p99 1.98 ms, p99.9 2.00 ms, max 2.00 ms (timed by CUPTI)") || !strings.Contains(got, "run time: 2000 kernels, p50 ") ||
+			!strings.Contains(got, ", p99 1.98 ms, p99.9 2.00 ms, max 2.00 ms (CUPTI)") {
+			t.Errorf("text:\n%s\nwant p99.9 in the latency and run time lines", got)
+		}
 	}
 }

@@ -282,12 +282,16 @@ func (s *stats) addDur(ns uint64) {
 	s.dur.RecordValue(int64(max(ns, 1)))
 }
 
-// durs returns the run times' p50, p90, p99 and max (zeros without any).
-func (s *stats) durs() (p50, p90, p99, mx uint64) {
+// runTimes are a kernel's run times' percentiles (CUPTI), in ns.
+type runTimes struct{ p50, p90, p99, p999, max uint64 }
+
+// durs returns the run times' percentiles (zeros without any).
+func (s *stats) durs() runTimes {
 	if s.dur == nil {
-		return
+		return runTimes{}
 	}
-	return uint64(s.dur.ValueAtQuantile(50)), uint64(s.dur.ValueAtQuantile(90)), uint64(s.dur.ValueAtQuantile(99)), uint64(s.dur.Max())
+	q := func(p float64) uint64 { return uint64(s.dur.ValueAtQuantile(p)) }
+	return runTimes{q(50), q(90), q(99), q(99.9), uint64(s.dur.Max())}
 }
 
 func (s *stats) add(l latency) {

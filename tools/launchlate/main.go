@@ -120,8 +120,10 @@ kernel's first thread, converted to CLOCK_MONOTONIC: cpu_ns + latency_ns),
 latency_ns (signed, not clamped at zero), bound_ns); one
 {"type":"kernel",...} object per kernel (and stream) and interval (fields:
 time, kernel, mangled, pid, stream ("graph" for graph kernels), graph,
-launches, p50_ns, p90_ns, p99_ns, max_ns, below_bound, bound_ns, untimed,
-hist_us: [[low, high, count], ...]), then {"type":"summary",...}.`
+launches, p50_ns, p90_ns, p99_ns, p999_ns, max_ns, below_bound, bound_ns,
+untimed, cupti, and with CUPTI's run times dur_launches, dur_p50_ns ...
+dur_p999_ns, dur_max_ns; hist_us: [[low, high, count], ...]), then
+{"type":"summary",...}.`
 	app.Action = run
 	toolkit.Run(app)
 }

@@ -18,8 +18,8 @@ import (
 type row struct {
 	k                  key
 	s                  *stats
-	p50, p90, p99, max uint64
-	b50, b90, b99, bmx bool
+	p50, p90, p99, p999, max uint64
+	b50, b90, b99, b999, bmx bool
 }
 
 func (l *launchlate) kernelName(i uint32) (base, mangled string) {
@@ -70,6 +70,7 @@ func (l *launchlate) report(final bool) {
 			r.p50, r.b50 = s.quantile(50)
 			r.p90, r.b90 = s.quantile(90)
 			r.p99, r.b99 = s.quantile(99)
+			r.p999, r.b999 = s.quantile(99.9)
 			r.max, r.bmx = s.max()
 		}
 		rows = append(rows, r)
@@ -117,8 +118,9 @@ func (l *launchlate) report(final bool) {
 			}
 		}
 		h.Print(w, unit)
-		fmt.Fprintf(w, "  launches %d, p50 %s, p90 %s, p99 %s, max %s (", r.s.n, fmtLat(r.p50, r.b50, r.s.bound),
-			fmtLat(r.p90, r.b90, r.s.bound), fmtLat(r.p99, r.b99, r.s.bound), fmtLat(r.max, r.bmx, r.s.bound))
+		fmt.Fprintf(w, "  launches %d, p50 %s, p90 %s, p99 %s, p99.9 %s, max %s (", r.s.n, fmtLat(r.p50, r.b50, r.s.bound),
+			fmtLat(r.p90, r.b90, r.s.bound), fmtLat(r.p99, r.b99, r.s.bound), fmtLat(r.p999, r.b999, r.s.bound),
+			fmtLat(r.max, r.bmx, r.s.bound))
 		switch {
 		case r.s.cupti == r.s.n:
 			fmt.Fprint(w, "timed by CUPTI")
@@ -135,9 +137,9 @@ func (l *launchlate) report(final bool) {
 		}
 		fmt.Fprintln(w, ")")
 		if r.s.dur != nil {
-			d50, d90, d99, dmx := r.s.durs()
-			fmt.Fprintf(w, "  run time: %d kernels, p50 %s, p90 %s, p99 %s, max %s (CUPTI)\n", r.s.dur.TotalCount(),
-				toolkit.FormatNs(d50), toolkit.FormatNs(d90), toolkit.FormatNs(d99), toolkit.FormatNs(dmx))
+			d := r.s.durs()
+			fmt.Fprintf(w, "  run time: %d kernels, p50 %s, p90 %s, p99 %s, p99.9 %s, max %s (CUPTI)\n", r.s.dur.TotalCount(),
+				toolkit.FormatNs(d.p50), toolkit.FormatNs(d.p90), toolkit.FormatNs(d.p99), toolkit.FormatNs(d.p999), toolkit.FormatNs(d.max))
 		}
 	}
 	fmt.Fprintf(w, "\n%skernels by p99 launch -> start latency:\n", prefix)
@@ -164,8 +166,8 @@ func (l *launchlate) report(final bool) {
 			if r.s.dur == nil {
 				cells = append(cells, "-", "-", "-", "-")
 			} else {
-				d50, d90, d99, dmx := r.s.durs()
-				cells = append(cells, toolkit.FormatNs(d50), toolkit.FormatNs(d90), toolkit.FormatNs(d99), toolkit.FormatNs(dmx))
+				d := r.s.durs()
+				cells = append(cells, toolkit.FormatNs(d.p50), toolkit.FormatNs(d.p90), toolkit.FormatNs(d.p99), toolkit.FormatNs(d.max))
 			}
 		}
 		tb.Append(cells)
@@ -195,12 +197,12 @@ func (l *launchlate) rowJSON(now time.Time, r row) {
 		}
 		b = fmt.Appendf(b, `,"pid":%d,"stream":"%s"`, r.k.pid, stream)
 	}
-	b = fmt.Appendf(b, `,"graph":%t,"launches":%d,"p50_ns":%d,"p90_ns":%d,"p99_ns":%d,"max_ns":%d,"below_bound":%d,"bound_ns":%d,"untimed":%d,"cupti":%d`,
-		r.k.graph, r.s.n, r.p50, r.p90, r.p99, r.max, r.s.below, r.s.bound, r.s.untimed, r.s.cupti)
+	b = fmt.Appendf(b, `,"graph":%t,"launches":%d,"p50_ns":%d,"p90_ns":%d,"p99_ns":%d,"p999_ns":%d,"max_ns":%d,"below_bound":%d,"bound_ns":%d,"untimed":%d,"cupti":%d`,
+		r.k.graph, r.s.n, r.p50, r.p90, r.p99, r.p999, r.max, r.s.below, r.s.bound, r.s.untimed, r.s.cupti)
 	if r.s.dur != nil {
-		d50, d90, d99, dmx := r.s.durs()
-		b = fmt.Appendf(b, `,"dur_launches":%d,"dur_p50_ns":%d,"dur_p90_ns":%d,"dur_p99_ns":%d,"dur_max_ns":%d`,
-			r.s.dur.TotalCount(), d50, d90, d99, dmx)
+		d := r.s.durs()
+		b = fmt.Appendf(b, `,"dur_launches":%d,"dur_p50_ns":%d,"dur_p90_ns":%d,"dur_p99_ns":%d,"dur_p999_ns":%d,"dur_max_ns":%d`,
+			r.s.dur.TotalCount(), d.p50, d.p90, d.p99, d.p999, d.max)
 	}
 	b = append(b, `,"hist_us":[`...)
 	first := true
