@@ -16,8 +16,8 @@ import (
 
 // row is one key's summary, in report order (p99 first).
 type row struct {
-	k                  key
-	s                  *stats
+	k                        key
+	s                        *stats
 	p50, p90, p99, p999, max uint64
 	b50, b90, b99, b999, bmx bool
 }
