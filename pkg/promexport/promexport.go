@@ -7,7 +7,8 @@
 // ten thousand kernels cannot grow a fleet's metrics store without bound.
 //
 // Names are gpubpf_TOOL_WHAT_UNIT; every series of a process has its pid as
-// a label, so series can be dropped when the process goes (Forget).
+// a label, so series can be dropped when the process goes (Forget), and
+// gpubpf_TOOL_process_info{pid,comm} names the process (Process).
 package promexport
 
 import (
@@ -16,7 +17,9 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +46,7 @@ type Exporter struct {
 	vecs      []deleter
 	named     map[string]prometheus.Collector // what -> its family, registered once
 	mp        *sdkmetric.MeterProvider        // PushOTLP's
+	procs     map[int]bool                    // processes with a process_info series
 }
 
 type deleter interface {
@@ -239,6 +243,45 @@ func (e *Exporter) Values(skip ...string) (map[string]float64, error) {
 	return out, nil
 }
 
+// ProcessInfo names the info family of the traced processes:
+// gpubpf_TOOL_process_info{pid,comm} 1. The other series carry the pid
+// alone; a dashboard joins the process's name in by it (Prometheus'
+// info-metric pattern, rather than comm on every series), e.g.
+//
+//	rate(gpubpf_launchlate_latency_seconds_count[5m]) * on(pid) group_left(comm) gpubpf_launchlate_process_info
+const ProcessInfo = "process_info"
+
+// ProcessInfoHelp is ProcessInfo's help text.
+const ProcessInfoHelp = "A process the tool traces: its pid and command name (comm), value 1; join other series on pid for the name."
+
+// Process is the pid label of process pid; the first time, it also sets
+// pid's ProcessInfo series (comm from /proc/PID/comm). Forget drops it.
+func (e *Exporter) Process(pid int) string {
+	p := strconv.Itoa(pid)
+	e.mu.Lock()
+	known := e.procs[pid]
+	if !known {
+		if e.procs == nil {
+			e.procs = map[int]bool{}
+		}
+		e.procs[pid] = true
+	}
+	e.mu.Unlock()
+	if !known {
+		e.Gauge(ProcessInfo, ProcessInfoHelp, "pid", "comm").WithLabelValues(p, Comm(pid)).Set(1)
+	}
+	return p
+}
+
+// Comm is process pid's command name ("" once it is gone).
+func Comm(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
 // Forget drops every series of process pid (it exited): labels "pid", and
 // the label sets admitted under it (families whose first label is the pid,
 // as Labels takes them).
@@ -246,6 +289,7 @@ func (e *Exporter) Forget(pid int) {
 	p := fmt.Sprint(pid)
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	delete(e.procs, pid)
 	for _, v := range e.vecs {
 		v.DeletePartialMatch(prometheus.Labels{"pid": p})
 	}

@@ -3,7 +3,9 @@ package promexport
 import (
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -115,5 +117,40 @@ func TestServe(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// Process names a traced process once: process_info{pid,comm} 1 with its
+// /proc comm, the pid label for its other series; Forget drops it with
+// them, and a pid seen again is named again.
+func TestProcessInfo(t *testing.T) {
+	e := New("launchlate", 0)
+	pid := os.Getpid()
+	comm := Comm(pid)
+	if comm == "" {
+		t.Fatal("no comm for this process")
+	}
+	h := e.Histogram("latency_seconds", "launch to start", "pid", "kernel")
+	for range 3 {
+		h.WithLabelValues(e.Process(pid), "gemm").Observe(1e-5)
+	}
+	info := "gpubpf_launchlate_process_info|" + comm + "|" + strconv.Itoa(pid) // labels in name order
+	got, err := e.Values()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got[info] != 1 || got["gpubpf_launchlate_latency_seconds|gemm|"+strconv.Itoa(pid)] != 3 {
+		t.Fatalf("values %v: want %s = 1 and 3 latencies", got, info)
+	}
+	e.Forget(pid)
+	if got, _ := e.Values(); got[info] != 0 {
+		t.Errorf("after Forget: %v", got)
+	}
+	e.Process(pid)
+	if got, _ := e.Values(); got[info] != 1 {
+		t.Errorf("seen again: %v", got)
+	}
+	if Comm(1<<30) != "" {
+		t.Errorf("a process that does not exist has a comm")
 	}
 }

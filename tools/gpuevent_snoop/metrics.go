@@ -17,7 +17,7 @@ type collector struct {
 	e            *promexport.Exporter
 	lock, unlock func()
 
-	calls, errs, secs, bytes, launches, allocated, freed, live, liveSite, copies *prometheus.Desc
+	calls, errs, secs, bytes, launches, allocated, freed, live, liveSite, copies, info *prometheus.Desc
 }
 
 func newCollector(t *Tracer, e *promexport.Exporter, lock, unlock func()) *collector {
@@ -35,11 +35,12 @@ func newCollector(t *Tracer, e *promexport.Exporter, lock, unlock func()) *colle
 		live:      d("live_bytes", "Device memory allocated and not freed yet, per process.", "pid"),
 		liveSite:  d("live_bytes_by_site", "Device memory allocated and not freed yet, per process and call site.", "pid", "site"),
 		copies:    d("copy_bytes_total", "Bytes copied, per process and direction (H2D, D2H, D2D, ...).", "pid", "direction"),
+		info:      d(promexport.ProcessInfo, promexport.ProcessInfoHelp, "pid", "comm"),
 	}
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.secs, c.bytes, c.launches, c.allocated, c.freed, c.live, c.liveSite, c.copies} {
+	for _, d := range []*prometheus.Desc{c.calls, c.errs, c.secs, c.bytes, c.launches, c.allocated, c.freed, c.live, c.liveSite, c.copies, c.info} {
 		ch <- d
 	}
 }
@@ -52,6 +53,9 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, p := range c.t.sortedProcs() {
 		pid := strconv.FormatUint(uint64(p.pid), 10)
+		// the process's name, as the other tools give it
+		// (promexport.Process): with its series, gone with them
+		m(c.info, prometheus.GaugeValue, 1, pid, p.comm)
 		var alloc, freed uint64
 		for i := range p.apis {
 			s := &p.apis[i]

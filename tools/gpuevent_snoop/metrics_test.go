@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/gpubpf/gpubpf/pkg/promexport"
@@ -60,6 +61,16 @@ func TestMetricsEqualSummary(t *testing.T) {
 	}
 	if bySite != 300 {
 		t.Errorf("live bytes by site add up to %v, want 300", bySite)
+	}
+	// the one process named, as every tool names it
+	var named float64
+	for k, v := range got {
+		if strings.HasPrefix(k, "gpubpf_gpuevent_snoop_"+promexport.ProcessInfo) {
+			named += v
+		}
+	}
+	if named != 1 {
+		t.Errorf("process_info series add up to %v, want 1 (one process): %v", named, got)
 	}
 }
 

@@ -287,7 +287,7 @@ func (t *tracer) metrics(rep *toolkit.Report) {
 	}
 	for kk, tot := range t.totals {
 		base, _ := rep.Kernel(kk.kernel)
-		lv := e.Labels("kernel", strconv.Itoa(kk.pid), toolkit.ShortName(base))
+		lv := e.Labels("kernel", e.Process(kk.pid), toolkit.ShortName(base))
 		t.gauges["launches"].WithLabelValues(lv...).Set(float64(tot.launches))
 		t.gauges["threads"].WithLabelValues(lv...).Set(float64(tot.threads))
 		var last *launch

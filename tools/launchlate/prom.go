@@ -36,19 +36,19 @@ func (m *metrics) observeLatency(pid int, kernel string, cupti bool, ns int64) {
 	if cupti {
 		src = "cupti"
 	}
-	m.latency.WithLabelValues(m.e.Labels("latency", strconv.Itoa(pid), kernel, src)...).Observe(float64(max(ns, 0)) / 1e9)
+	m.latency.WithLabelValues(m.e.Labels("latency", m.e.Process(pid), kernel, src)...).Observe(float64(max(ns, 0)) / 1e9)
 }
 
 func (m *metrics) observeDuration(pid int, kernel string, ns uint64) {
-	m.duration.WithLabelValues(m.e.Labels("duration", strconv.Itoa(pid), kernel)...).Observe(float64(ns) / 1e9)
+	m.duration.WithLabelValues(m.e.Labels("duration", m.e.Process(pid), kernel)...).Observe(float64(ns) / 1e9)
 }
 
 func (m *metrics) addUntimed(pid int, kernel string) {
-	m.untimed.WithLabelValues(m.e.Labels("untimed", strconv.Itoa(pid), kernel)...).Inc()
+	m.untimed.WithLabelValues(m.e.Labels("untimed", m.e.Process(pid), kernel)...).Inc()
 }
 
 func (m *metrics) setBound(pid, dev int, ns uint64) {
-	m.bound.WithLabelValues(strconv.Itoa(pid), strconv.Itoa(dev)).Set(float64(ns) / 1e9)
+	m.bound.WithLabelValues(m.e.Process(pid), strconv.Itoa(dev)).Set(float64(ns) / 1e9)
 }
 
 // metricName is a kernel's label: its demangled name shortened as the
