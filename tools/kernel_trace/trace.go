@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"sync"
@@ -257,7 +258,7 @@ func (t *tracer) report(rep *toolkit.Report) {
 			if l.key.ctx != 0 {
 				dev += fmt.Sprintf(" (ctx 0x%x)", l.key.ctx)
 			}
-			tb.Append(dev, strconv.FormatUint(l.key.grid, 10), strconv.FormatUint(l.threads, 10), strconv.FormatUint(l.first, 10),
+			tb.Append(dev, strconv.FormatUint(l.key.grid, 10), strconv.FormatUint(l.threads, 10), gpuTime(l.first),
 				toolkit.FormatNs(l.last-l.first), strconv.Itoa(len(l.smFirst)), bps, "+"+toolkit.FormatNs(lastSM))
 		}
 		tb.Render()
@@ -313,4 +314,16 @@ func (t *tracer) account(a *toolkit.Account, _ runtime.Stats) {
 	if t.bad > 0 {
 		a.Add(t.bad, "malformed records", "")
 	}
+}
+
+// gpuTime shows a launch's first start, a %globaltimer value: the time of
+// day to the microsecond where the GPU's timer counts from the Unix epoch
+// (NVIDIA's drivers set it so: the H100s and H200s read 2026), else the
+// raw nanoseconds. -j keeps the nanoseconds (first_start).
+func gpuTime(ns uint64) string {
+	const y2001 = 1_000_000_000 * 1_000_000_000 // ns of 2001-09-09 UTC
+	if ns < y2001 || ns > math.MaxInt64 {
+		return strconv.FormatUint(ns, 10)
+	}
+	return time.Unix(0, int64(ns)).Format("15:04:05.000000")
 }

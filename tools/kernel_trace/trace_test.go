@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
@@ -131,5 +132,17 @@ func TestMetrics(t *testing.T) {
 		if g := got[k]; g < v*0.999 || g > v*1.001 {
 			t.Errorf("%s = %v, want %v", k, g, v)
 		}
+	}
+}
+
+// FIRST START reads as a time of day (the GPU timer counts from the Unix
+// epoch), to the microsecond; a timer that does not is shown raw.
+func TestGPUTime(t *testing.T) {
+	const ns = 1795859492771085792 // an H200's %globaltimer, 2026-11-28
+	if got, want := gpuTime(ns), time.Unix(0, ns).Format("15:04:05.000000"); got != want || !strings.HasSuffix(got, ":32.771085") {
+		t.Errorf("gpuTime(%d) = %q, want %q", uint64(ns), got, want)
+	}
+	if got := gpuTime(123456789); got != "123456789" {
+		t.Errorf("a timer from boot: %q, want the raw ns", got)
 	}
 }
