@@ -554,8 +554,15 @@ func NothingTraced(t runtime.Targets, s *runtime.Session, st runtime.Stats, code
 // matched none of the kernels the traced processes loaded.
 // Kernel times from CUPTI (launchlate) cover every kernel, probed or not.
 func NoKernelMatched(s *runtime.Session, st runtime.Stats) error {
-	if len(s.GPUPrograms()) == 0 || len(st.KernelsMatched) > 0 || len(st.KernelsSkipped) > 0 || len(st.KernelsSeen) == 0 ||
-		len(st.KernelTimesFrom) > 0 {
+	if len(s.GPUPrograms()) == 0 {
+		return nil
+	}
+	return noKernelMatched(s.Patterns(), st)
+}
+
+// noKernelMatched is NoKernelMatched for patterns.
+func noKernelMatched(patterns []string, st runtime.Stats) error {
+	if len(st.KernelsMatched) > 0 || len(st.KernelsSkipped) > 0 || len(st.KernelsSeen) == 0 || len(st.KernelTimesFrom) > 0 {
 		return nil
 	}
 	seen := make([]string, 0, len(st.KernelsSeen))
@@ -563,8 +570,14 @@ func NoKernelMatched(s *runtime.Session, st runtime.Stats) error {
 		seen = append(seen, k)
 	}
 	sort.Strings(seen)
-	patterns := s.Patterns()
-	_, closest := instrument.Match(patterns, seen)
+	matched, closest := instrument.Match(patterns, seen)
+	if len(matched) > 0 {
+		// matched, but the trace ended before any was instrumented or
+		// skipped: -p on a process with GBs of device code to read
+		return fmt.Errorf("%d of the %d kernels the process loaded matched %s, but the trace ended before any of them was "+
+			"instrumented (the tool was still reading their code from the process's files): trace longer (-d), or name "+
+			"fewer kernels (-k)", len(matched), len(seen), strings.Join(patterns, ", "))
+	}
 	var names []string
 	for _, k := range closest {
 		base, _ := fatbin.Demangle(k)

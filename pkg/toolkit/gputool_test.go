@@ -127,3 +127,35 @@ func TestNoDrop(t *testing.T) {
 		t.Errorf("account %q: no waits, none said", got)
 	}
 }
+
+// No kernel instrumented: a pattern that matched none of the process's
+// kernels says so with the closest names; one that matched kernels the
+// trace ended before instrumenting (-p on a process with GBs of device
+// code) says that instead of "no kernel matched".
+func TestNoKernelMatched(t *testing.T) {
+	seen := runtime.Stats{KernelsSeen: map[string]bool{"_Z9vectorAddPKfS0_Pfi": true, "sm90_xmma_gemm": true}}
+	for _, tc := range []struct {
+		name     string
+		patterns []string
+		st       runtime.Stats
+		want     string
+	}{
+		{"none matched", []string{"vecAdd"}, seen, "no kernel matched vecAdd among the 2 kernels the process loaded"},
+		{"matched, trace over first", []string{"*"}, seen, "2 of the 2 kernels the process loaded matched *, but the trace ended before any of them was instrumented"},
+		{"instrumented", []string{"*"}, runtime.Stats{KernelsSeen: seen.KernelsSeen, KernelsMatched: map[string]bool{"sm90_xmma_gemm": true}}, ""},
+		{"timed by CUPTI", []string{"*"}, runtime.Stats{KernelsSeen: seen.KernelsSeen, KernelTimesFrom: map[int]string{7: "libcupti"}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := noKernelMatched(tc.patterns, tc.st)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("error %v, want none", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
