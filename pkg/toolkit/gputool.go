@@ -222,7 +222,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 				}
 			}()
 			out.exp = exp
-			metricsDone = every(ctx, metricsEvery, func() {
+			metricsDone = Every(ctx, MetricsEvery, func() {
 				out.read()
 				out.metrics()
 				// the account as the trace goes: the tool's clauses (its
@@ -246,7 +246,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 	}
 	tickDone := closed
 	if iv := c.Float64(FlagInterval); iv > 0 {
-		tickDone = every(ctx, time.Duration(iv*float64(time.Second)), func() { out.report(false) })
+		tickDone = Every(ctx, time.Duration(iv*float64(time.Second)), func() { out.report(false) })
 	}
 	code, traceErr := sess.Trace(ctx, targets)
 	stop()
@@ -296,9 +296,9 @@ type reporter struct {
 // closed is a channel closed from the start: a loop that never ran.
 var closed <-chan struct{} = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// every calls fn every d until ctx ends; the channel closes once it has
+// Every calls fn every d until ctx ends; the channel closes once it has
 // stopped (fn is not running).
-func every(ctx context.Context, d time.Duration, fn func()) <-chan struct{} {
+func Every(ctx context.Context, d time.Duration, fn func()) <-chan struct{} {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -316,9 +316,9 @@ func every(ctx context.Context, d time.Duration, fn func()) <-chan struct{} {
 	return done
 }
 
-// metricsEvery is how often a GPU tool's metrics are refreshed while it
+// MetricsEvery is how often a GPU tool's metrics are refreshed while it
 // traces (a scrape or push in between sees the last ones).
-const metricsEvery = 10 * time.Second
+const MetricsEvery = 10 * time.Second
 
 // metrics hands the totals so far to the tool's Metrics (o.exp set).
 func (o *reporter) metrics() {

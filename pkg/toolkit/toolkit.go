@@ -151,7 +151,7 @@ func StartExporter(c *cli.Context, tool string) (*promexport.Exporter, error) {
 		}
 	}
 	if otlp != "" {
-		if err := e.PushOTLP(otlp, metricsEvery, promexport.GPUAttributes()...); err != nil {
+		if err := e.PushOTLP(otlp, MetricsEvery, promexport.GPUAttributes()...); err != nil {
 			e.Close()
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -42,7 +43,7 @@ none: the traced executable). bpftime objects run unchanged. With -j, output is 
 "map","pid","device","key","value"}, {"type":"kernel_index","index","kernel","name"}
 (what bpf_gpu_kernel_index's numbers stand for, when a program calls it) and a
 final {"type":"summary",...}.` + directHelp,
-		Flags: append(append(append(toolkit.GPUFlags(), toolkit.RingFlags()...),
+		Flags: append(append(append(append(toolkit.GPUFlags(), toolkit.RingFlags()...), toolkit.PromFlags()...),
 			&cli.StringSliceFlag{Name: "program", Aliases: []string{"P"}, Usage: "only run program `NAME` of the object (may repeat)"},
 			&cli.StringFlag{Name: "record-type", Usage: "BTF struct `NAME` to print ring-buffer records as (default: the object's only struct of the record's size)"},
 			&cli.UintFlag{Name: "threads", Usage: "per-GPU-thread array capacity in `THREADS` (default: as many as fit in 1 GiB, at most 1M); with --direct: run THREADS threads, a 1-D grid of ceil(THREADS/block) blocks"},
@@ -131,6 +132,23 @@ func runAction(c *cli.Context) error {
 		fmt.Fprintf(os.Stderr, "Running %s (%s) %s... Hit Ctrl-C to end.\n", obj, describePrograms(sess, c.StringSlice(toolkit.FlagKernel)), targets.Describe())
 	}
 
+	// --prometheus, --otlp: the maps' numbers and the account, refreshed
+	// every 10 s, at each -i and at the end (the last OTLP push)
+	exp, err := toolkit.StartExporter(c, "run")
+	if err != nil {
+		return err
+	}
+	var rm *runMetrics
+	if exp != nil {
+		defer exp.Close()
+		rm = newRunMetrics(exp)
+	}
+	export := func(copies []runtime.MapCopy) {
+		if rm != nil {
+			rm.update(copies, sess.Stats())
+		}
+	}
+
 	ctx, stop := toolkit.TraceContext(c)
 	defer stop()
 	printerDone := make(chan struct{})
@@ -142,26 +160,30 @@ func runAction(c *cli.Context) error {
 			b.Release()
 		}
 	}()
+	// the periodic reads end before the last one
+	tctx, tstop := context.WithCancel(ctx)
+	defer tstop()
+	var tickDone, metricsDone <-chan struct{} = closedChan, closedChan
 	if iv := c.Float64(toolkit.FlagInterval); iv > 0 {
-		go func() {
-			t := time.NewTicker(time.Duration(iv * float64(time.Second)))
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					out.maps(sess)
-					out.accounting(sess.Stats())
-				}
-			}
-		}()
+		tickDone = toolkit.Every(tctx, time.Duration(iv*float64(time.Second)), func() {
+			export(out.maps(sess))
+			out.accounting(sess.Stats())
+		})
+	} else if rm != nil {
+		metricsDone = toolkit.Every(tctx, toolkit.MetricsEvery, func() {
+			copies, _ := sess.ReadMaps()
+			export(copies)
+		})
 	}
 	code, traceErr := sess.Trace(ctx, targets)
-	out.maps(sess)
+	tstop()
+	<-tickDone
+	<-metricsDone
+	last := out.maps(sess)
 	closeErr := sess.Close() // drains the rings a last time
 	<-printerDone
 	st := sess.Stats()
+	export(last)
 	if traceErr != nil && st.Processes == 0 {
 		return traceErr // nothing was traced: the error alone says what happened
 	}
@@ -384,8 +406,12 @@ func (o *runOutput) accounting(st runtime.Stats) {
 	o.printf("%s%s\n", o.prefix(), toolkit.RecordAccount(st))
 }
 
-// maps prints every map's contents (non-zero entries of per-thread arrays).
-func (o *runOutput) maps(s *runtime.Session) {
+// closedChan is a channel closed from the start: a loop that never ran.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// maps prints every map's contents (non-zero entries of per-thread arrays)
+// and returns the copies it read.
+func (o *runOutput) maps(s *runtime.Session) []runtime.MapCopy {
 	copies, err := s.ReadMaps()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "gpubpf: %v\n", err)
@@ -443,6 +469,7 @@ func (o *runOutput) maps(s *runtime.Session) {
 		}
 	}
 	o.kernelIndexes(s)
+	return copies
 }
 
 // kernelIndexes names the kernels behind the numbers bpf_gpu_kernel_index
