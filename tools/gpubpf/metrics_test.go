@@ -88,8 +88,8 @@ func TestRunMetrics(t *testing.T) {
 		"gpubpf_run_map_value|1|runs|0|stats|" + p:  5,
 		"gpubpf_run_map_value|1|delta|0|stats|" + p: -3,
 		"gpubpf_run_map_value|1|t.ns|1|stats|" + p:  1000,
-		"gpubpf_run_account|instrumented launches":   4,
-		"gpubpf_run_account|kernels instrumented":    1,
+		"gpubpf_run_account|instrumented launches":  4,
+		"gpubpf_run_account|kernels instrumented":   1,
 	} {
 		if got[k] != want {
 			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], want, got)
