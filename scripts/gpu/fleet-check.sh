@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU checks of the fleet exports (issue 46):
-#   1. each tool attached with -p --prometheus to samples/gated for one round
-#      of 5 launch steps: the scrape's counts equal the exact numbers (5
+#   1. each tool (and gpubpf run with the counter example on gatedA)
+#      attached with -p --prometheus to samples/gated for one round of 5
+#      launch steps: the scrape's counts equal the exact numbers (5
 #      launches of gatedA and gatedB; 5 x 256 x 4 thread runs of each), and
 #      promtool's lint (promcheck, carried in the bundle) accepts the text;
 #   2. launchlate --all --prometheus: three CUDA programs started after it
@@ -57,16 +58,19 @@ G=$T/gate
 mkdir -p "$G"
 # a sixth round, opened after the last tool's scrape, keeps the program
 # (and so each tool) alive until then: a tool whose process exits ends
-samples/bin/gated "$G" 5,5,5,5,5,1 256 4 1 >"$T/gated.out" 2>&1 &
+samples/bin/gated "$G" 5,5,5,5,5,5,1 256 4 1 >"$T/gated.out" 2>&1 &
 app=$!
 for _ in $(seq 600); do [ -e "$G/ready" ] && break; sleep 0.1; done
 round=0 port=9460
 RUNS=$((5 * 256 * 4))
-for tool in launchlate gpuevent_snoop threadhist kernelretsnoop kernel_trace; do
+for tool in launchlate gpuevent_snoop threadhist kernelretsnoop kernel_trace gpubpf; do
 	round=$((round + 1)) port=$((port + 1))
-	k=()
+	k=() cmd=("bin/$tool") obj=()
 	case $tool in threadhist | kernelretsnoop | kernel_trace) k=(-k 'gated*') ;; esac
-	"bin/$tool" -v -j "${k[@]}" -p "$app" --prometheus "127.0.0.1:$port" >"$T/$tool.out" 2>"$T/$tool.err" &
+	# gpubpf run: the counter example retargeted to gatedA (its map's key 0
+	# counts thread entries)
+	[ $tool = gpubpf ] && k=(-k gatedA) cmd=(bin/gpubpf run) obj=(bpf/examples/counter_bpfel.o)
+	"${cmd[@]}" -v -j "${k[@]}" -p "$app" --prometheus "127.0.0.1:$port" "${obj[@]}" >"$T/$tool.out" 2>"$T/$tool.err" &
 	tp=$!
 	if [ $tool = gpuevent_snoop ]; then wait_for "$T/$tool.err" 'Hit Ctrl-C' 30; else wait_for "$T/$tool.err" 'instrumented (' 30; fi
 	touch "$G/go.$round"
@@ -81,6 +85,7 @@ for tool in launchlate gpuevent_snoop threadhist kernelretsnoop kernel_trace; do
 	threadhist) a=$(sample "$T/$tool.prom" gpubpf_threadhist_runs kernel=gatedA) b=$(sample "$T/$tool.prom" gpubpf_threadhist_runs kernel=gatedB) want=$RUNS ;;
 	kernelretsnoop) a=$(sample "$T/$tool.prom" gpubpf_kernelretsnoop_exits kernel=gatedA) b=$(sample "$T/$tool.prom" gpubpf_kernelretsnoop_exits kernel=gatedB) want=$RUNS ;;
 	kernel_trace) a=$(sample "$T/$tool.prom" gpubpf_kernel_trace_launches kernel=gatedA) b=$(sample "$T/$tool.prom" gpubpf_kernel_trace_launches kernel=gatedB) want=5 ;;
+	gpubpf) a=$(sample "$T/$tool.prom" gpubpf_run_map_value map=calls key=0) b=$a want=$RUNS ;;
 	esac
 	lint="promcheck not carried"
 	if command -v promcheck >/dev/null; then # promtool check metrics' linter (make gpu-bundle)
@@ -92,9 +97,9 @@ for tool in launchlate gpuevent_snoop threadhist kernelretsnoop kernel_trace; do
 		bad "$tool -p --prometheus: gatedA $a, gatedB $b (want $want); $lint; $(cat "$T/$tool.prom.err" 2>/dev/null | tail -1) $(tail -n 2 "$T/$tool.err" | tr '\n' ' ' | cut -c1-300)"
 	fi
 done
-touch "$G/go.6"
+touch "$G/go.7"
 wait $app
-grep -q "RESULT gated ok" "$T/gated.out" && ok "gated ran its 5 rounds right under the five tools" || bad "gated: $(tail -n 2 "$T/gated.out" | tr '\n' ' ')"
+grep -q "RESULT gated ok" "$T/gated.out" && ok "gated ran its 6 rounds right under the six tools" || bad "gated: $(tail -n 2 "$T/gated.out" | tr '\n' ' ')"
 
 fi
 
