@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -145,7 +148,10 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	// shared_counter[0] (FAKECUDA_HOST_BUMP); the tool reads them from its
 	// own mapping every interval while the program runs, and after it has
 	// exited, with no agent left to ask.
-	cmd = exec.Command(tool, "run", "-j", "-i", "0.05", "-k", "_Z6vecAddPfi", "../../bpf/examples/host_map_bpfel.o", "--", filepath.Join(dir, "app"))
+	// --prometheus too: the scrape between the second launch and the end
+	// has what the interval's read has.
+	promAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd = exec.Command(tool, "run", "-j", "-i", "0.05", "--prometheus", promAddr, "-k", "_Z6vecAddPfi", "../../bpf/examples/host_map_bpfel.o", "--", filepath.Join(dir, "app"))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_AGENT_SOCKET_DIR="+sockDir, "FAKECUDA_HOST_BUMP=1")
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -157,8 +163,12 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	var scraped string
 	for _, l := range []string{"launch", "launch", "quit"} {
 		time.Sleep(400 * time.Millisecond) // several intervals between launches
+		if l == "quit" {
+			scraped = scrape(t, promAddr)
+		}
 		io.WriteString(in, l+"\n")
 	}
 	in.Close()
@@ -186,6 +196,11 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), `"instrumented_launches":2`) {
 		t.Errorf("host_map: the launch was not instrumented:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	if !regexp.MustCompile(`(?m)^gpubpf_run_map_value\{device="0",field="",key="0",map="shared_counter",pid="\d+"\} 2$`).MatchString(scraped) ||
+		!strings.Contains(scraped, `gpubpf_run_account{what="instrumented launches"} 2`) ||
+		!strings.Contains(scraped, "gpubpf_run_process_info{comm=") {
+		t.Errorf("--prometheus scrape after the two launches:\n%s\nwant shared_counter[0] = 2, 2 instrumented launches and the process named", scraped)
 	}
 
 	// Two devices: maps and clones go only where the program works, the
@@ -298,4 +313,30 @@ func TestRunCommandEndToEnd(t *testing.T) {
 			t.Errorf("gpubpf run mem_trace: stdout lacks %q:\n%s", want, stdout.String())
 		}
 	}
+}
+
+// freePort is a TCP port on the loopback nobody listens on now.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// scrape is the text exposition at addr/metrics, as Prometheus asks for it.
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	req, _ := http.NewRequest("GET", "http://"+addr+"/metrics", nil)
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Errorf("scrape %s: %v", addr, err)
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
