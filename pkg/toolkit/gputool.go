@@ -106,6 +106,15 @@ func EachDevice(rep *Report, perDevice bool, fn func(r *Report, dev int)) {
 	}
 }
 
+// DeviceLabel is the device label of EachDevice's dev in the metrics:
+// "all" for every device summed, else its number.
+func DeviceLabel(dev int) string {
+	if dev < 0 {
+		return "all"
+	}
+	return strconv.Itoa(dev)
+}
+
 // Devices are the devices whose maps were read, in order.
 func (r *Report) Devices() []int {
 	return slices.Sorted(maps.Keys(r.devTotals))

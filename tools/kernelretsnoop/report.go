@@ -142,8 +142,6 @@ func (r *reporter) reportOne(rep *toolkit.Report) {
 	}
 }
 
-// metrics sets, per kernel (and device with --per-device: "all" without),
-// the numbers of its summary (--prometheus, --otlp).
 // totals takes the account's numbers from the trace's totals so far.
 func (r *reporter) totals(rep *toolkit.Report) {
 	r.lost = rep.Total("lost")
@@ -154,7 +152,9 @@ func (r *reporter) totals(rep *toolkit.Report) {
 	}
 }
 
-// metrics also takes the account's numbers, which the refresh exports next.
+// metrics sets, per kernel (and device with --per-device: "all" without),
+// the numbers of its summary (--prometheus, --otlp), and the account's,
+// which the refresh exports next.
 func (r *reporter) metrics(rep *toolkit.Report) {
 	r.totals(rep)
 	e := rep.Exporter
@@ -167,10 +167,7 @@ func (r *reporter) metrics(rep *toolkit.Report) {
 		})
 	}
 	toolkit.EachDevice(rep, r.perDevice, func(d *toolkit.Report, dev int) {
-		devl := "all"
-		if dev >= 0 {
-			devl = strconv.Itoa(dev)
-		}
+		devl := toolkit.DeviceLabel(dev)
 		for _, s := range summarize(d.U64("lanehist"), d.U64("spreadhist")) {
 			base, _ := d.Kernel(s.kernel)
 			lv := e.Labels("kernel", devl, toolkit.ShortName(base))

@@ -200,10 +200,7 @@ func (r *reporter) metrics(rep *toolkit.Report) {
 		})
 	}
 	toolkit.EachDevice(rep, r.perDevice, func(d *toolkit.Report, dev int) {
-		devl := "all"
-		if dev >= 0 {
-			devl = strconv.Itoa(dev)
-		}
+		devl := toolkit.DeviceLabel(dev)
 		for _, s := range summarize(fold(d.U64("runs"), r.shards, r.keys), fold(d.U64("nsecs"), r.shards, r.keys), r.keys) {
 			base, _ := d.Kernel(s.kernel)
 			lv := e.Labels("kernel", devl, toolkit.ShortName(base))
