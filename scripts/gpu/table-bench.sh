@@ -66,7 +66,7 @@ BUDGET_S=${BUDGET_S:-540}
 ALL_WORKLOADS="tiny small medium large xlarge compute_bound launch_heavy attach_vec_add attach_many_kernels"
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
 [[ " $WORKLOADS " == *" attach "* ]] && WORKLOADS=$(echo " $WORKLOADS " | sed 's/ attach / attach_vec_add attach_many_kernels /')
-ALL_MODES="idle empty globaltimer counter ring shared threadhist kernelretsnoop kernel_trace launchlate gpuevent_snoop hand_globaltimer hand_counter hand_ring hand_shared"
+ALL_MODES="idle empty globaltimer counter ring ring_nodrop shared threadhist kernelretsnoop kernel_trace launchlate gpuevent_snoop hand_globaltimer hand_counter hand_ring hand_shared"
 MODES=${MODES:-$ALL_MODES}
 ATTACH_MODES=${ATTACH_MODES:-"cmd p"}
 RESULTS=${BENCH_RESULTS:-bench/results}
@@ -254,6 +254,7 @@ run_mode() {
 	empty) CMD=("${SUDO[@]}" "$TBIN/gpubpf" run -j --summary -P empty_entry -P empty_exit "$OBJ/bench_empty.bpf.o" -- "${APP[@]}") check=json ;;
 	globaltimer | counter | shared) CMD=("${SUDO[@]}" "$TBIN/gpubpf" run -j "$OBJ/bench_$m.bpf.o" -- "${APP[@]}") check=json ;;
 	ring) CMD=("${SUDO[@]}" "$TBIN/gpubpf" run -j --summary "$OBJ/bench_ring.bpf.o" -- "${APP[@]}") check=json ;;
+	ring_nodrop) CMD=("${SUDO[@]}" "$TBIN/gpubpf" run -j --summary --no-drop "$OBJ/bench_ring.bpf.o" -- "${APP[@]}") check=json ;;
 	threadhist | kernelretsnoop | kernel_trace | launchlate) CMD=("${SUDO[@]}" "$TBIN/$m" -- "${APP[@]}") check=account ;;
 	gpuevent_snoop) CMD=("${SUDO[@]}" "$TBIN/gpuevent_snoop" --summary -- "${APP[@]}") ;;
 	hand_*) CMD=("$SBIN/vec_add_ideal" "${A[@]}" "${m#hand_}") app=vec_add_ideal ;;
@@ -306,10 +307,11 @@ run_mode() {
 		fi
 	fi
 	case $m in
-	ring)
+	ring | ring_nodrop)
 		local prod rec drop
 		prod=$(jnum "$out" records_produced) rec=$(jnum "$out" records) drop=$(jnum "$out" records_dropped_gpu)
-		note+="; records produced ${prod:-?}, delivered ${rec:-?}, dropped on the GPU ${drop:-?}" ;;
+		note+="; records produced ${prod:-?}, delivered ${rec:-?}, dropped on the GPU ${drop:-?}"
+		[ "$m" = ring_nodrop ] && note+=", warps waited $(jnum "$out" ring_waits), gave up $(jnum "$out" ring_wait_drops)" ;;
 	shared)
 		# The slots of the shared map sum to the threads that entered.
 		local sum want=$((threads * want_launches))
