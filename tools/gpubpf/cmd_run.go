@@ -163,7 +163,7 @@ func runAction(c *cli.Context) error {
 	// the periodic reads end before the last one
 	tctx, tstop := context.WithCancel(ctx)
 	defer tstop()
-	var tickDone, metricsDone <-chan struct{} = closedChan, closedChan
+	var tickDone, metricsDone <-chan struct{} // nil: no loop
 	if iv := c.Float64(toolkit.FlagInterval); iv > 0 {
 		tickDone = toolkit.Every(tctx, time.Duration(iv*float64(time.Second)), func() {
 			export(out.maps(sess))
@@ -177,8 +177,11 @@ func runAction(c *cli.Context) error {
 	}
 	code, traceErr := sess.Trace(ctx, targets)
 	tstop()
-	<-tickDone
-	<-metricsDone
+	for _, done := range []<-chan struct{}{tickDone, metricsDone} {
+		if done != nil {
+			<-done
+		}
+	}
 	last := out.maps(sess)
 	closeErr := sess.Close() // drains the rings a last time
 	<-printerDone
@@ -405,9 +408,6 @@ func (o *runOutput) accounting(st runtime.Stats) {
 	}
 	o.printf("%s%s\n", o.prefix(), toolkit.RecordAccount(st))
 }
-
-// closedChan is a channel closed from the start: a loop that never ran.
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // maps prints every map's contents (non-zero entries of per-thread arrays)
 // and returns the copies it read.
