@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	collpb "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
+
+	"github.com/gpubpf/gpubpf/internal/testenv"
 )
 
 // collector builds the project's minimal OpenTelemetry Collector
@@ -34,16 +36,6 @@ func collector(t *testing.T, dir string) string {
 	return bin
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // The tools' --otlp through a real OpenTelemetry Collector, over OTLP/HTTP
 // and OTLP/gRPC: the collector's OTLP receiver takes what the exporter
 // pushes, and its OTLP/HTTP exporter passes it on to a sink here, where
@@ -58,7 +50,7 @@ func TestOTLPCollector(t *testing.T) {
 
 	srv, sink := otlpSink(t)
 
-	httpPort, grpcPort := freePort(t), freePort(t)
+	httpPort, grpcPort := testenv.FreePort(t), testenv.FreePort(t)
 	cfg := filepath.Join(dir, "otelcol.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf(`receivers:
   otlp:

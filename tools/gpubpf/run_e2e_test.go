@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -150,7 +149,7 @@ func TestRunCommandEndToEnd(t *testing.T) {
 	// exited, with no agent left to ask.
 	// --prometheus too: the scrape between the second launch and the end
 	// has what the interval's read has.
-	promAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	promAddr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort(t))
 	cmd = exec.Command(tool, "run", "-j", "-i", "0.05", "--prometheus", promAddr, "-k", "_Z6vecAddPfi", "../../bpf/examples/host_map_bpfel.o", "--", filepath.Join(dir, "app"))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_AGENT_SOCKET_DIR="+sockDir, "FAKECUDA_HOST_BUMP=1")
 	in, err := cmd.StdinPipe()
@@ -313,17 +312,6 @@ func TestRunCommandEndToEnd(t *testing.T) {
 			t.Errorf("gpubpf run mem_trace: stdout lacks %q:\n%s", want, stdout.String())
 		}
 	}
-}
-
-// freePort is a TCP port on the loopback nobody listens on now.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // scrape is the text exposition at addr/metrics, as Prometheus asks for it.
