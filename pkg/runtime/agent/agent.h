@@ -325,6 +325,7 @@ HIDDEN void server_hold_id(uint64_t id);
 extern HIDDEN __thread int g_agent_thread;
 HIDDEN void server_notify_failure(struct activation *a, CUresult r);
 HIDDEN void server_hold(uint64_t id);
+HIDDEN void server_hold_late(uint64_t id);
 HIDDEN void server_device_used(CUdevice dev);
 /* The application destroys a context (context.c): server_ctx_lock holds
  * every tool request off meanwhile; server_ctx_gone (lock held) makes the

@@ -326,11 +326,11 @@ void late_discover(void *h)
 			DBG("late: module %p of %s (loaded before the agent) is module %llu", mod, name,
 			    (unsigned long long)id);
 			if (id)
-				server_hold(id); /* tools instrument it, maybe before this launch */
+				server_hold_late(id); /* tools instrument it, maybe before this launch */
 			return;
 		}
 	}
 	inv_add_kernel(h, kind, mod, NULL, name);
 	if (id)
-		server_hold(id); /* tools instrument it, maybe before this launch */
+		server_hold_late(id); /* as above (a module loaded after the agent was held at its load) */
 }

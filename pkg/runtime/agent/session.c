@@ -20,6 +20,9 @@ static int g_hold_waited; /* waited once for a tool to connect */
 uint64_t g_dev_used; /* g_mu: devices the application uses (bit per ordinal) */
 static int g_direct_taken;  /* g_mu: direct mode's one session has connected */
 static long g_hold_ms = 10000;
+/* Holds of modules loaded before the agent: each at most g_late_hold_ms,
+ * all of the process's together at most g_late_budget_ms (g_mu). */
+static long g_late_hold_ms = 200, g_late_budget_ms = 1000, g_late_spent_ms;
 
 void wake(struct session *s)
 {
@@ -187,6 +190,42 @@ void register_exit_hold(void)
 		return;
 	DBG("exit hold registered");
 	atexit(exit_hold);
+}
+
+/* A module loaded before the agent (an agent injected into a running
+ * program, -p), learnt at its first launch after the attach: the launch
+ * waits for the tools as server_hold, but at most GPUBPF_AGENT_LATE_HOLD_MS
+ * (200 ms), and all such waits of the process together at most five times
+ * that. A tool may read that module's code from the process's files first,
+ * which for PyTorch's libraries (GBs) took seconds on the H200: a training
+ * loop attached to stood still for the whole 8 s trace (2026-11-28). Past
+ * the bound the launch runs the original kernel, and the launches after
+ * the tool is ready run instrumented. */
+void server_hold_late(uint64_t id)
+{
+	if (!id)
+		return;
+	register_exit_hold();
+	if (!__atomic_load_n(&g_sessions, __ATOMIC_RELAXED))
+		return;
+	pthread_mutex_lock(&g_mu);
+	long ms = g_late_budget_ms - g_late_spent_ms;
+	if (ms > g_late_hold_ms)
+		ms = g_late_hold_ms;
+	if (ms <= 0 || !hold_pending(id)) {
+		pthread_mutex_unlock(&g_mu);
+		return;
+	}
+	uint64_t t0 = mono_ns();
+	struct timespec dl = deadline_after(ms);
+	while (hold_pending(id))
+		if (pthread_cond_timedwait(&g_cond, &g_mu, &dl) == ETIMEDOUT) {
+			DBG("late module %llu: the tools did not answer within %ld ms; its launch goes on uninstrumented",
+			    (unsigned long long)id, ms);
+			break;
+		}
+	g_late_spent_ms += (long)((mono_ns() - t0) / 1000000);
+	pthread_mutex_unlock(&g_mu);
 }
 
 /* Called by the application's thread before it unloads a module (at exit,
@@ -753,6 +792,11 @@ void server_start(void)
 	const char *hm = getenv("GPUBPF_AGENT_HOLD_MS");
 	if (hm && atol(hm) > 0)
 		g_hold_ms = atol(hm);
+	const char *lm = getenv("GPUBPF_AGENT_LATE_HOLD_MS");
+	if (lm && atol(lm) >= 0) {
+		g_late_hold_ms = atol(lm);
+		g_late_budget_ms = 5 * g_late_hold_ms;
+	}
 	int fd = bind_socket();
 	if (fd < 0 || listen(fd, 16) != 0) {
 		DBG("cannot serve a control socket: %s", strerror(errno));
