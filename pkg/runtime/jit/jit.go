@@ -328,12 +328,9 @@ type compiler struct {
 	name  string
 	insns asm.Instructions
 
-	rawOff   []int       // raw offset of each instruction
-	rawToIdx map[int]int // raw offset -> instruction index
-	target   []int       // resolved jump/call target index per instruction (-1 none)
-	flow     *flow       // what target, rawOff and rawToIdx come from
-	subs     []*subprog
-	subAt    map[int]int // start index -> subprog number
+	*flow // raw offsets and every jump's and call's target
+	subs  []*subprog
+	subAt map[int]int // start index -> subprog number
 
 	maps     []mapRef
 	mapIdx   map[string]int
@@ -413,7 +410,6 @@ func (c *compiler) run() error {
 		return err
 	}
 	c.flow = fl
-	c.rawOff, c.rawToIdx, c.target = fl.rawOff, fl.rawToIdx, fl.target
 	c.subAt = map[int]int{}
 	starts := fl.starts
 	sort.Ints(starts)
