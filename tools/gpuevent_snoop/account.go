@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
@@ -31,10 +30,6 @@ func init() {
 		panic(fmt.Sprintf("%d APIs, the BPF hit counters hold %d", len(apis), maxAPIs))
 	}
 }
-
-// accountEvery is how often --prometheus/--otlp get the account's counts
-// while tracing (as the GPU tools' metrics refresh).
-const accountEvery = 10 * time.Second
 
 // countedAccount is the account's clauses with a number: what was seen,
 // shown, dropped, lost and folded, the kernels named, the processes and

@@ -636,11 +636,11 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	}
 	rescan := time.NewTicker(rescanPeriod(filter))
 	defer rescan.Stop()
-	// --prometheus, --otlp: the account's counts while tracing, as the
-	// other tools refresh theirs (the whole account comes at the end)
+	// --prometheus, --otlp: the account's counts while tracing, as often
+	// as the other tools refresh theirs (the whole account comes at the end)
 	var accC <-chan time.Time
 	if cfg.exp != nil {
-		t := time.NewTicker(accountEvery)
+		t := time.NewTicker(toolkit.MetricsEvery)
 		defer t.Stop()
 		accC = t.C
 	}
