@@ -834,8 +834,8 @@ static int kt_start_locked(struct session *s, char *why, size_t whysz)
 		snprintf(why, whysz, "CUPTI belongs to a tool injected into this process (CUDA_INJECTION64_PATH=%.600s)", inj);
 		return -1;
 	}
-	/* each step's time in the log: a start that did not return in a
-	 * PyTorch attached to (-p, the H200, 2026-11-28) is to be found */
+	/* each step's time in the log (-p on PyTorch, the H200, 2026-11-28:
+	 * CUPTI on in 23-35 ms, most of it the subscribe) */
 	uint64_t t0 = mono_ns();
 #define KT_STEP(what) DBG("kernel times: %s at %.1f ms", what, (mono_ns() - t0) / 1e6)
 	KT_STEP("loading CUPTI");
