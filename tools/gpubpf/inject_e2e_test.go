@@ -24,19 +24,9 @@ import (
 func TestRunPIDInjects(t *testing.T) {
 	testenv.Root(t)
 	tool := gpubpfTool(t)
-	appBin, env := fatbinLibApp(t)
-	sockDir := envValue(env, "GPUBPF_AGENT_SOCKET_DIR")
-
-	app := exec.Command(appBin)
-	app.Env = env
-	var appErr testenv.LogBuffer
-	app.Stderr = &appErr
-	a := startApp(t, app, &appErr)
-	t.Cleanup(func() { app.Process.Kill(); app.Wait() })
-	expect, launch := a.expect, a.launch
-	expect("READY")
-	launch() // long before any tool
-	pid := app.Process.Pid
+	a, _, sockDir := runningApp(t)
+	launch := a.launch
+	pid := a.app.Process.Pid
 	gpubpf := func(args ...string) *exec.Cmd {
 		cmd := exec.Command(tool, append([]string{"run", "-j", "-k", "_Z6vecAddPfi"}, append(args, "-p", fmt.Sprint(pid), "../../bpf/examples/counter_bpfel.o")...)...)
 		cmd.Env = append(os.Environ(), "GPUBPF_AGENT_SOCKET_DIR="+sockDir)

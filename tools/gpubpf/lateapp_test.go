@@ -32,6 +32,23 @@ func fatbinLibApp(t *testing.T) (appBin string, env []string) {
 	return appBin, append(env, "GPUBPF_TEST_FATBIN_SO="+fbLib)
 }
 
+// runningApp starts the fatbinLibApp without the agent (env added to its
+// own) and has it launch once, long before any tool: a program to attach
+// to with -p. It returns the program, its stderr and its socket directory.
+func runningApp(t *testing.T, env ...string) (*appConn, *testenv.LogBuffer, string) {
+	t.Helper()
+	appBin, appEnv := fatbinLibApp(t)
+	app := exec.Command(appBin)
+	app.Env = append(appEnv, env...)
+	appErr := &testenv.LogBuffer{}
+	app.Stderr = appErr
+	a := startApp(t, app, appErr)
+	t.Cleanup(func() { app.Process.Kill(); app.Wait() })
+	a.expect("READY")
+	a.launch()
+	return a, appErr, envValue(appEnv, "GPUBPF_AGENT_SOCKET_DIR")
+}
+
 // appConn talks to a started stand-in application: its stdin and the
 // lines of its stdout.
 type appConn struct {

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"os/exec"
-
 	"github.com/gpubpf/gpubpf/internal/testenv"
 	"github.com/gpubpf/gpubpf/pkg/inject"
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentclient"
@@ -22,18 +20,9 @@ import (
 func TestLateHoldBounded(t *testing.T) {
 	testenv.Root(t)
 	tool := gpubpfTool(t)
-	appBin, env := fatbinLibApp(t)
-	sockDir := envValue(env, "GPUBPF_AGENT_SOCKET_DIR")
-	app := exec.Command(appBin)
-	app.Env = append(env, "GPUBPF_AGENT_HOLD_MS=600000", "GPUBPF_AGENT_DEBUG=1")
-	var appErr testenv.LogBuffer
-	app.Stderr = &appErr
-	a := startApp(t, app, &appErr)
-	t.Cleanup(func() { app.Process.Kill(); app.Wait() })
-	a.expect("READY")
-	a.launch() // its module is loaded long before any agent
-
-	pid := app.Process.Pid
+	// its module loaded and launched long before any agent
+	a, appErr, sockDir := runningApp(t, "GPUBPF_AGENT_HOLD_MS=600000", "GPUBPF_AGENT_DEBUG=1")
+	pid := a.app.Process.Pid
 	if _, err := inject.Inject(pid, filepath.Join(filepath.Dir(tool), "libgpubpf-agent.so"), inject.Options{}); err != nil {
 		t.Fatal(err)
 	}
