@@ -167,7 +167,10 @@ func (p *Process) device(t agentproto.Target) (*device, error) {
 	if err != nil {
 		return nil, fmt.Errorf("placing the trace_printk ring: %w", err)
 	}
-	pk.ring.maxWait = printkPoll
+	pk.ring.maxWait = quietPoll
+	if p.s.prints() {
+		pk.ring.maxWait = printkPoll
+	}
 	d.printk = pk
 	placements := map[string]gpumap.Placement{}
 	for n, m := range d.maps {
@@ -188,6 +191,10 @@ func (p *Process) device(t agentproto.Target) (*device, error) {
 		return old, nil
 	}
 	p.devs[t] = d
+	select {
+	case p.placedNew <- struct{}{}:
+	default:
+	}
 	return d, nil
 }
 

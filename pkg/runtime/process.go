@@ -61,7 +61,9 @@ type Process struct {
 	// last module unload (exit): what ReadMaps shows once it is gone.
 	final map[agentproto.Target]map[string][]byte
 	stop  chan struct{}
-	wg    sync.WaitGroup
+	// placedNew wakes the drains when a context's maps are placed
+	placedNew chan struct{}
+	wg        sync.WaitGroup
 	// drainMu: one drain at a time (poll, last looks and close all drain).
 	drainMu sync.Mutex
 	// lastSent: when the agent sent its last drain reply (drainMu)
@@ -202,7 +204,7 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 
 func (s *Session) newProcess(pid int, hold bool, start time.Time) *Process {
 	return &Process{PID: pid, s: s, hold: hold, start: start,
-		devs: map[agentproto.Target]*device{}, modules: map[uint64]bool{}, launches: map[probeKey]uint64{}, failures: map[probeKey]uint64{}, stop: make(chan struct{}),
+		devs: map[agentproto.Target]*device{}, modules: map[uint64]bool{}, launches: map[probeKey]uint64{}, failures: map[probeKey]uint64{}, stop: make(chan struct{}), placedNew: make(chan struct{}, 1),
 		used: map[int32]agentproto.Device{}, placedOn: map[placeKey]bool{}}
 }
 

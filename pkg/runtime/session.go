@@ -778,3 +778,13 @@ func (s *Session) Close() error {
 	s.kern.Close()
 	return first
 }
+
+// prints says whether a GPU program of the session prints (verify.Prints).
+func (s *Session) prints() bool {
+	for _, g := range s.gpu {
+		if verify.Prints(g.Spec) {
+			return true
+		}
+	}
+	return false
+}

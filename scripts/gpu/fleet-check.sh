@@ -162,15 +162,22 @@ for i in 1 2 3; do
 		"${LH[@]}" >"$T/cost-$v-$i.out" 2>&1 &
 		ap=$!
 		sleep 0.5
-		launchlate -p $ap "${extra[@]}" >"$T/cost-$v-$i.tool" 2>&1 &
+		# one run's profile: where the tool's CPU goes (go tool pprof)
+		prof=()
+		[ "$i$v" = 1plain ] && prof=(env GPUBPF_CPUPROFILE="$T/cost-steady.pprof")
+		"${prof[@]}" launchlate -p $ap "${extra[@]}" >"$T/cost-$v-$i.tool" 2>&1 &
 		tp=$!
-		# the tool's CPU while it traces (attached, the program at 1,000
-		# launches/s): sampled 1.5 s to 6.5 s into the program's 8 s. At
-		# its end the tool exits with the program, and /proc/PID/stat of
-		# a reaped tool reads nothing (the first H200 run said 0.000%).
-		sleep 1
+		# the tool's CPU while it traces, the program at 1,000 launches/s:
+		# from its start line (the attach done: injecting, reading and
+		# instrumenting the module are the attach's cost, not the
+		# trace's) for 4 s. At its end the tool exits with the program,
+		# and /proc/PID/stat of a reaped tool reads nothing (the first
+		# H200 run said 0.000%; the second, sampling from 1 s after the
+		# start, 7% with the attach in it).
+		for _ in $(seq 40); do grep -q '^Tracing' "$T/cost-$v-$i.tool" && break; sleep 0.1; done
+		sleep 0.5
 		t0=$(date +%s.%N) c0=$(cpu_of $tp)
-		sleep 5
+		sleep 4
 		t1=$(date +%s.%N) c1=$(cpu_of $tp)
 		wait $ap
 		kill -INT $tp 2>/dev/null

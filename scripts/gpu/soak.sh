@@ -19,6 +19,7 @@
 # in turn, each killed with SIGKILL at a random moment (0.3-4 s): the
 # program must run on, its counters right at the end, its rate back.
 #
+# SOAK_PARALLEL=1 runs the parts side by side (about 12 minutes in all).
 # The device tool's calls end after 10 minutes: SOAK_BG=1 starts the whole
 # run in a session of its own (setsid) and returns; `soak.sh wait SECS`
 # waits for it at most SECS, then prints its summary and copies the logs
@@ -156,15 +157,29 @@ kill_round() {
 	fi
 }
 
-for what in "${@:-launch_heavy torch kill}"; do
-	for w in $what; do
-		case $w in
-		launch_heavy | torch) soak_group "$w" ;;
-		kill) kill_round ;;
-		*) echo "soak: unknown part '$w' (launch_heavy, torch, kill)"; exit 2 ;;
-		esac
-	done
+part() {
+	case $1 in
+	launch_heavy | torch) soak_group "$1" ;;
+	kill) kill_round ;;
+	esac
+}
+for w in ${*:-launch_heavy torch kill}; do
+	case $w in
+	launch_heavy | torch | kill) ;;
+	*) echo "soak: unknown part '$w' (launch_heavy, torch, kill)"; exit 2 ;;
+	esac
 done
+# SOAK_PARALLEL=1: the parts side by side (11 programs and their tools on
+# one GPU: the whole soak in one device session, the rates judged against
+# each instance's own untraced minute under the same load)
+if [ "${SOAK_PARALLEL:-0}" = 1 ]; then
+	for w in ${*:-launch_heavy torch kill}; do part "$w" & done
+	wait
+else
+	for w in ${*:-launch_heavy torch kill}; do part "$w"; done
+fi
+# counted from the summary: the parallel parts count in subshells
+pass=$(grep -c '^ok ' "$SUM") fail=$(grep -c '^FAIL ' "$SUM")
 echo "SUMMARY: soak $pass ok, $fail failed" | tee -a "$SUM"
 touch "$D/done"
 [ $fail = 0 ]

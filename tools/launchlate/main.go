@@ -35,9 +35,14 @@ launchlate --otlp http://otel:4318 -p 4242  # push them to an OpenTelemetry coll
 // table holds LL_STARTS launches per context, and LL_GRAPH_STARTS kernel
 // starts of CUDA graphs after those: at 100 ms a context can launch 650k
 // kernels (and graphs can start 160k kernels) a second before one is
-// overwritten unread.
+// overwritten unread. A read copies the whole table twice (5 MiB, torn
+// slots found by comparing): every 100 ms that was most of the tool's CPU
+// at 1,000 launches/s (H200, 2026-11-28: 8.3% of a core, the goal 2%), so
+// a table that fills slowly is read less often, down to once per
+// readQuiet (tableDue).
 const (
 	readEvery  = 100 * time.Millisecond
+	readQuiet  = time.Second
 	clockEvery = 2 * time.Second
 	// accountEvery: how often --prometheus/--otlp get the account while
 	// tracing
@@ -286,16 +291,20 @@ type launchlate struct {
 
 	cur       map[key]*stats // since the last report (-i) or the start
 	lastClock time.Time
-	clockErr  string // the last calibration failure, for the account
-	clocks    int
-	maxBound  uint64
-	timedN    uint64
-	untimedN  uint64
-	graphN    uint64 // graph kernel starts without a stamp
-	graphT    uint64 // graph kernel starts timed (in timedN too)
-	produced  uint64 // starts the GPU recorded (nstarts)
-	calls     [8]uint64
-	graphSeen map[source][]uint64 // graph_starts as last read
+	// when the start table is read next at the latest, and the GPU's
+	// count of starts recorded now and as of the last read (tableDue)
+	nextRead                 time.Time
+	recorded, recordedAtRead uint64
+	clockErr                 string // the last calibration failure, for the account
+	clocks                   int
+	maxBound                 uint64
+	timedN                   uint64
+	untimedN                 uint64
+	graphN                   uint64 // graph kernel starts without a stamp
+	graphT                   uint64 // graph kernel starts timed (in timedN too)
+	produced                 uint64 // starts the GPU recorded (nstarts)
+	calls                    [8]uint64
+	graphSeen                map[source][]uint64 // graph_starts as last read
 }
 
 // graphStarts counts the untimed starts of graph kernels since the last
@@ -342,7 +351,10 @@ func (l *launchlate) poll(ctx context.Context, interval time.Duration) {
 		case now := <-tk.C:
 			report := interval > 0 && !now.Before(next)
 			l.mu.Lock()
-			l.read(report)
+			if l.tableDue(now, report) {
+				l.read(report)
+				l.recordedAtRead, l.nextRead = l.recorded, now.Add(readQuiet)
+			}
 			if now.Sub(l.lastClock) >= clockEvery {
 				l.calibrate(false)
 			} else {
@@ -366,6 +378,38 @@ func (l *launchlate) poll(ctx context.Context, interval time.Duration) {
 			}
 		}
 	}
+}
+
+// tableDue says whether the start table is read in this tick: with
+// --events or a report, or readQuiet after the last read, or when the
+// GPU has recorded an eighth of the graph part's slots (the smaller part)
+// since then, counted by nstarts, which is one word to read: a burst after
+// a quiet second is read within readEvery, before its starts come near a
+// turn of the table.
+func (l *launchlate) tableDue(now time.Time, report bool) bool {
+	n, err := l.startsRecorded()
+	if err != nil {
+		return true
+	}
+	l.recorded = n
+	l.recordedAtRead = min(l.recordedAtRead, n) // a process gone
+	return report || l.events || !now.Before(l.nextRead) || n-l.recordedAtRead >= graphSlots/8
+}
+
+// startsRecorded is the GPU's count of kernel starts it recorded, in every
+// context traced.
+func (l *launchlate) startsRecorded() (uint64, error) {
+	copies, err := l.sess.ReadMapsLive("nstarts")
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, mc := range copies {
+		if v := mc.Values(); len(v) >= 8 {
+			n += binary.LittleEndian.Uint64(v)
+		}
+	}
+	return n, nil
 }
 
 // calibrate measures the clocks of every process still traced (the

@@ -287,6 +287,9 @@ var (
 	}
 )
 
+// fnPuts is bpftime's bpf_puts, which prints as trace_printk does.
+const fnPuts asm.BuiltinFunc = 501
+
 // gpuHelpers holds every helper the GPU compiler implements, with its twin.
 var gpuHelpers = map[asm.BuiltinFunc]rewrite{
 	asm.FnMapLookupElem:     same(asm.FnMapLookupElem),
@@ -323,7 +326,7 @@ var gpuHelpers = map[asm.BuiltinFunc]rewrite{
 		}
 	},
 	// bpf_puts(str): a string the GPU reads up to its NUL.
-	501: func() asm.Instructions {
+	fnPuts: func() asm.Instructions {
 		return asm.Instructions{asm.Mov.Imm(asm.R2, 1), asm.FnTracePrintk.Call()}
 	},
 	502: noArgs,  // bpf_get_globaltimer
@@ -582,6 +585,17 @@ func setJumpOffset(ins *asm.Instruction, off int) error {
 	}
 	ins.Offset = int16(off)
 	return nil
+}
+
+// Prints says whether p calls trace_printk or bpf_puts: only then has the
+// trace_printk ring lines for a human to read soon.
+func Prints(p *ebpf.ProgramSpec) bool {
+	for _, ins := range p.Instructions {
+		if ins.IsBuiltinCall() && (ins.Constant == int64(asm.FnTracePrintk) || ins.Constant == int64(fnPuts)) {
+			return true
+		}
+	}
+	return false
 }
 
 // ReferencedMaps lists the maps p references (ld_imm64 of a map or of a

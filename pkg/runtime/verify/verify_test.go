@@ -275,3 +275,35 @@ func kernelAtLeast(major, minor int) bool {
 	fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi)
 	return ma > major || ma == major && mi >= minor
 }
+
+// Prints tells the programs whose trace_printk ring has lines to show
+// (drained every 10 ms) from those where it only counts spent budgets.
+func TestPrints(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ins  asm.Instructions
+		want bool
+	}{
+		{"trace_printk", asm.Instructions{asm.Mov.Imm(asm.R2, 1), asm.FnTracePrintk.Call(), asm.Return()}, true},
+		{"bpf_puts", asm.Instructions{asm.Mov.Imm(asm.R1, 0), asm.BuiltinFunc(501).Call(), asm.Return()}, true},
+		{"a map update only", asm.Instructions{asm.FnMapUpdateElem.Call(), asm.Mov.Imm(asm.R0, 0), asm.Return()}, false},
+		{"the helper's number as a constant, no call", asm.Instructions{asm.Mov.Imm(asm.R0, int32(asm.FnTracePrintk)), asm.Return()}, false},
+	} {
+		if got := verify.Prints(&ebpf.ProgramSpec{Instructions: tc.ins}); got != tc.want {
+			t.Errorf("%s: Prints = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	for obj, want := range map[string]bool{"trace_bpfel.o": true, "counter_bpfel.o": false, "host_map_bpfel.o": false} {
+		spec, err := ebpf.LoadCollectionSpec(filepath.Join("../../../bpf/examples", obj))
+		if err != nil {
+			t.Fatal(err)
+		}
+		prints := false
+		for _, p := range spec.Programs {
+			prints = prints || verify.Prints(p)
+		}
+		if prints != want {
+			t.Errorf("%s: a program prints = %v, want %v", obj, prints, want)
+		}
+	}
+}
