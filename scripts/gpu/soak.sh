@@ -173,6 +173,11 @@ done
 # one GPU: the whole soak in one device session, the rates judged against
 # each instance's own untraced minute under the same load)
 if [ "${SOAK_PARALLEL:-0}" = 1 ]; then
+	# the kill round's program runs as long as the soaks, so their
+	# untraced minute and their attached ten share one load (the first
+	# H200 run's kill round ended 160 s in: every soaked program sped up
+	# by 10-15% then, which read as a faster program while traced)
+	KILL_SECS=$((REF_SECS + SOAK_SECS + POST_SECS))
 	for w in ${*:-launch_heavy torch kill}; do part "$w" & done
 	wait
 else
