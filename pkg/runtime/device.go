@@ -84,8 +84,10 @@ type placedMap struct {
 	// released: unmapped; a live read makes no mirror after it.
 	mu       sync.RWMutex
 	released bool
-	// kernel maps shared with the GPU
-	kmap *ebpf.Map
+	// kernel maps shared with the GPU; mirror: the device copy the GPU
+	// adds to instead, folded into kmap (mirror.go)
+	kmap   *ebpf.Map
+	mirror *mirror
 	// device-resident maps
 	devAddr uint64
 }
@@ -211,6 +213,9 @@ func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
 	conn := d.p.conn
 	if d.p.s.kern.shared[name] {
 		km := d.p.s.kern.coll.Maps[name]
+		if w, ok := d.p.s.mirrored[name]; ok {
+			return d.placeMirror(name, spec, km, w)
+		}
 		size := pageRound(uint64(spec.MaxEntries) * gpumap.Stride(spec.ValueSize))
 		r, err := conn.RegisterBPFMap(d.target, km.FD(), size)
 		if err != nil {

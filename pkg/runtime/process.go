@@ -1125,8 +1125,9 @@ func (p *Process) close() error {
 		p.drain(true)
 		p.refreshLaunches()
 		select {
-		case <-p.conn.Done(): // the process is gone: nothing to restore
+		case <-p.conn.Done(): // the process is gone: nothing to restore (its last look folded)
 		default:
+			p.fold(false)
 			if derr := p.conn.Detach(); derr != nil && !errors.Is(derr, os.ErrClosed) {
 				err = derr
 			}

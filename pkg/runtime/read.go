@@ -54,8 +54,16 @@ const (
 // Mirror's record stays about two drains (H100, 2026-11-23: 90-93% delivered).
 func (p *Process) poll() {
 	defer p.wg.Done()
+	var folded time.Time
 	for {
 		wait := p.drain(false)
+		if p.hasMirrors() {
+			if now := time.Now(); now.Sub(folded) >= FoldEvery {
+				p.fold(true)
+				folded = now
+			}
+			wait = min(wait, max(FoldEvery-time.Since(folded), time.Millisecond))
+		}
 		select {
 		case <-p.stop:
 			return
@@ -444,6 +452,11 @@ func (s *Session) readMaps(live bool, names []string) ([]MapCopy, error) {
 		})
 	}
 	if s.kern.coll != nil {
+		// the GPU's adds gathered in device memory, added to the kernel's
+		// maps before they are read
+		for _, p := range s.Processes() {
+			p.fold(live)
+		}
 		for _, name := range sortedKeys(s.kern.coll.Maps) {
 			if !want(name) {
 				continue
@@ -635,6 +648,7 @@ func (p *Process) finalCopy(t agentproto.Target, name string) []byte {
 // earlier look took.
 func (p *Process) lastLook() {
 	p.drain(true)
+	p.fold(false)
 	if err := p.readKernelTimes(true); err != nil {
 		p.s.logf("%v", err)
 	}

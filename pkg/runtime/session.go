@@ -192,6 +192,13 @@ type Session struct {
 	gpu  []GPUProgram
 	cpu  []CPUProgram
 	kern *kernelSide
+	// mirrored: the shared maps whose GPU adds gather in device memory,
+	// with their add width; hostViews: their values mapped in the tool;
+	// folds: the mirrors' folds so far (mirror.go)
+	mirrored  map[string]int
+	viewMu    sync.Mutex
+	hostViews map[string][]byte
+	folds     atomic.Uint64
 	// hostMaps: the sizes of the host-backed maps (1512, 1513), the same
 	// in every context (planHostMaps).
 	hostMaps map[string]gpumap.Placement
@@ -367,6 +374,8 @@ type Stats struct {
 	DrainScan       time.Duration     // after the reply: the tool scanning the copies into batches
 	DrainDeliver    time.Duration     // and handing them to the session (waits while it is behind)
 	PrintkLines     uint64            // trace_printk/bpf_puts lines delivered
+	SharedMirrored  []string          // maps shared with the CPU whose GPU adds gather in device memory (mirror.go)
+	SharedFolds     uint64            // their folds into the kernel's maps so far
 	MapErrors       map[string]uint64 // map -> out-of-range/full errors counted on the GPU
 	Launches        uint64            // instrumented launches (agent count)
 	LaunchFailures  uint64            // instrumented launches the driver refused (original ran)
@@ -495,6 +504,10 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		}
 	}
 	if s.kern, err = loadKernelSide(spec, gpu, cpu); err != nil {
+		return nil, err
+	}
+	if s.mirrored, err = mirroredMaps(gpu, s.kern.shared, opts.LaunchWords); err != nil {
+		s.kern.Close()
 		return nil, err
 	}
 	return s, nil
@@ -702,6 +715,8 @@ func (s *Session) Stats() Stats {
 	st.KernelTimesCUPTI = maps.Clone(s.stats.KernelTimesCUPTI)
 	st.KernelTimesLate = maps.Clone(s.stats.KernelTimesLate)
 	s.mu.Unlock()
+	st.SharedMirrored = sortedKeys(s.mirrored)
+	st.SharedFolds = s.folds.Load()
 	for _, p := range procs {
 		p.addStats(&st)
 	}
@@ -775,6 +790,7 @@ func (s *Session) Close() error {
 	s.sendClosed = true
 	close(s.batches)
 	s.sendMu.Unlock()
+	s.unmapHostViews() // no process folds any more
 	s.kern.Close()
 	return first
 }

@@ -529,7 +529,7 @@ func (o *runOutput) summary(st runtime.Stats) {
 			"ring_drain_agent_busy_ms": float64(st.DrainAgentBusy.Microseconds()) / 1000, "ring_drain_agent_post_ms": float64(st.DrainAgentPost.Microseconds()) / 1000, "ring_drain_to_agent_ms": float64(st.DrainToAgent.Microseconds()) / 1000, "ring_drain_from_agent_ms": float64(st.DrainFromAgent.Microseconds()) / 1000,
 			"ring_drain_scan_ms": float64(st.DrainScan.Microseconds()) / 1000, "ring_drain_deliver_ms": float64(st.DrainDeliver.Microseconds()) / 1000,
 			"jit_ms": float64(st.JIT.Microseconds()) / 1000, "first_attach_ms": float64(st.FirstAttach.Microseconds()) / 1000,
-			"not_traced": st.NotTraced})
+			"not_traced": st.NotTraced, "shared_maps_gathered": st.SharedMirrored, "shared_map_folds": st.SharedFolds})
 		return
 	}
 	line := fmt.Sprintf("gpubpf: %d process(es); kernels instrumented: %s; skipped: %s; %d instrumented launches",
@@ -540,6 +540,9 @@ func (o *runOutput) summary(st runtime.Stats) {
 	line += "; " + toolkit.RecordAccount(st)
 	if st.LoopBudgetSpent > 0 {
 		line += fmt.Sprintf("; %d %s (%s; --loop-budget raises it)", st.LoopBudgetSpent, toolkit.LoopBudgetWhat, toolkit.LoopBudgetWhy)
+	}
+	if len(st.SharedMirrored) > 0 {
+		line += fmt.Sprintf("; the GPU's adds to %s gathered in device memory, added to the CPU's copy every %v (%d folds)", strings.Join(st.SharedMirrored, ", "), runtime.FoldEvery, st.SharedFolds)
 	}
 	if st.Clones > 0 {
 		line += fmt.Sprintf("; JIT %.1f ms, first probe active %.0f ms after start", float64(st.JIT.Microseconds())/1000, float64(st.FirstAttach.Microseconds())/1000)

@@ -212,6 +212,34 @@ func TestRunCommandEndToEnd(t *testing.T) {
 		t.Errorf("--prometheus scrape after the two launches:\n%s\nwant shared_counter[0] = 2, 2 instrumented launches and the process named", scraped)
 	}
 
+	// A map shared with the CPU that the GPU only adds to (bench_shared's
+	// 1504 counters): placed as a mirror in the stand-in's device memory
+	// and folded into the kernel's map as the program runs and at its
+	// exit, without a complaint; GPUBPF_SHARED_MAPS=direct keeps the
+	// updates on the host link.
+	for _, direct := range []bool{false, true} {
+		var env []string
+		if direct {
+			env = append(env, "GPUBPF_SHARED_MAPS=direct")
+		}
+		cmd = exec.Command(tool, "run", "-j", "-v", "-k", "_Z6vecAddPfi", "../../bpf/bench/bench_shared.bpf.o", "--", filepath.Join(dir, "app"))
+		cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_AGENT_SOCKET_DIR="+sockDir)
+		cmd.Env = append(cmd.Env, env...)
+		cmd.Stdin = strings.NewReader("launch\nlaunch\nquit\n")
+		stdout.Reset()
+		stderr.Reset()
+		cmd.Stdout, cmd.Stderr = stdout, stderr
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("gpubpf run bench_shared (direct %v): %v\n%s", direct, err, stderr.String())
+		}
+		gathered := strings.Contains(stdout.String(), `"shared_maps_gathered":["shared_counts"]`)
+		said := strings.Contains(stderr.String(), "map shared_counts (shared with the CPU): the GPU only adds to it")
+		if gathered == direct || said == direct || strings.Contains(stderr.String(), "adding the GPU's updates") ||
+			!strings.Contains(stdout.String(), `"instrumented_launches":2`) || !strings.Contains(stdout.String(), `"map":"shared_counts"`) {
+			t.Errorf("bench_shared, GPUBPF_SHARED_MAPS=direct %v: mirrored %v, said %v; want %v\nstdout:\n%s\nstderr:\n%s", direct, gathered, said, !direct, stdout.String(), stderr.String())
+		}
+	}
+
 	// Two devices: maps and clones go only where the program works, the
 	// second device once the program starts using it.
 	devicesOf := func(out string) string {
