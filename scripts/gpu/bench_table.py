@@ -35,13 +35,13 @@ VEC = ["tiny", "small", "medium", "large", "xlarge"]
 KERNEL_TIMED = VEC + ["compute_bound"]
 ATTACH = ["attach_vec_add", "attach_many_kernels"]
 WORKLOAD_ORDER = VEC + ["compute_bound", "launch_heavy"] + ATTACH
-MODE_ORDER = ["base", "idle", "empty", "globaltimer", "counter", "ring", "ring_nodrop", "shared",
+MODE_ORDER = ["base", "idle", "empty", "globaltimer", "counter", "ring", "ring_nodrop", "shared", "shared_direct",
               "threadhist", "kernelretsnoop", "kernel_trace", "launchlate", "gpuevent_snoop",
               "hand_globaltimer", "hand_counter", "hand_ring", "hand_shared", "cmd", "p"]
 # probe mode -> its hand-written twin (None: the ideal is no code at all,
 # i.e. the untraced run, so probe / hand-written is the probe's ratio).
 HAND = {"empty": None, "globaltimer": "hand_globaltimer", "counter": "hand_counter",
-        "ring": "hand_ring", "ring_nodrop": "hand_ring", "shared": "hand_shared"}
+        "ring": "hand_ring", "ring_nodrop": "hand_ring", "shared": "hand_shared", "shared_direct": "hand_shared"}
 MODE_TEXT = {
     "base": "untraced (its runs against their own median: the noise)",
     "idle": "agent loaded, idle (LD_PRELOAD, nothing attached)",
@@ -50,7 +50,8 @@ MODE_TEXT = {
     "counter": "per-thread counter probe",
     "ring": "one ring record per thread (--summary)",
     "ring_nodrop": "one ring record per thread, --no-drop: a warp waits for room, no record lost",
-    "shared": "GPU update of a CPU-shared kernel map (1504), per warp",
+    "shared": "GPU update of a CPU-shared kernel map (1504), per warp, gathered in device memory",
+    "shared_direct": "the same, every update on the host link (GPUBPF_SHARED_MAPS=direct)",
     "threadhist": "threadhist -- CMD",
     "kernelretsnoop": "kernelretsnoop -- CMD",
     "kernel_trace": "kernel_trace -- CMD",

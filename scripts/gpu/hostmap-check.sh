@@ -10,7 +10,10 @@
 #     per_thread (1512) key 0 (calls) = launches for every thread, key 2 =
 #     the thread's id, and no slot for a thread that does not exist;
 #   - the launches were instrumented, and the app's output (timings aside)
-#     is the same as untraced.
+#     is the same as untraced;
+#   - a CPU-shared map (1504) the GPU only adds to, gathered in device
+#     memory: read live, exact at the end, and the same with
+#     GPUBPF_SHARED_MAPS=direct (see the section at the end).
 # vec_add runs 1000 elements on 4 x 256 threads (24 threads have no
 # element) for HOSTMAP_ITER launches (default 50000); a traced run that
 # ends within 4 s, too soon for two 1 s intervals, is run again with
@@ -23,7 +26,7 @@ ok() { echo "ok   $*"; pass=$((pass + 1)); }
 bad() { echo "FAIL $*"; fail=$((fail + 1)); }
 need() { [ -e "$1" ] || { echo "missing $1 (make gpu-bundle here, make -C samples, make agent)"; exit 1; }; }
 need bin/gpubpf; need bin/libgpubpf-agent.so; need samples/bin/vec_add; need samples/bin/vec_add_shared
-need bpf/examples/host_map_bpfel.o
+need bpf/examples/host_map_bpfel.o; need bpf/bench/bench_shared.bpf.o
 
 T=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}/hostmap
 rm -rf "$T"; mkdir -p "$T"
@@ -120,5 +123,50 @@ for v in vec_add vec_add_shared; do
 	done < <(judge "$T/$v.out")
 	runs+="$v $LAUNCHES launches ${secs}s; "
 done
+# A map shared with the CPU (1504) that the GPU only adds to
+# (bpf/bench/bench_shared.bpf.o: each warp adds its lanes to slot SM % 64):
+# gathered in device memory and folded into the kernel's map every 100 ms
+# (issue 47). Live (read at -i 0.2 at two values or more between 0 and the
+# end), exact (the slots sum to launches x threads), and the same sum with
+# GPUBPF_SHARED_MAPS=direct (every add on the host link), both timed.
+shared_sum() { python3 - "$1" <<'PY'
+import json, sys
+sums, cur, summary = [], {}, {}
+for line in open(sys.argv[1], errors="replace"):
+    try: o = json.loads(line)
+    except ValueError: continue
+    if not isinstance(o, dict): continue
+    if o.get("type") == "summary": summary = o
+    if o.get("type") == "map" and o.get("map") == "shared_counts":
+        k = o["key"]
+        if k in cur:            # a new read begins
+            sums.append(sum(cur.values())); cur = {}
+        cur[k] = int(o["value"])
+if cur: sums.append(sum(cur.values()))
+final = sums[-1] if sums else -1
+live = sorted({v for v in sums[:-1] if 0 < v < final})
+print(final, len(live), ",".join(summary.get("shared_maps_gathered") or []), summary.get("shared_map_folds", 0))
+PY
+}
+SITER=${HOSTMAP_SHARED_ITER:-200000}
+for mode in gathered direct; do
+	env=()
+	[ $mode = direct ] && env=(GPUBPF_SHARED_MAPS=direct)
+	t0=$(date +%s.%N)
+	timeout --kill-after=10 120 env "${env[@]}" gpubpf run -i 0.2 -j bpf/bench/bench_shared.bpf.o -- samples/bin/vec_add $N "$SITER" $THR $BLK >"$T/shared-$mode.out" 2>"$T/shared-$mode.err"
+	src=$?
+	ssecs=$(python3 -c "import time; print(f'{time.time() - $t0:.1f}')")
+	read -r final live gathered folds < <(shared_sum "$T/shared-$mode.out")
+	want=$(((SITER + 1) * THREADS))
+	if [ $mode = gathered ]; then
+		ok_if=$([ "$src" = 0 ] && [ "$final" = "$want" ] && [ "$gathered" = shared_counts ] && [ "${live:-0}" -ge 2 ] && [ "${folds:-0}" -gt 0 ] && echo 1)
+	else
+		ok_if=$([ "$src" = 0 ] && [ "$final" = "$want" ] && [ -z "$gathered" ] && echo 1)
+	fi
+	line="shared map ($mode): sum $final (want $want = $((SITER + 1)) launches x $THREADS threads), $live live values between 0 and the end, gathered [$gathered], $folds folds, ${ssecs}s"
+	if [ -n "$ok_if" ]; then ok "$line"; else bad "$line (rc $src)"; tail -n 3 "$T/shared-$mode.err"; fi
+	runs+="shared $mode ${ssecs}s; "
+done
+
 echo "SUMMARY: $pass ok, $fail failed (vec_add $N elements on $THREADS threads: ${runs%; })"
 [ $fail = 0 ]

@@ -20,7 +20,9 @@
 #   globaltimer     gpubpf run: %globaltimer read at entry (bench_globaltimer.bpf.o)
 #   counter         gpubpf run: per-thread counter (bench_counter.bpf.o)
 #   ring            gpubpf run --summary: one 40-byte ring record per thread (bench_ring.bpf.o)
-#   shared          gpubpf run: per-warp update of a CPU-shared kernel map, type 1504 (bench_shared.bpf.o)
+#   shared          gpubpf run: per-warp update of a CPU-shared kernel map, type 1504 (bench_shared.bpf.o):
+#                   the adds gathered in device memory, folded into the map every 100 ms
+#   shared_direct   the same with GPUBPF_SHARED_MAPS=direct: every add on the host link
 #   threadhist, kernelretsnoop, kernel_trace, launchlate   TOOL -- CMD, default flags
 #   gpuevent_snoop  gpuevent_snoop --summary -- CMD (tables, not the line per call)
 #   hand_globaltimer, hand_counter, hand_ring, hand_shared   the same
@@ -66,7 +68,7 @@ BUDGET_S=${BUDGET_S:-540}
 ALL_WORKLOADS="tiny small medium large xlarge compute_bound launch_heavy attach_vec_add attach_many_kernels"
 WORKLOADS=${WORKLOADS:-$ALL_WORKLOADS}
 [[ " $WORKLOADS " == *" attach "* ]] && WORKLOADS=$(echo " $WORKLOADS " | sed 's/ attach / attach_vec_add attach_many_kernels /')
-ALL_MODES="idle empty globaltimer counter ring ring_nodrop shared threadhist kernelretsnoop kernel_trace launchlate gpuevent_snoop hand_globaltimer hand_counter hand_ring hand_shared"
+ALL_MODES="idle empty globaltimer counter ring ring_nodrop shared shared_direct threadhist kernelretsnoop kernel_trace launchlate gpuevent_snoop hand_globaltimer hand_counter hand_ring hand_shared"
 MODES=${MODES:-$ALL_MODES}
 ATTACH_MODES=${ATTACH_MODES:-"cmd p"}
 RESULTS=${BENCH_RESULTS:-bench/results}
@@ -253,6 +255,7 @@ run_mode() {
 	idle) CMD=(env LD_PRELOAD="$AGENT" "${APP[@]}") ;;
 	empty) CMD=("${SUDO[@]}" "$TBIN/gpubpf" run -j --summary -P empty_entry -P empty_exit "$OBJ/bench_empty.bpf.o" -- "${APP[@]}") check=json ;;
 	globaltimer | counter | shared) CMD=("${SUDO[@]}" "$TBIN/gpubpf" run -j "$OBJ/bench_$m.bpf.o" -- "${APP[@]}") check=json ;;
+	shared_direct) CMD=("${SUDO[@]}" env GPUBPF_SHARED_MAPS=direct "$TBIN/gpubpf" run -j "$OBJ/bench_shared.bpf.o" -- "${APP[@]}") check=json ;;
 	ring) CMD=("${SUDO[@]}" "$TBIN/gpubpf" run -j --summary "$OBJ/bench_ring.bpf.o" -- "${APP[@]}") check=json ;;
 	ring_nodrop) CMD=("${SUDO[@]}" "$TBIN/gpubpf" run -j --summary --no-drop "$OBJ/bench_ring.bpf.o" -- "${APP[@]}") check=json ;;
 	threadhist | kernelretsnoop | kernel_trace | launchlate) CMD=("${SUDO[@]}" "$TBIN/$m" -- "${APP[@]}") check=account ;;
@@ -312,7 +315,7 @@ run_mode() {
 		prod=$(jnum "$out" records_produced) rec=$(jnum "$out" records) drop=$(jnum "$out" records_dropped_gpu)
 		note+="; records produced ${prod:-?}, delivered ${rec:-?}, dropped on the GPU ${drop:-?}"
 		[ "$m" = ring_nodrop ] && note+=", warps waited $(jnum "$out" ring_waits), gave up $(jnum "$out" ring_wait_drops)" ;;
-	shared)
+	shared | shared_direct)
 		# The slots of the shared map sum to the threads that entered.
 		local sum want=$((threads * want_launches))
 		sum=$(python3 - "$out" <<'PY'
