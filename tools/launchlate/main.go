@@ -387,13 +387,16 @@ func (l *launchlate) poll(ctx context.Context, interval time.Duration) {
 // a quiet second is read within readEvery, before its starts come near a
 // turn of the table.
 func (l *launchlate) tableDue(now time.Time, report bool) bool {
+	if report || l.events {
+		return true
+	}
 	n, err := l.startsRecorded()
 	if err != nil {
 		return true
 	}
 	l.recorded = n
 	l.recordedAtRead = min(l.recordedAtRead, n) // a process gone
-	return report || l.events || !now.Before(l.nextRead) || n-l.recordedAtRead >= graphSlots/8
+	return !now.Before(l.nextRead) || n-l.recordedAtRead >= graphSlots/8
 }
 
 // startsRecorded is the GPU's count of kernel starts it recorded, in every
