@@ -139,32 +139,11 @@ func TestFoldMirror(t *testing.T) {
 // GPUBPF_SHARED_MAPS=direct.
 func TestMirroredMaps(t *testing.T) {
 	add := func(name string, size asm.Size) GPUProgram {
-		insns := asm.Instructions{
-			asm.StoreImm(asm.RFP, -4, 0, asm.Word),
-			asm.LoadMapPtr(asm.R1, 0).WithReference(name),
-			asm.Mov.Reg(asm.R2, asm.RFP),
-			asm.Add.Imm(asm.R2, -4),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "out"),
-			asm.Mov.Imm(asm.R1, 1),
-			asm.AddAtomic.Mem(asm.R0, asm.R1, size, 0),
-			asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
-			asm.Return(),
-		}
+		insns := lookupThen(name, asm.Mov.Imm(asm.R1, 1), asm.AddAtomic.Mem(asm.R0, asm.R1, size, 0))
 		return GPUProgram{Spec: &ebpf.ProgramSpec{Name: "add_" + name, Instructions: insns}}
 	}
 	read := prog("read_b", "kprobe/k", "b") // looks b up and leaves it: add-only too
-	load := GPUProgram{Spec: &ebpf.ProgramSpec{Name: "load_c", Instructions: asm.Instructions{
-		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, 0).WithReference("c"),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.LoadMem(asm.R0, asm.R0, 0, asm.DWord),
-		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
-		asm.Return(),
-	}}}
+	load := GPUProgram{Spec: &ebpf.ProgramSpec{Name: "load_c", Instructions: lookupThen("c", asm.LoadMem(asm.R0, asm.R0, 0, asm.DWord))}}
 	shared := map[string]bool{"a": true, "b": true, "c": true, "d": true, "w": true}
 	gpu := []GPUProgram{add("a", asm.DWord), add("b", asm.DWord), {Spec: read}, load, add("c", asm.DWord),
 		add("d", asm.DWord), add("d", asm.Word), add("w", asm.DWord), add("gpu_only", asm.DWord)}
@@ -180,4 +159,19 @@ func TestMirroredMaps(t *testing.T) {
 	if got, _ := mirroredMaps(gpu, shared, ""); len(got) != 0 {
 		t.Errorf("GPUBPF_SHARED_MAPS=direct: mirrored %v", got)
 	}
+}
+
+// lookupThen looks key 0 of map name up and, found, runs then with the
+// value's pointer in r0; returns 0.
+func lookupThen(name string, then ...asm.Instruction) asm.Instructions {
+	insns := asm.Instructions{
+		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, 0).WithReference(name),
+		asm.Mov.Reg(asm.R2, asm.RFP),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "out"),
+	}
+	insns = append(insns, then...)
+	return append(insns, asm.Mov.Imm(asm.R0, 0).WithSymbol("out"), asm.Return())
 }

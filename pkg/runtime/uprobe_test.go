@@ -16,18 +16,8 @@ import (
 
 // counterProg adds 1 to key 0 of map "hits" each time it runs.
 func counterProg(name, section string) *ebpf.ProgramSpec {
-	return &ebpf.ProgramSpec{Name: name, SectionName: section, Type: ebpf.Kprobe, License: "GPL", Instructions: asm.Instructions{
-		asm.StoreImm(asm.RFP, -4, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, 0).WithReference("hits"),
-		asm.Mov.Reg(asm.R2, asm.RFP),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Imm(asm.R1, 1),
-		asm.StoreXAdd(asm.R0, asm.R1, asm.DWord),
-		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
-		asm.Return(),
-	}}
+	return &ebpf.ProgramSpec{Name: name, SectionName: section, Type: ebpf.Kprobe, License: "GPL",
+		Instructions: lookupThen("hits", asm.Mov.Imm(asm.R1, 1), asm.StoreXAdd(asm.R0, asm.R1, asm.DWord))}
 }
 
 // A real process calling a function of its own a known number of times; the
