@@ -67,6 +67,28 @@ static __always_inline struct gpu_group gpu_warp_group(void)
 	return g;
 }
 
+/* The sum of v over the lanes of group g, in every lane of it: a butterfly
+ * of five shuffles when the whole warp is there (a kernel's exit, mostly),
+ * else one shuffle per lane of the group. Every lane of g must call it. */
+static __always_inline u64 gpu_group_sum(struct gpu_group g, u64 v)
+{
+	u64 lane = bpf_get_lane_id(), sum = 0;
+	u32 i;
+
+	if (g.mask == 0xFFFFFFFF) {
+		v += bpf_gpu_shfl(v, lane ^ 16, g.mask);
+		v += bpf_gpu_shfl(v, lane ^ 8, g.mask);
+		v += bpf_gpu_shfl(v, lane ^ 4, g.mask);
+		v += bpf_gpu_shfl(v, lane ^ 2, g.mask);
+		v += bpf_gpu_shfl(v, lane ^ 1, g.mask);
+		return v;
+	}
+	for (i = 0; i < 32; i++)
+		if (g.mask & (1U << i))
+			sum += bpf_gpu_shfl(v, i, g.mask);
+	return sum;
+}
+
 /* Linear thread index in the block, and the block's linear index. */
 static __always_inline u64 gpu_thread_in_block(u64 *threads_per_block)
 {

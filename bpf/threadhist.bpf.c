@@ -64,8 +64,31 @@ int threadhist_exit(void *ctx)
 		return 0;
 	}
 	u32 idx = (kernel * shards + bpf_get_sm_id() % shards) * keys + key;
-	u64 *r = bpf_map_lookup_elem(&runs, &idx);
-	u64 *ns = bpf_map_lookup_elem(&nsecs, &idx);
+	u64 *r, *ns;
+	if (by == BY_BLOCK || by == BY_WARP) {
+		/* Every lane of a warp has the warp's key: the lanes exiting
+		 * together add once, through their lowest lane, instead of a
+		 * block's threads one by one on one address. Busy ns below bit
+		 * 58 (a lane's < 2^53), lanes without an entry time above: one
+		 * sum carries both. */
+		struct gpu_group g = gpu_warp_group();
+		u64 ok = start && start <= now;
+		u64 sum = gpu_group_sum(g, ok ? now - start : 1ULL << 58);
+
+		if (bpf_get_lane_id() != g.leader)
+			return 0;
+		r = bpf_map_lookup_elem(&runs, &idx);
+		ns = bpf_map_lookup_elem(&nsecs, &idx);
+		if (!r || !ns)
+			return 0;
+		__sync_fetch_and_add(r, g.n);
+		__sync_fetch_and_add(ns, sum & ((1ULL << 58) - 1));
+		if (sum >> 58)
+			gpu_array_add(&lost, 2, sum >> 58);
+		return 0;
+	}
+	r = bpf_map_lookup_elem(&runs, &idx);
+	ns = bpf_map_lookup_elem(&nsecs, &idx);
 	if (!r || !ns)
 		return 0;
 	__sync_fetch_and_add(r, 1);

@@ -33,10 +33,11 @@ RATE_MIN = 0.9
 
 def rates(path):
     out = []
-    for line in open(path, errors="replace"):
-        m = re.search(r"RATE t=([0-9.]+) \S+ per_s=([0-9.]+)", line)
-        if m:
-            out.append((float(m.group(1)), float(m.group(2))))
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = re.search(r"RATE t=([0-9.]+) \S+ per_s=([0-9.]+)", line)
+            if m:
+                out.append((float(m.group(1)), float(m.group(2))))
     return out
 
 
@@ -74,7 +75,8 @@ def judge(d, app, tool, ref, soak):
         problems.append(f"traced rate x{r_mid:.3f}")
     if post and r_post < RATE_MIN:
         problems.append(f"rate after the detach x{r_post:.3f}")
-    app_text = open(base + ".app", errors="replace").read()
+    with open(base + ".app", errors="replace") as f:
+        app_text = f.read()
     if not re.search(r"RESULT \S+ ok", app_text):
         problems.append("the program's RESULT is not ok")
     rows = samples(base + ".csv")
@@ -92,7 +94,8 @@ def judge(d, app, tool, ref, soak):
             parts.append(f"{name} {first / 1024:.1f} MiB +{g / 1024:.1f}")
             if g > max(FLAT_KB, FLAT_FRAC * first):
                 problems.append(f"{name} grew {g / 1024:.1f} MiB")
-    err = open(base + ".err", errors="replace").read()
+    with open(base + ".err", errors="replace") as f:
+        err = f.read()
     drops = re.findall(r"[0-9]+ [^;,\n]*(?:dropped|lost)[^;,\n]*", err)
     verdict = "bad" if problems else "ok"
     line = (f"rate x{r_mid:.3f} attached, x{r_post:.3f} after (untraced {m0:.0f}/s, its spread {noise * 100:.1f}%); "

@@ -3,7 +3,7 @@
 # and kernel_trace as a user runs them, on the samples, with numbers
 # asserted, not eyeballed:
 #   - threadhist: runs sum to threads x launches on vec_add (static and
-#     shared cudart, --by thread.x and global), imbalance, multi_kernel,
+#     shared cudart, --by thread.x, global, block and warp), imbalance, multi_kernel,
 #     graph_launch; the app's RESULT stays ok;
 #   - kernelretsnoop: lane 31 marked late on lane_slow and in its exit spread,
 #     no lane on vec_add;
@@ -49,7 +49,7 @@ PY
 ITER=20 THR=256 BLK=16
 WANT=$(((ITER + 1) * THR * BLK)) # vec_add launches once to warm up
 for v in vec_add vec_add_shared; do
-	for by in thread.x global; do
+	for by in thread.x global block warp; do
 		n=th-$v-$by
 		run $n threadhist -j --by $by -- samples/bin/$v 4096 $ITER $THR $BLK
 		got=$(jsum "$LOGS/$n.out" kernel runs)
