@@ -295,16 +295,18 @@ type launchlate struct {
 	// count of starts recorded now and as of the last read (tableDue)
 	nextRead                 time.Time
 	recorded, recordedAtRead uint64
-	clockErr                 string // the last calibration failure, for the account
-	clocks                   int
-	maxBound                 uint64
-	timedN                   uint64
-	untimedN                 uint64
-	graphN                   uint64 // graph kernel starts without a stamp
-	graphT                   uint64 // graph kernel starts timed (in timedN too)
-	produced                 uint64 // starts the GPU recorded (nstarts)
-	calls                    [8]uint64
-	graphSeen                map[source][]uint64 // graph_starts as last read
+	// recordedNow reads the count (startsRecorded; a test's own)
+	recordedNow func() (uint64, error)
+	clockErr    string // the last calibration failure, for the account
+	clocks      int
+	maxBound    uint64
+	timedN      uint64
+	untimedN    uint64
+	graphN      uint64 // graph kernel starts without a stamp
+	graphT      uint64 // graph kernel starts timed (in timedN too)
+	produced    uint64 // starts the GPU recorded (nstarts)
+	calls       [8]uint64
+	graphSeen   map[source][]uint64 // graph_starts as last read
 }
 
 // graphStarts counts the untimed starts of graph kernels since the last
@@ -390,7 +392,10 @@ func (l *launchlate) tableDue(now time.Time, report bool) bool {
 	if report || l.events {
 		return true
 	}
-	n, err := l.startsRecorded()
+	if l.recordedNow == nil {
+		l.recordedNow = l.startsRecorded
+	}
+	n, err := l.recordedNow()
 	if err != nil {
 		return true
 	}
