@@ -10,7 +10,9 @@
 #      each one's series are gone within 40 s of its exit;
 #   3. cost at 1,000 launches/s (launch_heavy, 1 ms kernels on one stream):
 #      launchlate with and without --prometheus, the program's rate and the
-#      tool's CPU (% of one core), median of 3 alternating runs.
+#      tool's CPU (% of one core), median of 3 alternating runs;
+#   4. each GPU tool's CPU while attached to a CUDA process that launches
+#      nothing (a measurement).
 # Prints "SUMMARY: ..." last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -49,8 +51,20 @@ wait_for() { # FILE PATTERN SECS
 	return 1
 }
 
-# FLEET_PARTS picks sections (default all): scrape all cost
-part() { [[ " ${FLEET_PARTS:-scrape all cost} " == *" $1 "* ]]; }
+# FLEET_PARTS picks sections (default all): scrape all cost idle
+part() { [[ " ${FLEET_PARTS:-scrape all cost idle} " == *" $1 "* ]]; }
+
+# CPU ns of every thread of a process (clock ticks, 10 ms, are too coarse
+# for a tool that spends well under 1% of a core); without schedstat, the
+# ticks of /proc/PID/stat
+cpu_of() {
+	local n
+	n=$(cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{n += $1} END {if (NR && n) print n}')
+	[ -n "$n" ] || n=$(awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1e9 / hz}' "/proc/$1/stat" 2>/dev/null)
+	echo "$n"
+}
+# pct C0 C1 T0 T1: CPU ns between two samples as % of one core
+pct() { python3 -c "print(f'{100 * ($2 - $1) / 1e9 / ($4 - $3):.3f}')"; }
 
 # ---- 1. each tool's scrape against exact counts -------------------------------
 if part scrape; then
@@ -143,15 +157,6 @@ fi
 # ---- 3. cost at 1,000 launches/s --------------------------------------------
 if part cost; then
 LH=(samples/bin/launch_heavy 8000 1 1000000 32)
-# CPU ns of every thread of a process (clock ticks, 10 ms, are too coarse
-# for a tool that spends well under 1% of a core); without schedstat, the
-# ticks of /proc/PID/stat
-cpu_of() {
-	local n
-	n=$(cat /proc/"$1"/task/*/schedstat 2>/dev/null | awk '{n += $1} END {if (NR && n) print n}')
-	[ -n "$n" ] || n=$(awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) * 1e9 / hz}' "/proc/$1/stat" 2>/dev/null)
-	echo "$n"
-}
 declare -A rate cpu
 for i in 1 2 3; do
 	"${LH[@]}" >"$T/cost0-$i.out" 2>&1
@@ -184,7 +189,7 @@ for i in 1 2 3; do
 		wait $tp
 		rate[$v]+=" $(grep -ao '[0-9.]* launches/s' "$T/cost-$v-$i.out" | awk '{print $1}')"
 		if [ -n "$c0" ] && [ -n "$c1" ]; then
-			cpu[$v]+=" $(python3 -c "print(f'{100 * ($c1 - $c0) / 1e9 / ($t1 - $t0):.3f}')")"
+			cpu[$v]+=" $(pct "$c0" "$c1" "$t0" "$t1")"
 		else
 			echo "  cost: the tool (pid $tp) was gone before its CPU was sampled: $(tail -2 "$T/cost-$v-$i.tool" | tr '\n' ' ')"
 		fi
@@ -198,6 +203,42 @@ if python3 -c "import sys; sys.exit(0 if $cq < 2.0 and $rq / $rp > 0.97 else 1)"
 	ok "cost at 1,000 launches/s: $line (goals: CPU < 2%, the exporter within the noise)"
 else
 	bad "cost at 1,000 launches/s: $line (goals: CPU < 2%, the exporter within the noise)"
+fi
+fi
+
+# ---- 4. an idle process: each tool's own CPU ---------------------------------
+# Each GPU tool attached with -p to a CUDA process that launches nothing
+# (gated before its one round): the tool's CPU over 5 s once attached.
+# Production attaches sit on idle processes for hours: what waiting costs
+# (drains, table reads, clocks). A measurement; it fails only where a tool
+# could not be measured.
+if part idle; then
+G=$T/idle-gate
+mkdir -p "$G"
+samples/bin/gated "$G" 1 256 4 1 >"$T/idle-gated.out" 2>&1 &
+app=$!
+for _ in $(seq 600); do [ -e "$G/ready" ] && break; sleep 0.1; done
+line="" missing=""
+for tool in launchlate gpuevent_snoop threadhist kernelretsnoop kernel_trace; do
+	k=()
+	case $tool in threadhist | kernelretsnoop | kernel_trace) k=(-k 'gated*') ;; esac
+	"bin/$tool" "${k[@]}" -p "$app" >"$T/idle-$tool.out" 2>"$T/idle-$tool.err" &
+	tp=$!
+	wait_for "$T/idle-$tool.err" 'Hit Ctrl-C' 30
+	sleep 1
+	t0=$(date +%s.%N) c0=$(cpu_of $tp)
+	sleep 5
+	t1=$(date +%s.%N) c1=$(cpu_of $tp)
+	kill -INT $tp 2>/dev/null
+	wait $tp
+	if [ -n "$c0" ] && [ -n "$c1" ]; then line+=" $tool $(pct "$c0" "$c1" "$t0" "$t1")%"; else missing+=" $tool"; fi
+done
+touch "$G/go.1"
+wait $app
+if [ -z "$missing" ]; then
+	ok "idle process, each tool -p, its CPU over 5 s (% of one core):$line"
+else
+	bad "idle process: not measured:$missing;$line"
 fi
 fi
 
