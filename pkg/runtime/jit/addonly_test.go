@@ -109,6 +109,10 @@ func TestAddOnlyMaps(t *testing.T) {
 		{"a function's own lookup and add", append(seq(asm.Instructions{asm.Call.Label("f")}),
 			append(labelled("f", lookupTo("m", "fout")), asm.Mov.Imm(asm.R1, 1), asm.AddAtomic.Mem(asm.R0, asm.R1, asm.DWord, 0),
 				asm.Mov.Imm(asm.R0, 0).WithSymbol("fout"), asm.Return())...), map[string]int{"m": 8}},
+		{"named only in code never reached", seq(lookup("m"), asm.Instructions{
+			asm.Ja.Label("out"),
+			asm.LoadMapValue(asm.R2, 0, 0).WithReference("m"),
+			asm.StoreImm(asm.R2, 0, 1, asm.Word)}), map[string]int{}},
 		{"returned by a function", append(seq(asm.Instructions{asm.Call.Label("f"), asm.LoadMem(asm.R1, asm.R0, 0, asm.DWord)}),
 			append(labelled("f", lookupTo("m", "fout")), asm.Return().WithSymbol("fout"))...), map[string]int{}},
 	} {
