@@ -42,8 +42,8 @@ type mirror struct {
 // that uses one only adds to it, all with one width. The launch-words map
 // is read by the agent: never mirrored.
 func mirroredMaps(gpu []GPUProgram, shared map[string]bool, launchWords string) (map[string]int, error) {
-	if os.Getenv("GPUBPF_SHARED_MAPS") == "direct" {
-		return nil, nil
+	if len(shared) == 0 || os.Getenv("GPUBPF_SHARED_MAPS") == "direct" {
+		return nil, nil // nothing to analyse at start-up
 	}
 	width := map[string]int{}
 	refused := map[string]bool{}
@@ -191,13 +191,12 @@ func addDeltas(host, last, cur []byte, width int) {
 	}
 }
 
-// hasMirrors says whether p folds.
-func (p *Process) hasMirrors() bool {
-	for _, d := range p.placed() {
-		for _, m := range d.maps {
-			if m.mirror != nil && m.mirror.width != 0 {
-				return true
-			}
+// folding says whether the session folds: a mirrored map the GPU writes
+// (mirrored is set once, at Open).
+func (s *Session) folding() bool {
+	for _, w := range s.mirrored {
+		if w != 0 {
+			return true
 		}
 	}
 	return false

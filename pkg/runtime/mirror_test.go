@@ -129,8 +129,8 @@ func TestFoldMirror(t *testing.T) {
 	if s.folds.Load() == 0 {
 		t.Errorf("no fold counted")
 	}
-	if !p.hasMirrors() {
-		t.Errorf("hasMirrors false with a mirror placed")
+	if !s.folding() {
+		t.Errorf("folding false with a mirrored map the GPU adds to")
 	}
 }
 
@@ -154,6 +154,9 @@ func TestMirroredMaps(t *testing.T) {
 	want := map[string]int{"a": 8, "b": 8}
 	if len(got) != len(want) || got["a"] != 8 || got["b"] != 8 {
 		t.Errorf("mirrored %v, want %v (c is read, d added at two widths, w the launch words, gpu_only not shared)", got, want)
+	}
+	if got, _ := mirroredMaps(gpu, nil, ""); got != nil {
+		t.Errorf("no map shared with the CPU: mirrored %v", got)
 	}
 	t.Setenv("GPUBPF_SHARED_MAPS", "direct")
 	if got, _ := mirroredMaps(gpu, shared, ""); len(got) != 0 {

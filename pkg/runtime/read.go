@@ -57,7 +57,7 @@ func (p *Process) poll() {
 	var folded time.Time
 	for {
 		wait := p.drain(false)
-		if p.hasMirrors() {
+		if p.s.folding() {
 			if now := time.Now(); now.Sub(folded) >= FoldEvery {
 				p.fold(true)
 				folded = now
@@ -453,9 +453,15 @@ func (s *Session) readMaps(live bool, names []string) ([]MapCopy, error) {
 	}
 	if s.kern.coll != nil {
 		// the GPU's adds gathered in device memory, added to the kernel's
-		// maps before they are read
-		for _, p := range s.Processes() {
-			p.fold(live)
+		// maps before they are read (only where one is asked for: a tool
+		// reads its own maps here many times a second)
+		for name := range s.mirrored {
+			if want(name) {
+				for _, p := range s.Processes() {
+					p.fold(live)
+				}
+				break
+			}
 		}
 		for _, name := range sortedKeys(s.kern.coll.Maps) {
 			if !want(name) {

@@ -413,11 +413,17 @@ func (l *launchlate) startsRecorded() (uint64, error) {
 	}
 	var n uint64
 	for _, mc := range copies {
-		if v := mc.Values(); len(v) >= 8 {
-			n += binary.LittleEndian.Uint64(v)
-		}
+		n += startsIn(mc)
 	}
 	return n, nil
+}
+
+// startsIn is one context's copy of nstarts: its count.
+func startsIn(mc runtime.MapCopy) uint64 {
+	if v := mc.Values(); len(v) >= 8 {
+		return binary.LittleEndian.Uint64(v)
+	}
+	return 0
 }
 
 // calibrate measures the clocks of every process still traced (the
@@ -479,9 +485,7 @@ func (l *launchlate) read(all bool) {
 		case mc.Name == "graph_starts":
 			l.graphStarts(source{mc.PID, mc.Device, mc.Ctx}, mc.Values())
 		case mc.Name == "nstarts":
-			if v := mc.Values(); len(v) >= 8 {
-				produced += binary.LittleEndian.Uint64(v)
-			}
+			produced += startsIn(mc)
 		case mc.Name == "calls" && mc.Kernel != nil:
 			for i := range l.calls {
 				var per []uint64
