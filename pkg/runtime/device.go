@@ -84,6 +84,9 @@ type placedMap struct {
 	// released: unmapped; a live read makes no mirror after it.
 	mu       sync.RWMutex
 	released bool
+	// refs: batches of the ring's records in place (ringhold.go); the
+	// last one released after the map unmaps the mirror
+	refs atomic.Int64
 	// kernel maps shared with the GPU; mirror: the device copy the GPU
 	// adds to instead, folded into kmap (mirror.go)
 	kmap   *ebpf.Map
@@ -95,6 +98,7 @@ type placedMap struct {
 // ringState is the host side of one ring in one context.
 type ringState struct {
 	readers []*gpumap.Reader // one per shard
+	holds   []*ringHold      // one per shard; nil for trace_printk's ring (its lines are copies)
 	// The GPU's counters as of the last drain and the records the program
 	// discarded, read by Stats while drains run (and after the mirror is
 	// unmapped).
@@ -170,6 +174,7 @@ func (p *Process) device(t agentproto.Target) (*device, error) {
 		return nil, fmt.Errorf("placing the trace_printk ring: %w", err)
 	}
 	pk.ring.maxWait = quietPoll
+	pk.ring.holds = nil // its lines are copies: a drain releases what it scanned
 	if p.s.prints() {
 		pk.ring.maxWait = printkPoll
 	}
@@ -235,12 +240,7 @@ func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
 	kind := pl.Kind
 	switch kind {
 	case gpumap.RingBuf:
-		pm, err := d.ring(name, d.p.s.opts.ringPlacement(pl))
-		if err == nil {
-			// batches for its first drains, ready before the first launch
-			go batches.warm(int(gpumap.RingShards(pm.place)), batchClass(min(gpumap.ShardSize(pm.place)/2, batchBytes)))
-		}
-		return pm, err
+		return d.ring(name, d.p.s.opts.ringPlacement(pl))
 	case gpumap.PerThreadArray:
 		pl.Threads = d.p.s.opts.Threads
 		if pl.Threads == 0 {
@@ -404,7 +404,10 @@ func (d *device) hostMap(name string, spec *ebpf.MapSpec, pl gpumap.Placement) (
 }
 
 // sharedMemory makes a memfd of size bytes named after map name and maps it
-// into the tool; the agent maps the same pages into the application.
+// into the tool; the agent maps the same pages into the application (and
+// pins them). Mapped populated: the tool reads a ring's mirror in place,
+// and a first touch per 4 KiB page in its drains cost a page fault each
+// (a 256 MiB ring: 65536 of them in its first laps).
 func sharedMemory(name string, size uint64) (*os.File, []byte, error) {
 	fd, err := unix.MemfdCreate("gpubpf-"+name, unix.MFD_CLOEXEC)
 	if err != nil {
@@ -415,7 +418,7 @@ func sharedMemory(name string, size uint64) (*os.File, []byte, error) {
 		f.Close()
 		return nil, nil, fmt.Errorf("sizing %d MiB of host memory for map %s: %w", size>>20, name, err)
 	}
-	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_POPULATE)
 	if err != nil {
 		f.Close()
 		return nil, nil, fmt.Errorf("mapping the host memory of map %s: %w", name, err)
@@ -498,6 +501,10 @@ func (d *device) ring(name string, pl gpumap.Placement) (pm *placedMap, err erro
 	pm.place = pl
 	n := len(readers)
 	pm.ring = &ringState{readers: readers, maxWait: pollInterval, lastReserved: make([]uint64, n), reserved: make([]uint64, n), pend: make([]uint64, n)}
+	pm.ring.holds = make([]*ringHold, n)
+	for i := range pm.ring.holds {
+		pm.ring.holds[i] = &ringHold{pm: pm}
+	}
 	return pm, nil
 }
 
@@ -524,7 +531,7 @@ func (m *placedMap) unmap() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.released = true
-	if m.mem != nil {
+	if m.mem != nil && m.refs.Load() == 0 {
 		unix.Munmap(m.mem)
 		m.mem = nil
 	}

@@ -141,6 +141,10 @@ type Batch struct {
 	// whole, record headers and discarded records between
 	data         []byte
 	starts, ends []uint32
+	// hold: the ring shard whose mirror data points into (records in
+	// place), seq the batch's number there; nil for a batch of its own
+	hold *ringHold
+	seq  uint64
 }
 
 // Len is the number of records in the batch.
@@ -149,16 +153,6 @@ func (b *Batch) Len() int { return len(b.ends) }
 // Record returns record i (valid until Release).
 func (b *Batch) Record(i int) []byte {
 	return b.data[b.starts[i]:b.ends[i]]
-}
-
-// addRun copies a run of ring memory and its records' bounds.
-func (b *Batch) addRun(r gpumap.Run) {
-	base := uint32(len(b.data))
-	b.data = append(b.data, r.Mem...)
-	for k := range r.Ends {
-		b.starts = append(b.starts, base+r.Starts[k])
-		b.ends = append(b.ends, base+r.Ends[k])
-	}
 }
 
 // NewBatch is a batch of the given records from ring of process pid's
@@ -174,13 +168,14 @@ func NewBatch(pid, dev int, ctx uint64, ring string, records ...[]byte) *Batch {
 	return b
 }
 
-// Release gives the batch's memory back for later batches: a tool that is
-// done with a batch's records may call it (at the event path's rates,
-// allocating and zeroing a batch per shard and drain was most of the
-// tool's time). The batch and its records must not be used after.
+// Release gives the batch's records back to their ring: a drained ring's
+// records are handed to the tool in place, and the GPU writes over them
+// only once the tool released them, so a tool must call it once it is done
+// with a batch (a tool that holds batches fills the ring, and the GPU then
+// counts drops). The batch and its records must not be used after.
 func (b *Batch) Release() {
-	if b != nil {
-		batches.put(b)
+	if b != nil && b.hold != nil {
+		b.releaseInPlace()
 	}
 }
 

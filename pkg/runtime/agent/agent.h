@@ -11,7 +11,7 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 10u
+#define PROTO_VERSION 11u
 #define PROTO_MAX_FRAME (64u << 20)
 #define SNAPSHOT_LIVE 1u /* snapshot flag: do not wait for the application's launches */
 #define HIDDEN __attribute__((visibility("hidden")))

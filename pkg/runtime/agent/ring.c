@@ -8,7 +8,10 @@
  * G, has the same layout. In stream order: publish each shard's new
  * released position at its control block + 128 (from the mirror's copy of
  * that block, so the async copy reads pinned memory), copy the control
- * blocks to the mirror, then each shard's data of positions [release, R).
+ * blocks to the mirror, then each shard's data of positions [from, R): from
+ * (protocol 11) is where the tool's copy must begin, at or after release:
+ * the records between were handed to the tool, which still reads them in
+ * the mirror.
  * No wait for the application's launches: this is a live copy of a buffer
  * kernels write into, and the tool validates records. */
 #define RING_CTRL 256u
@@ -118,8 +121,9 @@ int ring_drain(struct session *s, uint32_t req, int dev, CUstream st, struct rbu
 		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "ring-drain: bad ring address 0x%llx",
 				  (unsigned long long)ring);
 	uint8_t *mirror = g->host;
-	/* the releases, and room for 2n copies (a shard's data may wrap) */
-	uint64_t *rel = malloc((size_t)n * sizeof *rel);
+	/* the releases and copy starts, and room for 2n copies (a shard's
+	 * data may wrap) */
+	uint64_t *rel = malloc((size_t)n * 2 * sizeof *rel), *from = rel + n;
 	CUdeviceptr *ptrs = malloc((size_t)n * 4 * sizeof *ptrs);
 	size_t *lens = malloc((size_t)n * 2 * sizeof *lens);
 	if (!rel || !ptrs || !lens) {
@@ -144,6 +148,27 @@ int ring_drain(struct session *s, uint32_t req, int dev, CUstream st, struct rbu
 			return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
 					  "ring-drain: shard %u: release %llu must be in [released %llu, reserved %llu]", i,
 					  (unsigned long long)bad, (unsigned long long)old, (unsigned long long)seen);
+		}
+	}
+	uint32_t nf = rb_u32(r);
+	if (!r->err && nf != 0 && nf != n) {
+		free(rel);
+		free(ptrs);
+		free(lens);
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
+				  "ring-drain: %u copy starts for %u shards (want one per shard, or none)", nf, n);
+	}
+	for (uint32_t i = 0; i < n && !r->err; i++) {
+		from[i] = nf ? rb_u64(r) : rel[i];
+		uint64_t seen = ld64(mirror + (uint64_t)i * RING_CTRL + RING_OFF_RESERVED);
+		if (!r->err && (from[i] < rel[i] || from[i] > seen)) {
+			uint64_t bad = from[i];
+			free(rel);
+			free(ptrs);
+			free(lens);
+			return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
+					  "ring-drain: shard %u: copy start %llu must be in [release %llu, reserved %llu]", i,
+					  (unsigned long long)bad, (unsigned long long)rel[i], (unsigned long long)seen);
 		}
 	}
 	if (r->err) {
@@ -192,20 +217,20 @@ int ring_drain(struct session *s, uint32_t req, int dev, CUstream st, struct rbu
 	cp.dtoh = 1;
 	for (uint32_t i = 0; i < n && cr == CUDA_SUCCESS && !(flags & RING_HOST_DATA); i++) {
 		uint64_t R = ld64(mirror + (uint64_t)i * RING_CTRL + RING_OFF_RESERVED);
-		if (R <= rel[i])
+		if (R <= from[i])
 			continue;
 		uint64_t off = (uint64_t)n * RING_CTRL + (uint64_t)i * (S + T);
 		CUdeviceptr data = ring + off;
 		CUdeviceptr md = (CUdeviceptr)(uintptr_t)(mirror + off);
-		uint64_t len = R - rel[i] < S ? R - rel[i] : S;
-		uint64_t a = rel[i] & (S - 1);
+		uint64_t len = R - from[i] < S ? R - from[i] : S;
+		uint64_t a = from[i] & (S - 1);
 		if (a + len <= S) {
 			copies_add(&cp, md + a, data + a, len);
 			copied += len;
 		} else {
 			/* through the end of the tail (records that ran on into it),
 			 * then the wrapped part from the start */
-			uint64_t b = (rel[i] + len) & (S - 1);
+			uint64_t b = (from[i] + len) & (S - 1);
 			copies_add(&cp, md + a, data + a, S + T - a);
 			if (b)
 				copies_add(&cp, md, data, b);

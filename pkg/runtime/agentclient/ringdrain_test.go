@@ -222,6 +222,26 @@ func TestRingDrain(t *testing.T) {
 		t.Fatal("wrapping drain: [0, 500) not copied")
 	}
 
+	// 3b. The tool still reads [3000, S+300) in the mirror (handed out in
+	// place, not released): a drain releasing only up to 3000 but copying
+	// from S+300 leaves those bytes as they are, though the device's
+	// changed, and copies [S+300, S+500) again.
+	r.produce(0, 3000, S, 40)
+	r.produce(0, 0, 500, 50)
+	before := r.mirrorData(0)
+	rep, err := r.c.RingDrain(OnDevice(0), agentproto.RingDrainRequest{Ring: r.ring, RegionID: r.regionID,
+		DataBytes: S, TailBytes: T, Release: []uint64{3000}, CopyFrom: []uint64{S + 300}})
+	if err != nil || rep.Copied != 200 {
+		t.Fatalf("drain copying from S+300: %d bytes, %v; want 200", rep.Copied, err)
+	}
+	dev, m = r.deviceData(0), r.mirrorData(0)
+	if !bytes.Equal(m[300:500], dev[300:500]) || bytes.Equal(m[300:500], before[300:500]) {
+		t.Fatal("[S+300, S+500) not copied")
+	}
+	if !bytes.Equal(m[:300], before[:300]) || !bytes.Equal(m[3000:], before[3000:]) {
+		t.Fatal("the copy wrote where the tool still reads, before its copy start")
+	}
+
 	// 4. Release everything: R == release, nothing to copy; a drain that
 	// releases nothing new writes nothing but mirrors the control block.
 	if got := r.drain(0, S+500); got != 0 {
@@ -358,6 +378,9 @@ func TestRingDrainBadRequest(t *testing.T) {
 		{"release past reserved", func(q *agentproto.RingDrainRequest) { q.Release = []uint64{41, 0} }, "release"},
 		{"release past reserved, shard 1", func(q *agentproto.RingDrainRequest) { q.Release = []uint64{16, 8} }, "shard 1"},
 		{"unknown flags", func(q *agentproto.RingDrainRequest) { q.Flags = 2 }, "flags"},
+		{"copy start before the release", func(q *agentproto.RingDrainRequest) { q.CopyFrom = []uint64{8, 0} }, "copy start"},
+		{"copy start past reserved", func(q *agentproto.RingDrainRequest) { q.CopyFrom = []uint64{48, 0} }, "copy start"},
+		{"copy starts for fewer shards", func(q *agentproto.RingDrainRequest) { q.CopyFrom = []uint64{16} }, "copy starts"},
 		{"no ring", func(q *agentproto.RingDrainRequest) { q.Ring = 0 }, "ring address"},
 	} {
 		q := ok

@@ -709,8 +709,11 @@ func (m *SnapshotRequest) Decode(d *Decoder) {
 // control block (each must lie between that and the reserved position the
 // same copy shows), the agent writes it to the shard's control block + 128.
 // It then copies the control blocks to region offset 0 and, without
-// RingDrainHostData, each shard's data of positions [Release, reserved) to
-// its place in the region.
+// RingDrainHostData, each shard's data of positions [CopyFrom, reserved) to
+// its place in the region. CopyFrom (protocol 11; empty: Release) lies
+// between Release and that reserved position: the records before it were
+// handed to the tool, which may still read them in the mirror until it
+// releases them, so the copy must not write there.
 type RingDrainRequest struct {
 	Target
 	Ring      uint64
@@ -719,6 +722,7 @@ type RingDrainRequest struct {
 	TailBytes uint64
 	Flags     uint32
 	Release   []uint64 // one per shard
+	CopyFrom  []uint64 // one per shard, or none
 }
 
 // RingDrainHostData (RingDrainRequest.Flags bit 0): the ring's data area
@@ -738,6 +742,10 @@ func (m *RingDrainRequest) Encode(e *Encoder) {
 	for _, r := range m.Release {
 		e.U64(r)
 	}
+	e.U32(uint32(len(m.CopyFrom)))
+	for _, r := range m.CopyFrom {
+		e.U64(r)
+	}
 }
 func (m *RingDrainRequest) Decode(d *Decoder) {
 	m.Target.decode(d)
@@ -750,6 +758,11 @@ func (m *RingDrainRequest) Decode(d *Decoder) {
 	m.Release = make([]uint64, 0, n)
 	for range n {
 		m.Release = append(m.Release, d.U64())
+	}
+	n = d.Count(8)
+	m.CopyFrom = nil
+	for range n {
+		m.CopyFrom = append(m.CopyFrom, d.U64())
 	}
 }
 

@@ -34,6 +34,8 @@ func TestRoundTrip(t *testing.T) {
 		&LaunchEventsReply{AttachNs: 1 << 50},
 		&RingDrainRequest{Target: Target{Device: 1, Ctx: 9}, Ring: 0x7000, RegionID: 2, DataBytes: 1 << 20,
 			TailBytes: 4096, Release: []uint64{200, 0, 1 << 40, 7}, Flags: RingDrainHostData},
+		&RingDrainRequest{Ring: 0x7000, RegionID: 2, DataBytes: 1 << 20, TailBytes: 4096,
+			Release: []uint64{200, 0}, CopyFrom: []uint64{300, 8}},
 		&RingDrainReply{Copied: 1 << 40},
 		&ActivateRequest{Kernel: 1, CloneID: 2, Function: 3},
 		&ActivateRequest{Kernel: 1, CloneID: 2, Function: 3, LaunchWords: LaunchWords{Hidden: LaunchHiddenWords,

@@ -17,8 +17,9 @@ import (
 // Version is the protocol version this package speaks (sent in Hello).
 // 3: launch words in ActivateRequest, OpClock. 5: OpLaunch, Hello.Direct
 // and Hello.CUDAError. 8: SnapshotRequest.Flags. 9: Module.Device and
-// Module.Primary, NoteLateTables. 10: OpKernelTimes.
-const Version = 10
+// Module.Primary, NoteLateTables. 10: OpKernelTimes. 11:
+// RingDrainRequest.CopyFrom.
+const Version = 11
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12

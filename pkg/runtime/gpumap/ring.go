@@ -35,13 +35,22 @@ type Reader struct {
 	data []byte
 	size uint64
 	mode ReaderMode
-	// released: every position before it was consumed; the next drain
-	// may release it to the producers.
-	released uint64
+	// consumed: every record before it was handed to the consumer (or
+	// skipped, discarded); a drain copies from it on. What the producers
+	// may write again is the consumer's to say (the drain's release).
+	consumed uint64
 	// verified: records ending at or before it were seen committed by an
 	// earlier Scan (Mirror).
 	verified uint64
 	corrupt  uint64
+	// a scan's record bounds, kept for the next
+	starts, ends []uint32
+	// a Mirror's runs of the records seen committed in its last copy,
+	// not consumed yet, and how many discarded records lie among them;
+	// free: their bounds' memory for reuse
+	marked         []Run
+	markedDiscards uint64
+	free           [][]uint32
 }
 
 // NewReader wraps the memory of a one-shard ring: its control block, S
@@ -105,11 +114,11 @@ func (r *Reader) u64(off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&r.ct
 // Size is S, the ring's data bytes.
 func (r *Reader) Size() uint64 { return r.size }
 
-// Released is the position up to which every record was consumed.
-func (r *Reader) Released() uint64 { return r.released }
+// Consumed is the position up to which every record was handed out.
+func (r *Reader) Consumed() uint64 { return r.consumed }
 
 // Pending is how many bytes reserved before reserved are not consumed yet.
-func (r *Reader) Pending(reserved uint64) uint64 { return reserved - min(reserved, r.released) }
+func (r *Reader) Pending(reserved uint64) uint64 { return reserved - min(reserved, r.consumed) }
 
 // Ready is how many bytes of records Scan may consume now, at most: in a
 // Mirror, those an earlier Scan already saw committed (the others wait for
@@ -118,7 +127,7 @@ func (r *Reader) Pending(reserved uint64) uint64 { return reserved - min(reserve
 // streams.
 func (r *Reader) Ready(reserved uint64) uint64 {
 	if r.mode == Mirror {
-		return min(r.verified, reserved) - min(r.released, r.verified, reserved)
+		return min(r.verified, reserved) - min(r.consumed, r.verified, reserved)
 	}
 	return r.Pending(reserved)
 }
@@ -151,57 +160,79 @@ func (r *Reader) Reserved() uint64 { return atomic.LoadUint64(r.u64(OffReserved)
 // the tail or past the reserved position); the reader stops at them.
 func (r *Reader) Corrupt() uint64 { return r.corrupt }
 
-// Scan hands fn, in position order, every record of [Released, reserved)
+// Scan hands fn, in position order, every record of [Consumed, reserved)
 // it may consume (the slice is only valid during the call), skips discarded
 // ones, and returns how many it delivered and skipped. It stops at the first
 // record not committed yet.
 func (r *Reader) Scan(reserved uint64, fn func(rec []byte)) (delivered, discarded uint64) {
-	mem := r.data
-	return r.walk(reserved, func(off, l uint64) { fn(mem[off+RecHeader : off+RecHeader+l]) })
+	return r.ScanRuns(reserved, 1<<20, func(run Run) {
+		for k := range run.Ends {
+			fn(run.Mem[run.Starts[k]:run.Ends[k]])
+		}
+	})
 }
 
 // A Run is consecutive ring memory holding records Scan would deliver, for
-// a consumer that copies them in bulk: record i's payload is
-// Mem[Starts[i]:Ends[i]] (discarded records and headers lie between).
+// a consumer that takes them in bulk: record i's payload is
+// Mem[Starts[i]:Ends[i]] (discarded records and headers lie between). Mem
+// begins at ring position Pos (a record's header).
 type Run struct {
 	Mem          []byte
+	Pos          uint64
 	Starts, Ends []uint32
 }
 
 // ScanRuns is Scan in runs of at most maxRun bytes (a record longer than
-// maxRun is a run of its own): fn gets each run, valid during the call.
+// maxRun is a run of its own): fn gets each run, valid during the call. A
+// run ends where the ring wraps and at a long stretch of discarded records.
+//
+// A Mirror reads each record's header once: the walk over what a copy
+// shows committed notes the runs (marked), and the next scan hands them
+// out without reading the memory again (a committed record's bytes do not
+// change until the tool releases its space; the newer copy wrote them
+// there). Two walks over every record were most of the tool's time at a
+// streaming ring's rates: memory traffic beside the copies' own.
 func (r *Reader) ScanRuns(reserved uint64, maxRun uint64, fn func(Run)) (delivered, discarded uint64) {
-	var run Run
-	var from, to uint64 // the run's memory, offsets in r.data
-	flush := func() {
-		if len(run.Ends) > 0 {
-			run.Mem = r.data[from:to]
-			fn(run)
-		}
-		run.Starts, run.Ends = run.Starts[:0], run.Ends[:0]
+	if r.mode != Mirror {
+		return r.walkRuns(reserved, maxRun, fn, false)
 	}
-	delivered, discarded = r.walk(reserved, func(off, l uint64) {
-		end := off + RecHeader + l
-		if len(run.Ends) > 0 && (off < to || off-to >= RingTail || end-from > maxRun) {
-			flush() // wrapped, not adjacent (a long discarded stretch), or full
-		}
-		if len(run.Ends) == 0 {
-			from = off
-		}
-		to = end
-		run.Starts = append(run.Starts, uint32(off+RecHeader-from))
-		run.Ends = append(run.Ends, uint32(end-from))
-	})
-	flush()
+	for i := range r.marked {
+		run := &r.marked[i]
+		fn(*run)
+		delivered += uint64(len(run.Ends))
+		r.free = append(r.free, run.Starts[:0], run.Ends[:0])
+		*run = Run{}
+	}
+	r.marked = r.marked[:0]
+	discarded, r.markedDiscards = r.markedDiscards, 0
+	r.consumed = max(r.consumed, r.verified)
+	r.walkRuns(reserved, maxRun, nil, true)
 	return delivered, discarded
 }
 
-// walk is Scan's loop: deliver gets each consumable record that is not
-// discarded as its header's offset in r.data and its length.
-func (r *Reader) walk(reserved uint64, deliver func(off, l uint64)) (delivered, discarded uint64) {
-	pos := r.released
+// walkRuns walks the committed records of [consumed, reserved): into runs
+// handed to fn (consumed), or with mark into runs kept for the next scan
+// (verified, a Mirror's).
+func (r *Reader) walkRuns(reserved uint64, maxRun uint64, fn func(Run), mark bool) (delivered, discarded uint64) {
+	pos := r.consumed
 	mask := r.size - 1
 	mem := r.data
+	// the run in locals, not a struct a closure shares: kept in registers
+	starts, ends := r.starts[:0], r.ends[:0]
+	if mark {
+		starts, ends = r.bounds()
+	}
+	var from, to, runPos uint64 // the run's memory (offsets in mem) and position
+	emit := func() {
+		run := Run{Mem: mem[from:to], Pos: runPos, Starts: starts, Ends: ends}
+		if mark {
+			r.marked = append(r.marked, run)
+			starts, ends = r.bounds()
+			return
+		}
+		fn(run)
+		starts, ends = starts[:0], ends[:0]
+	}
 	for pos < reserved {
 		off := pos & mask
 		h := atomic.LoadUint64((*uint64)(unsafe.Pointer(&mem[off])))
@@ -215,26 +246,46 @@ func (r *Reader) walk(reserved uint64, deliver func(off, l uint64)) (delivered, 
 			r.corrupt++
 			break // never read past the tail or into unreserved space
 		}
-		end := pos + total
-		if r.mode == Mirror && end > r.verified {
-			// First seen committed in this copy: consume it after the
-			// next copy, which starts after this one finished.
-			pos = end
-			continue
-		}
 		if w0&RecDiscard != 0 {
 			discarded++
 		} else {
-			deliver(off, l)
+			end := off + RecHeader + l
+			if len(ends) > 0 && (off < to || off-to >= RingTail || end-from > maxRun) {
+				emit() // wrapped, not adjacent (a long discarded stretch), or full
+			}
+			if len(ends) == 0 {
+				from, runPos = off, pos
+			}
+			to = end
+			starts = append(starts, uint32(off+RecHeader-from))
+			ends = append(ends, uint32(end-from))
 			delivered++
 		}
-		pos = end
-		r.released = end
+		pos += total
 	}
-	if pos > r.verified {
+	if len(ends) > 0 {
+		emit()
+	}
+	if mark {
+		r.free = append(r.free, starts[:0], ends[:0])
+		r.markedDiscards += discarded
 		r.verified = pos
+		return 0, 0
 	}
+	r.starts, r.ends = starts[:0], ends[:0] // kept for the next scan
+	r.consumed = pos
+	r.verified = max(r.verified, pos)
 	return delivered, discarded
+}
+
+// bounds returns empty slices for a marked run's record bounds, reusing
+// memory.
+func (r *Reader) bounds() (starts, ends []uint32) {
+	if n := len(r.free); n >= 2 {
+		starts, ends = r.free[n-2], r.free[n-1]
+		r.free = r.free[:n-2]
+	}
+	return starts, ends
 }
 
 // PrintkRecord is a decoded trace_printk/bpf_puts record.
