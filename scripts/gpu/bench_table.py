@@ -263,7 +263,7 @@ def value_text(t, v):
     return f"{v:.1f} ms" if t.metric == "attach_ms" else f"{v:.3f}"
 
 
-def render(stats, meta, invs, host, paths):
+def render(stats, meta, invs, host, paths, drain=None):
     L = []
     dev = meta.get("device", "unknown GPU")
     L.append(f"# gpubpf performance table: {dev}, {meta.get('date', '?')}")
@@ -371,6 +371,10 @@ def render(stats, meta, invs, host, paths):
                          f"{('**%d FAILED**' % fails) if fails else '0'} | {tg} |")
         L.append("")
 
+    if drain:
+        L.extend(render_drain(drain))
+        L.append("")
+
     L.append("## Host side: records decoded per second per core")
     L.append("")
     if host:
@@ -460,6 +464,21 @@ def render_host(path):
     return L
 
 
+def render_drain(path):
+    """The ring's delivery in steady state: scripts/gpu/drain-rate.sh's
+    output (issue 47), its lines as they are, under the goal."""
+    L = ["## Ring delivery in steady state (issue 47)", "",
+         f"From `{os.path.basename(path)}` (`scripts/gpu/drain-rate.sh` on the GPU machine, same device): "
+         "one 40-byte record per thread (bpf/examples/trace_bpfel.o) on vec_add medium launched back to back "
+         "for seconds; delivered/s over the window from the first drain that handed records to the tool to the "
+         "last. Goal: >= 500 M records (20 GB) a second delivered, drops at medium below 50%.", ""]
+    for line in open(path, errors="replace"):
+        line = line.rstrip()
+        if line:
+            L.append(f"- {line}")
+    return L
+
+
 def brief(judged, failed, stats=None):
     out = []
     for t, w, v, ok in judged:
@@ -484,11 +503,12 @@ def main(argv=None):
     ap.add_argument("tsv", nargs="+")
     ap.add_argument("-o", "--output")
     ap.add_argument("--host")
+    ap.add_argument("--drain", help="scripts/gpu/drain-rate.sh's output, rendered as the ring's steady-state section")
     ap.add_argument("--brief", action="store_true")
     a = ap.parse_args(argv)
     rows, meta, invs = read_rows(a.tsv)
     stats = analyse(rows)
-    md, judged, failed = render(stats, meta, invs, a.host, a.tsv)
+    md, judged, failed = render(stats, meta, invs, a.host, a.tsv, a.drain)
     if a.output:
         tmp = a.output + ".tmp"
         with open(tmp, "w") as f:

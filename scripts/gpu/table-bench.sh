@@ -45,7 +45,8 @@
 # repetition starts once BUDGET_S seconds (default 540; 0: no limit) would
 # be passed, so one call fits the device's 600 s; run it again to go on.
 # At the end scripts/gpu/bench_table.py renders every row of the file into
-# bench/results/DATE-DEVICE.md (with bench/results/host-decode-*.txt, the
+# bench/results/DATE-DEVICE.md (with DRAIN_RATE, scripts/gpu/drain-rate.sh's
+# output, when set, and bench/results/host-decode-*.txt, the
 # host side, from `make bench-host` on a Go machine), copies both to
 # $OUT/bench-results/ when $OUT is set, and the last line is
 #   SUMMARY: ...
@@ -503,7 +504,8 @@ for w in $WORKLOADS; do
 	done
 done
 HOST=$(ls "$RESULTS"/host-decode-*.txt 2>/dev/null | sort | tail -1)
-python3 scripts/gpu/bench_table.py "$TSV" -o "$MD" ${HOST:+--host "$HOST"} --brief >"$T/brief" 2>"$T/render.err"
+DRAIN=${DRAIN_RATE:-}
+python3 scripts/gpu/bench_table.py "$TSV" -o "$MD" ${HOST:+--host "$HOST"} ${DRAIN:+--drain "$DRAIN"} --brief >"$T/brief" 2>"$T/render.err"
 rrc=$?
 cat "$T/brief"
 [ $rrc = 0 ] || { echo "table-bench: rendering $MD failed:"; cat "$T/render.err"; }

@@ -185,6 +185,21 @@ class RendererTest(unittest.TestCase):
             else:
                 cells = None
 
+    def test_render_drain(self):
+        drain = os.path.join(self.dir, "drain-rate.txt")
+        with open(drain, "w") as f:
+            f.write("base: vec_add 10000 50000 256 40, kernel 6.56 us\n\n"
+                    "r256: x1.58 kernel; steady 213 M records/s (8.5 GB/s) over 1377 ms\n"
+                    "SUMMARY: vec_add medium x 50000: r256 213M/s 42.4% dropped\n")
+        st, meta, invs = self.stats()
+        md, _, _ = bench_table.render(st, meta, invs, self.host, [self.tsv], drain)
+        self.assertIn("## Ring delivery in steady state (issue 47)", md)
+        self.assertIn("- r256: x1.58 kernel; steady 213 M records/s (8.5 GB/s) over 1377 ms", md)
+        self.assertIn("- SUMMARY: vec_add medium x 50000: r256 213M/s 42.4% dropped", md)
+        self.assertLess(md.index("## Ring delivery"), md.index("## Host side"))
+        md, _, _ = bench_table.render(st, meta, invs, self.host, [self.tsv])
+        self.assertNotIn("## Ring delivery", md)
+
     def test_merge_counts_a_row_once(self):
         copy = os.path.join(self.dir, "part2.tsv")
         shutil.copy(self.tsv, copy)
