@@ -15,7 +15,8 @@
 # the last, and what was consumed in it; delivered/s = consumed / window.
 # Also the whole run's produced / delivered / dropped (exact check), the
 # kernel-time ratio, the drain's parts summed (agent copy wait, round trip,
-# scan, deliver), and the tool's page faults and CPU (/usr/bin/time).
+# scan, deliver), and the CPU and page faults of the tool and the program it
+# started together (/usr/bin/time counts a command's children).
 # Last line: SUMMARY: per config, delivered M records/s and GB/s, drop %.
 set -uo pipefail
 export LC_ALL=C
@@ -74,7 +75,7 @@ ratio = float(k) / float(base) if k and base else float("nan")
 print(f"{name}: x{ratio:.2f} kernel; steady {rate/1e6:.0f} M records/s ({rate*40/1e9:.1f} GB/s) over {(t[last]-t[first])/1e3 if first is not None and last else 0:.0f} ms; "
       f"produced {prod} = delivered {rec} + dropped {drop} ({100*drop/max(prod,1):.1f}%) {'exact' if exact else 'NOT EXACT'}; "
       f"{f('ring_drains')} drains copied {f('ring_drain_bytes')/1e9:.2f} GB: round trips {f('ring_drain_ms'):.0f} ms (agent {f('ring_drain_agent_ms'):.0f}, copies {f('ring_drain_wait_ms'):.0f}, busy before {f('ring_drain_agent_busy_ms'):.0f}), "
-      f"scan {f('ring_drain_scan_ms'):.0f} ms, deliver {f('ring_drain_deliver_ms'):.0f} ms; tool CPU {sum(float(v) for _, v in cpu):.2f} s, {faults.group(1) if faults else '?'} minor faults"
+      f"scan {f('ring_drain_scan_ms'):.0f} ms, deliver {f('ring_drain_deliver_ms'):.0f} ms; tool and app CPU {sum(float(v) for _, v in cpu):.2f} s, {faults.group(1) if faults else '?'} minor faults"
       f"|{rate/1e6:.0f}|{100*drop/max(prod,1):.1f}|{int(exact)}")
 PY
 )
