@@ -87,6 +87,9 @@ type placedMap struct {
 	// refs: batches of the ring's records in place (ringhold.go); the
 	// last one released after the map unmaps the mirror
 	refs atomic.Int64
+	// second: a ring's second mirror, made when it first streams (the
+	// copy into one while the tool scans the other)
+	second *mirrorMem
 	// kernel maps shared with the GPU; mirror: the device copy the GPU
 	// adds to instead, folded into kmap (mirror.go)
 	kmap   *ebpf.Map
@@ -98,7 +101,13 @@ type placedMap struct {
 // ringState is the host side of one ring in one context.
 type ringState struct {
 	readers []*gpumap.Reader // one per shard
-	holds   []*ringHold      // one per shard; nil for trace_printk's ring (its lines are copies)
+	// cur: the mirror the readers read (0: placedMap.mem, 1: its second);
+	// ahead: the round trip copying into the other one, made while the
+	// tool scanned (drainMu)
+	cur      int
+	ahead    chan drainReply
+	noSecond bool        // making the second mirror failed: one mirror from then on
+	holds    []*ringHold // one per shard; nil for trace_printk's ring (its lines are copies)
 	// The GPU's counters as of the last drain and the records the program
 	// discarded, read by Stats while drains run (and after the mirror is
 	// unmapped).
@@ -531,9 +540,8 @@ func (m *placedMap) unmap() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.released = true
-	if m.mem != nil && m.refs.Load() == 0 {
-		unix.Munmap(m.mem)
-		m.mem = nil
+	if m.refs.Load() == 0 {
+		m.unmapMirrors()
 	}
 	if m.file != nil {
 		m.file.Close()

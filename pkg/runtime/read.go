@@ -133,64 +133,126 @@ func (rs *ringState) nextDrain(now uint64, reserved, pending []uint64) time.Dura
 // never commits it (the application died mid-kernel) must not hang the tool.
 const maxFinalDrains = 64
 
-func (p *Process) drainRing(d *device, m *placedMap, final bool) {
+// drainReply is a ring-drain round trip's outcome: into which mirror, the
+// agent's reply, and the tool's clock around it.
+type drainReply struct {
+	buf    int
+	rep    agentproto.RingDrainReply
+	err    error
+	t0, t1 uint64
+}
+
+// drainCall makes a ring-drain round trip copying into mirror buf.
+func (p *Process) drainCall(d *device, m *placedMap, buf int, ahead bool) drainReply {
+	return p.roundTrip(d, p.drainRequest(d, m, buf, ahead), buf)
+}
+
+// roundTrip sends a ring-drain request and waits for its reply.
+func (p *Process) roundTrip(d *device, req agentproto.RingDrainRequest, buf int) drainReply {
+	t0 := agentproto.MonoNow()
+	rep, err := p.conn.RingDrain(d.target, req)
+	return drainReply{buf: buf, rep: rep, err: err, t0: t0, t1: agentproto.MonoNow()}
+}
+
+// drainRequest is the request of a drain copying into mirror buf, from the
+// readers' state now. ahead: it goes out before the scan of the copy just
+// finished (in the other mirror), whose noted runs are handed out from that
+// copy: the new copy may start where they end. Otherwise the noted runs are
+// handed out from this copy, so it starts where the scan stopped.
+func (p *Process) drainRequest(d *device, m *placedMap, buf int, ahead bool) agentproto.RingDrainRequest {
 	rs := m.ring
-	req := agentproto.RingDrainRequest{Target: d.target, Ring: m.place.Addr, RegionID: m.region,
+	mr := m.mirrors()[buf]
+	req := agentproto.RingDrainRequest{Target: d.target, Ring: m.place.Addr, RegionID: mr.region,
 		DataBytes: gpumap.ShardSize(m.place), TailBytes: gpumap.RingTail, Release: make([]uint64, len(rs.readers)),
 		CopyFrom: make([]uint64, len(rs.readers))}
 	if m.place.HostData {
 		req.Flags |= agentproto.RingDrainHostData
 	}
+	if buf != rs.cur {
+		// the agent checks the positions against the mirror's copy of the
+		// control blocks: make it the latest
+		n := uint64(len(rs.readers)) * gpumap.HeaderSize
+		copy(mr.mem[:n], m.mirrors()[rs.cur].mem[:n])
+	}
+	for j, r := range rs.readers {
+		// the GPU may write again where the tool holds no record
+		req.Release[j], req.CopyFrom[j] = r.Consumed(), r.Consumed()
+		if rs.holds != nil {
+			req.Release[j] = rs.holds[j].freed()
+		}
+		if ahead {
+			req.CopyFrom[j] = r.Next()
+		}
+	}
+	return req
+}
+
+// account adds a round trip's times to the ring's.
+func (p *Process) account(rs *ringState, r drainReply) {
+	rep, t0, t1 := r.rep, r.t0, r.t1
+	rs.drains.Add(1)
+	rs.copied.Add(rep.Copied)
+	rs.drainNs.Add(t1 - t0)
+	rs.waitNs.Add(rep.WaitNs)
+	if t0 <= rep.RecvNs && rep.RecvNs <= rep.SentNs && rep.SentNs <= t1 {
+		// one clock on both sides: the agent's whole share, and
+		// what is left, the socket's and the schedulers'
+		rs.opNs.Add(rep.SentNs - rep.RecvNs)
+		sent := t0
+		if t0 < rep.ReadyNs && rep.ReadyNs <= rep.RecvNs {
+			// the agent was still finishing the request before
+			sent = rep.ReadyNs
+			rs.busyNs.Add(rep.ReadyNs - t0)
+			if p.lastSent != 0 && p.lastSent < rep.ReadyNs {
+				// ...for how long after it had sent its reply
+				rs.postNs.Add(rep.ReadyNs - p.lastSent)
+			}
+		}
+		p.lastSent = rep.SentNs
+		rs.toAgentNs.Add(rep.RecvNs - sent)
+		rs.fromAgentNs.Add(t1 - rep.SentNs)
+	} else {
+		rs.opNs.Add(rep.OpNs)
+	}
+}
+
+// ringAhead: a streaming ring's drains copy into one mirror while the tool
+// scans the other (GPUBPF_RING_AHEAD=0: one mirror, copy and scan in turn).
+var ringAhead = os.Getenv("GPUBPF_RING_AHEAD") != "0"
+
+func (p *Process) drainRing(d *device, m *placedMap, final bool) {
+	rs := m.ring
 	dev := int(d.target.Device)
 	printk := m == d.printk
 	stalled := 0
 	for i := 0; i < maxFinalDrains; i++ {
-		for j, r := range rs.readers {
-			// the GPU may write again where the tool holds no record;
-			// the copy starts where the scan stopped (records before it
-			// are the tool's, in the mirror)
-			req.Release[j], req.CopyFrom[j] = r.Consumed(), r.Consumed()
-			if rs.holds != nil {
-				req.Release[j] = rs.holds[j].freed()
-			}
-		}
-		t0 := agentproto.MonoNow()
-		rep, err := p.conn.RingDrain(d.target, req)
-		t1 := agentproto.MonoNow()
-		rs.drains.Add(1)
-		rs.copied.Add(rep.Copied)
-		rs.drainNs.Add(t1 - t0)
-		rs.waitNs.Add(rep.WaitNs)
-		if t0 <= rep.RecvNs && rep.RecvNs <= rep.SentNs && rep.SentNs <= t1 {
-			// one clock on both sides: the agent's whole share, and
-			// what is left, the socket's and the schedulers'
-			rs.opNs.Add(rep.SentNs - rep.RecvNs)
-			sent := t0
-			if t0 < rep.ReadyNs && rep.ReadyNs <= rep.RecvNs {
-				// the agent was still finishing the request before
-				sent = rep.ReadyNs
-				rs.busyNs.Add(rep.ReadyNs - t0)
-				if p.lastSent != 0 && p.lastSent < rep.ReadyNs {
-					// ...for how long after it had sent its reply
-					rs.postNs.Add(rep.ReadyNs - p.lastSent)
-				}
-			}
-			p.lastSent = rep.SentNs
-			rs.toAgentNs.Add(rep.RecvNs - sent)
-			rs.fromAgentNs.Add(t1 - rep.SentNs)
+		var r drainReply
+		if rs.ahead != nil {
+			r = <-rs.ahead // made during the last scan
+			rs.ahead = nil
 		} else {
-			rs.opNs.Add(rep.OpNs)
+			r = p.drainCall(d, m, rs.cur, false)
 		}
-		if err != nil {
+		p.account(rs, r)
+		if r.err != nil {
 			if !rs.failed {
 				rs.failed = true
-				p.s.logf("process %d: draining ring %s on GPU %d: %v", p.PID, m.name, dev, err)
+				p.s.logf("process %d: draining ring %s on GPU %d: %v", p.PID, m.name, dev, r.err)
 			}
 			rs.next = rs.maxWait
 			return
 		}
 		rs.failed = false
+		if r.buf != rs.cur {
+			if err := gpumap.Rebase(rs.readers, m.mirrors()[r.buf].mem); err != nil {
+				p.s.logf("process %d: ring %s: %v", p.PID, m.name, err) // cannot be: the same layout
+				rs.next = rs.maxWait
+				return
+			}
+			rs.cur = r.buf
+		}
 		var delivered, discarded, pending, produced, dropped, budget, waits, waitDrops uint64
+		streaming := false
 		work := rs.scans[:0]
 		for j, r := range rs.readers {
 			reserved := r.Reserved()
@@ -201,13 +263,23 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 			waits, waitDrops = waits+r.Waits(), waitDrops+r.WaitDrops()
 			// Scan also when nothing is ready: it marks what this copy
 			// shows committed, for the next drain to consume
-			if r.Pending(reserved) > 0 {
+			if p := r.Pending(reserved); p > 0 {
 				w := shardScan{r: r, shard: j, reserved: reserved}
 				if rs.holds != nil {
 					w.hold = rs.holds[j]
 				}
 				work = append(work, w)
+				streaming = streaming || p > r.Size()/8
 			}
+		}
+		if streaming && !final && !printk && ringAhead && !m.place.HostData && p.secondMirror(d, m) {
+			// the next copy, into the other mirror, while this one is
+			// scanned: a ring more than an eighth full drains back to
+			// back anyway
+			ch, buf := make(chan drainReply, 1), 1-rs.cur
+			req := p.drainRequest(d, m, buf, true) // before the scan moves the readers on
+			go func() { ch <- p.roundTrip(d, req, buf) }()
+			rs.ahead = ch
 		}
 		t2 := agentproto.MonoNow()
 		scanShards(work, p.PID, dev, m.name, printk)
@@ -228,12 +300,15 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 		rs.scans = work
 		t4 := agentproto.MonoNow()
 		rs.deliverNs.Add(t4 - t3)
-		rs.next = rs.nextDrain(t1, rs.reserved, rs.pend)
+		rs.next = rs.nextDrain(r.t1, rs.reserved, rs.pend)
+		if rs.ahead != nil {
+			rs.next = 0 // its copy is on its way
+		}
 		if drainTrace {
 			// one line per drain, times in microseconds (a measurement
 			// switch: where a streaming ring's drain cycle goes)
 			fmt.Fprintf(os.Stderr, "gpubpf: drain pid=%d ring=%s t=%d rtt=%d scan=%d deliver=%d copied=%d produced=%d dropped=%d consumed=%d pending=%d next=%d\n",
-				p.PID, m.name, t0/1000, (t1-t0)/1000, (t3-t2)/1000, (t4-t3)/1000, rep.Copied, produced, dropped, delivered+discarded, pending, rs.next.Microseconds())
+				p.PID, m.name, r.t0/1000, (r.t1-r.t0)/1000, (t3-t2)/1000, (t4-t3)/1000, r.rep.Copied, produced, dropped, delivered+discarded, pending, rs.next.Microseconds())
 		}
 		rs.discarded.Add(discarded)
 		rs.produced.Store(produced)
@@ -242,7 +317,7 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 		rs.waits.Store(waits)
 		rs.waitDrops.Store(waitDrops)
 		rs.pending.Store(pending)
-		if !final || pending == 0 {
+		if !final || (pending == 0 && rs.ahead == nil) {
 			return
 		}
 		if delivered+discarded == 0 {

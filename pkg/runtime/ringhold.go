@@ -1,8 +1,10 @@
 package runtime
 
 import (
+	"os"
 	"sync"
 
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 	"golang.org/x/sys/unix"
 )
@@ -87,10 +89,70 @@ func (m *placedMap) unref() {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.released && m.mem != nil && m.refs.Load() == 0 {
+	if m.released && m.refs.Load() == 0 {
+		m.unmapMirrors()
+	}
+}
+
+// unmapMirrors unmaps the map's memory and a ring's second mirror (m.mu
+// held).
+func (m *placedMap) unmapMirrors() {
+	if m.mem != nil {
 		unix.Munmap(m.mem)
 		m.mem = nil
 	}
+	if m.second != nil && m.second.mem != nil {
+		unix.Munmap(m.second.mem)
+		m.second.mem = nil
+		m.second.file.Close()
+	}
+}
+
+// mirrorMem is a ring's host mirror: memory the agent copies the device
+// ring into (a memfd registered as region).
+type mirrorMem struct {
+	file   *os.File
+	mem    []byte
+	region uint64
+}
+
+// mirrors are the ring's mirrors: the first, and the second once made.
+func (m *placedMap) mirrors() [2]mirrorMem {
+	ms := [2]mirrorMem{{file: m.file, mem: m.mem, region: m.region}}
+	if m.second != nil {
+		ms[1] = *m.second
+	}
+	return ms
+}
+
+// secondMirror makes ring m's second mirror in d's process once (drainMu
+// held) and says whether it has one: pinned host memory as large as the
+// first, so a ring that never streams never gets it.
+func (p *Process) secondMirror(d *device, m *placedMap) bool {
+	rs := m.ring
+	if m.second != nil {
+		return true
+	}
+	if rs.noSecond {
+		return false
+	}
+	size := uint64(len(m.mem))
+	f, mem, err := sharedMemory(m.name+"-2", size)
+	if err == nil {
+		copy(mem, m.mem[:uint64(len(rs.readers))*gpumap.HeaderSize])
+		var r *agentproto.RegisterHostReply
+		if r, err = p.conn.RegisterMemfd(d.target, f, size, 0); err == nil {
+			m.mu.Lock()
+			m.second = &mirrorMem{file: f, mem: mem, region: r.RegionID}
+			m.mu.Unlock()
+			return true
+		}
+		unix.Munmap(mem)
+		f.Close()
+	}
+	rs.noSecond = true
+	p.s.logf("process %d: ring %s: no second mirror (%v): its drains copy and scan in turn", p.PID, m.name, err)
+	return false
 }
 
 // inPlace keeps released in-place batches for their record bounds' memory.

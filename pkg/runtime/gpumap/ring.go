@@ -109,6 +109,28 @@ func newShardReader(ctl, data []byte, mode ReaderMode) (*Reader, error) {
 	return &Reader{ctl: ctl, data: data[:size+RingTail], size: size, mode: mode}, nil
 }
 
+// Rebase points the Readers of a ring (NewReaders' result, in shard order)
+// at another copy of it, mem, with the same layout: a second mirror that
+// drains take turns with (the copy into one while the tool scans the
+// other). What the Readers consumed and saw committed carries over; runs
+// noted in the old copy are handed out from mem.
+func Rebase(rs []*Reader, mem []byte) error {
+	other, err := NewReaders(mem, rs[0].mode)
+	if err != nil {
+		return err
+	}
+	if len(other) != len(rs) {
+		return fmt.Errorf("ring buffer copy has %d shards, the readers %d", len(other), len(rs))
+	}
+	for i, o := range other {
+		if o.size != rs[i].size {
+			return fmt.Errorf("ring buffer copy's shard %d has %d data bytes, the reader's %d", i, o.size, rs[i].size)
+		}
+		rs[i].ctl, rs[i].data = o.ctl, o.data
+	}
+	return nil
+}
+
 func (r *Reader) u64(off uint64) *uint64 { return (*uint64)(unsafe.Pointer(&r.ctl[off])) }
 
 // Size is S, the ring's data bytes.
@@ -116,6 +138,11 @@ func (r *Reader) Size() uint64 { return r.size }
 
 // Consumed is the position up to which every record was handed out.
 func (r *Reader) Consumed() uint64 { return r.consumed }
+
+// Next is where the next scan's consuming stops at most: a Mirror's records
+// seen committed in its last copy end there (the next scan hands them out
+// from whatever copy it reads, without looking at them again).
+func (r *Reader) Next() uint64 { return max(r.consumed, r.verified) }
 
 // Pending is how many bytes reserved before reserved are not consumed yet.
 func (r *Reader) Pending(reserved uint64) uint64 { return reserved - min(reserved, r.consumed) }
@@ -180,6 +207,7 @@ type Run struct {
 	Mem          []byte
 	Pos          uint64
 	Starts, Ends []uint32
+	off          uint64 // Mem's offset in the shard's data (a noted run, handed out from the copy at hand)
 }
 
 // ScanRuns is Scan in runs of at most maxRun bytes (a record longer than
@@ -198,6 +226,7 @@ func (r *Reader) ScanRuns(reserved uint64, maxRun uint64, fn func(Run)) (deliver
 	}
 	for i := range r.marked {
 		run := &r.marked[i]
+		run.Mem = r.data[run.off : run.off+uint64(len(run.Mem))]
 		fn(*run)
 		delivered += uint64(len(run.Ends))
 		r.free = append(r.free, run.Starts[:0], run.Ends[:0])
@@ -224,7 +253,7 @@ func (r *Reader) walkRuns(reserved uint64, maxRun uint64, fn func(Run), mark boo
 	}
 	var from, to, runPos uint64 // the run's memory (offsets in mem) and position
 	emit := func() {
-		run := Run{Mem: mem[from:to], Pos: runPos, Starts: starts, Ends: ends}
+		run := Run{Mem: mem[from:to], Pos: runPos, Starts: starts, Ends: ends, off: from}
 		if mark {
 			r.marked = append(r.marked, run)
 			starts, ends = r.bounds()
