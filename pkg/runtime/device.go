@@ -104,10 +104,9 @@ type ringState struct {
 	// cur: the mirror the readers read (0: placedMap.mem, 1: its second);
 	// ahead: the round trip copying into the other one, made while the
 	// tool scanned (drainMu)
-	cur      int
-	ahead    chan drainReply
-	noSecond bool        // making the second mirror failed: one mirror from then on
-	holds    []*ringHold // one per shard; nil for trace_printk's ring (its lines are copies)
+	cur   int
+	ahead chan drainReply
+	holds []*ringHold // one per shard; nil for trace_printk's ring (its lines are copies)
 	// The GPU's counters as of the last drain and the records the program
 	// discarded, read by Stats while drains run (and after the mirror is
 	// unmapped).
@@ -249,7 +248,11 @@ func (d *device) place(name string, spec *ebpf.MapSpec) (*placedMap, error) {
 	kind := pl.Kind
 	switch kind {
 	case gpumap.RingBuf:
-		return d.ring(name, d.p.s.opts.ringPlacement(pl))
+		pm, err := d.ring(name, d.p.s.opts.ringPlacement(pl))
+		if err == nil && ringAhead && !pm.place.HostData {
+			d.p.secondMirror(d, pm)
+		}
+		return pm, err
 	case gpumap.PerThreadArray:
 		pl.Threads = d.p.s.opts.Threads
 		if pl.Threads == 0 {

@@ -43,6 +43,9 @@ func testRingDrainStandIn(t *testing.T, ahead bool) {
 		t.Fatal(err)
 	}
 	d.maps["events"] = m
+	if ahead {
+		p.secondMirror(d, m) // as placing a program's ring does
+	}
 	S := gpumap.ShardSize(m.place)
 	if gpumap.RingShards(m.place) != 1 {
 		t.Fatalf("%d shards, want 1", gpumap.RingShards(m.place))
