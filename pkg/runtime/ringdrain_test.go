@@ -136,17 +136,18 @@ func testRingDrainStandIn(t *testing.T, ahead bool) {
 		p.drainMu.Unlock()
 		take()
 	}
-	for _, b := range held {
-		b.Release()
+	releaseAll := func() {
+		for _, b := range held {
+			b.Release()
+		}
+		held = nil
 	}
-	held = nil
+	releaseAll()
 	p.drainMu.Lock()
 	p.drainRing(d, m, true)
 	p.drainMu.Unlock()
 	take()
-	for _, b := range held {
-		b.Release()
-	}
+	releaseAll()
 	if log.Len() > 0 {
 		t.Fatalf("the session logged:\n%s", log.String())
 	}

@@ -134,48 +134,34 @@ int ring_drain(struct session *s, uint32_t req, int dev, CUstream st, struct rbu
 	}
 	struct copies cp = {ptrs, ptrs + 2 * (size_t)n, lens, 0, 0};
 	uint32_t calls = 0;
-	/* Check every release before queueing anything: a released position
-	 * only moves forward, and never past what the last drain saw reserved. */
-	for (uint32_t i = 0; i < n; i++) {
+	/* Check every release and copy start before queueing anything: a
+	 * released position only moves forward, and never past what the last
+	 * drain saw reserved; a copy starts between the two. */
+	char why[200] = "";
+	for (uint32_t i = 0; i < n && !why[0]; i++) {
 		uint8_t *c = mirror + (uint64_t)i * RING_CTRL;
 		uint64_t old = ld64(c + RING_OFF_RELEASED), seen = ld64(c + RING_OFF_RESERVED);
 		rel[i] = rb_u64(r);
-		if (!r->err && (rel[i] < old || rel[i] > seen)) {
-			uint64_t bad = rel[i];
-			free(rel);
-			free(ptrs);
-			free(lens);
-			return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
-					  "ring-drain: shard %u: release %llu must be in [released %llu, reserved %llu]", i,
-					  (unsigned long long)bad, (unsigned long long)old, (unsigned long long)seen);
-		}
+		if (!r->err && (rel[i] < old || rel[i] > seen))
+			snprintf(why, sizeof why, "ring-drain: shard %u: release %llu must be in [released %llu, reserved %llu]",
+				 i, (unsigned long long)rel[i], (unsigned long long)old, (unsigned long long)seen);
 	}
-	uint32_t nf = rb_u32(r);
-	if (!r->err && nf != 0 && nf != n) {
-		free(rel);
-		free(ptrs);
-		free(lens);
-		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
-				  "ring-drain: %u copy starts for %u shards (want one per shard, or none)", nf, n);
-	}
-	for (uint32_t i = 0; i < n && !r->err; i++) {
+	uint32_t nf = why[0] ? 0 : rb_u32(r);
+	if (!r->err && nf != 0 && nf != n)
+		snprintf(why, sizeof why, "ring-drain: %u copy starts for %u shards (want one per shard, or none)", nf, n);
+	for (uint32_t i = 0; i < n && !r->err && !why[0]; i++) {
 		from[i] = nf ? rb_u64(r) : rel[i];
 		uint64_t seen = ld64(mirror + (uint64_t)i * RING_CTRL + RING_OFF_RESERVED);
-		if (!r->err && (from[i] < rel[i] || from[i] > seen)) {
-			uint64_t bad = from[i];
-			free(rel);
-			free(ptrs);
-			free(lens);
-			return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0,
-					  "ring-drain: shard %u: copy start %llu must be in [release %llu, reserved %llu]", i,
-					  (unsigned long long)bad, (unsigned long long)rel[i], (unsigned long long)seen);
-		}
+		if (!r->err && (from[i] < rel[i] || from[i] > seen))
+			snprintf(why, sizeof why, "ring-drain: shard %u: copy start %llu must be in [release %llu, reserved %llu]",
+				 i, (unsigned long long)from[i], (unsigned long long)rel[i], (unsigned long long)seen);
 	}
-	if (r->err) {
+	if (why[0] || r->err) {
 		free(rel);
 		free(ptrs);
 		free(lens);
-		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "malformed ring-drain request (releases)");
+		return send_error(s, OP_RING_DRAIN, req, ST_BAD_REQUEST, 0, "%s",
+				  why[0] ? why : "malformed ring-drain request (releases)");
 	}
 
 	const char *what = NULL;

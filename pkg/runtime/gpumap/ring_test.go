@@ -683,11 +683,12 @@ func FuzzReader(f *testing.F) {
 	})
 }
 
-// BenchmarkScan is the host side of the event path: 40-byte records (the
-// kernel_trace event) parsed out of a drained mirror and handed to a
-// consumer that reads one field.
-func BenchmarkScan(b *testing.B) {
-	const recs = 1 << 16
+// recs is how many records benchRing holds.
+const recs = 1 << 16
+
+// benchRing is a ring of recs committed 40-byte records, and its reserved
+// position.
+func benchRing() (*devRing, uint64) {
 	d := newDevRing(1 << 23)
 	for w := 0; w < recs/32; w++ {
 		for i, o := range d.reserve(make40(32)) {
@@ -695,7 +696,14 @@ func BenchmarkScan(b *testing.B) {
 			d.commit(o, false)
 		}
 	}
-	reserved := d.get(OffReserved)
+	return d, d.get(OffReserved)
+}
+
+// BenchmarkScan is the host side of the event path: 40-byte records (the
+// kernel_trace event) parsed out of a drained mirror and handed to a
+// consumer that reads one field.
+func BenchmarkScan(b *testing.B) {
+	d, reserved := benchRing()
 	var sum uint64
 	b.ResetTimer()
 	r, _ := NewReader(d.mem, Snapshot)
@@ -712,15 +720,7 @@ func BenchmarkScan(b *testing.B) {
 // BenchmarkScanRuns is the drain's scan: the same records in runs of up
 // to 4 MiB, each record's bounds noted (the tool reads them in place).
 func BenchmarkScanRuns(b *testing.B) {
-	const recs = 1 << 16
-	d := newDevRing(1 << 23)
-	for w := 0; w < recs/32; w++ {
-		for i, o := range d.reserve(make40(32)) {
-			fill(d.mem[o:o+40], uint64(w*32+i))
-			d.commit(o, false)
-		}
-	}
-	reserved := d.get(OffReserved)
+	d, reserved := benchRing()
 	var n int
 	b.ResetTimer()
 	r, _ := NewReader(d.mem, Snapshot)
