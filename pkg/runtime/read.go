@@ -438,7 +438,9 @@ func (s *Session) deliver(b *Batch) {
 		s.stats.Records += uint64(b.Len())
 		s.stats.PrintkLines += uint64(len(b.Lines))
 		s.mu.Unlock()
-		s.sink(b)
+		// kept until every program ran: a copy, so that the next
+		// program's kernel has the whole ring
+		s.sink(b.detach())
 		return
 	}
 	s.sendMu.RLock()

@@ -161,6 +161,19 @@ func runBatch(pid, dev int, ring string, h *ringHold, r gpumap.Run) *Batch {
 	return b
 }
 
+// detach returns a batch of b's records in memory of its own and releases
+// b: for a holder that keeps records long (a direct run's, until every
+// program ran), which would otherwise keep the ring's space from the GPU.
+func (b *Batch) detach() *Batch {
+	if b.hold == nil {
+		return b
+	}
+	c := &Batch{PID: b.PID, Device: b.Device, Ctx: b.Ctx, Map: b.Map, Lines: b.Lines,
+		data: append([]byte(nil), b.data...), starts: append([]uint32(nil), b.starts...), ends: append([]uint32(nil), b.ends...)}
+	b.Release()
+	return c
+}
+
 // releaseInPlace gives an in-place batch's records back to its ring.
 func (b *Batch) releaseInPlace() {
 	h, seq := b.hold, b.seq

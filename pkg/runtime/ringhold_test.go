@@ -50,6 +50,15 @@ func TestRingHoldFreed(t *testing.T) {
 		t.Fatalf("a new batch at 144: freed %d", got)
 	}
 
+	// A holder that keeps records long takes a copy: the ring's space is
+	// free again at once.
+	e := runBatch(1, 0, "events", h, run(192))
+	mem[192+8] = 42
+	kept := e.detach()
+	if got := h.freed(); got != 144 || kept.hold != nil || kept.Len() != 1 || kept.Record(0)[0] != 42 || &kept.Record(0)[0] == &mem[200] {
+		t.Fatalf("detached: freed %d, in place %v, %d records", got, kept.hold != nil, kept.Len())
+	}
+
 	// The map released while a batch is held keeps its mirror mapped
 	// until the batch is released.
 	pm.unmap()
