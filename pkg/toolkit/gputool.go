@@ -206,7 +206,11 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 	if err != nil {
 		return err
 	}
-	sess, err := runtime.Open(t.Spec, runtime.Options{Programs: t.Programs, Kernels: KernelPatterns(c), Client: t.Name, Log: LogOf(c), Warn: WarnOf(t.Name), NoInject: c.Bool(FlagNoInject), Devices: DevicesOf(c), RingWait: RingWaitOf(c)})
+	ringBytes, err := RingBytesOf(c)
+	if err != nil {
+		return err
+	}
+	sess, err := runtime.Open(t.Spec, runtime.Options{Programs: t.Programs, Kernels: KernelPatterns(c), Client: t.Name, Log: LogOf(c), Warn: WarnOf(t.Name), NoInject: c.Bool(FlagNoInject), Devices: DevicesOf(c), RingWait: RingWaitOf(c), RingBytes: ringBytes})
 	if err != nil {
 		return err
 	}
@@ -545,6 +549,8 @@ func RecordAccount(st runtime.Stats) string {
 		if st.RingWaitDrops > 0 {
 			line += fmt.Sprintf(", %d of them dropped after waiting the whole bound (raise the bound or the ring size)", st.RingWaitDrops)
 		}
+	} else if st.RingDrops > 0 {
+		line += "; a larger --ring-mb holds a longer burst, --no-drop loses none (the kernel waits for room)"
 	}
 	return line
 }

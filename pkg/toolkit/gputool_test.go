@@ -123,8 +123,37 @@ func TestNoDrop(t *testing.T) {
 	if got := RecordAccount(st); !strings.Contains(got, "5 warps waited for room in a full ring (--no-drop), 1 of them dropped after waiting the whole bound") {
 		t.Errorf("account %q: want the waits", got)
 	}
-	if got := RecordAccount(runtime.Stats{RecordsProduced: 1, Records: 1}); strings.Contains(got, "waited") {
-		t.Errorf("account %q: no waits, none said", got)
+	if got := RecordAccount(runtime.Stats{RecordsProduced: 1, Records: 1}); strings.Contains(got, "waited") || strings.Contains(got, "--ring-mb") {
+		t.Errorf("account %q: no waits or drops, none said", got)
+	}
+	// records dropped without --no-drop: what would keep them
+	if got := RecordAccount(runtime.Stats{RecordsProduced: 10, Records: 4, RingDrops: 6}); !strings.Contains(got, "6 dropped (ring full); a larger --ring-mb holds a longer burst, --no-drop loses none") {
+		t.Errorf("account %q: want the way to lose fewer", got)
+	}
+}
+
+// --ring-mb: MiB to bytes, a power of two up to 16 GiB, else a usage error.
+func TestRingBytesOf(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want uint64
+		err  string
+	}{
+		{nil, 0, ""},
+		{[]string{"--ring-mb", "256"}, 256 << 20, ""},
+		{[]string{"--ring-mb", "3"}, 0, "--ring-mb 3: want a power of two"},
+		{[]string{"--ring-mb", "32768"}, 0, "at most 16384"},
+	} {
+		app := &cli.App{Name: "t", Flags: RingFlags(), Action: func(c *cli.Context) error {
+			got, err := RingBytesOf(c)
+			if (err != nil) != (tc.err != "") || (err != nil && !strings.Contains(err.Error(), tc.err)) || got != tc.want {
+				t.Errorf("%v: %d, %v; want %d, %q", tc.args, got, err, tc.want, tc.err)
+			}
+			return nil
+		}}
+		if err := app.Run(append([]string{"t"}, tc.args...)); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

@@ -80,19 +80,32 @@ func GPUFlags() []cli.Flag {
 }
 
 // Ring flags, for the tools whose GPU probes write records into a ring:
-// --no-drop makes a thread that finds the ring full wait for room (at most
-// --no-drop-wait for each record) instead of dropping its record.
+// --ring-mb sizes each ring, --no-drop makes a thread that finds the ring
+// full wait for room (at most --no-drop-wait for each record) instead of
+// dropping its record.
 const (
+	FlagRingMB     = "ring-mb"
 	FlagNoDrop     = "no-drop"
 	FlagNoDropWait = "no-drop-wait"
 )
 
-// RingFlags are --no-drop and --no-drop-wait.
+// RingFlags are --ring-mb, --no-drop and --no-drop-wait.
 func RingFlags() []cli.Flag {
 	return []cli.Flag{
+		&cli.UintFlag{Name: FlagRingMB, Usage: "data size of each GPU ring buffer per device in `MiB`, a power of two (default: the map's max_entries, at least 32); a larger ring holds a longer burst of records"},
 		&cli.BoolFlag{Name: FlagNoDrop, Usage: "when a GPU ring is full, the kernel's threads wait for the tool to make room instead of dropping records (the kernel runs slower; the waits are counted)"},
 		&cli.DurationFlag{Name: FlagNoDropWait, Value: 100 * time.Millisecond, Usage: "with --no-drop: wait at most `DURATION` for room for one record, then drop it (counted)"},
 	}
+}
+
+// RingBytesOf is what --ring-mb asks of runtime.Options.RingBytes (0: each
+// ring's own size).
+func RingBytesOf(c *cli.Context) (uint64, error) {
+	mb := uint64(c.Uint(FlagRingMB))
+	if mb != 0 && (mb&(mb-1) != 0 || mb > 1<<14) {
+		return 0, Usagef("--ring-mb %d: want a power of two of at most 16384", mb)
+	}
+	return mb << 20, nil
 }
 
 // RingWaitOf is what --no-drop asks of runtime.Options.RingWait (0: drop

@@ -137,6 +137,9 @@ def selftest():
     assert records(line) == (2107392, 40960, 2066432, 0), records(line)
     line2 = "records: 10 produced on the GPU = 4 delivered + 3 dropped (ring full) + 2 discarded by the program + 1 not read by the tool; x"
     assert records(line2) == (10, 4, 3, 3), records(line2)
+    line3 = ("records: 10 produced on the GPU = 4 delivered + 6 dropped (ring full); a larger --ring-mb holds a longer "
+             "burst, --no-drop loses none (the kernel waits for room)")
+    assert records(line3) == (10, 4, 6, 0), records(line3)
     assert records("no account") is None
     print("faults_util selftest: ok")
     return 0

@@ -249,9 +249,9 @@ func runDirect(c *cli.Context, obj string, cmdArgs []string) error {
 	if err := toolkit.CheckTimes(c); err != nil {
 		return err
 	}
-	ringMB := uint64(c.Uint("ring-mb"))
-	if ringMB != 0 && (ringMB&(ringMB-1) != 0 || ringMB > 1<<14) {
-		return toolkit.Usagef("--ring-mb %d: want a power of two of at most 16384", ringMB)
+	ringBytes, err := toolkit.RingBytesOf(c)
+	if err != nil {
+		return err
 	}
 	if c.Bool(toolkit.FlagNoDrop) {
 		// the host reads a direct run's rings once the kernel is done:
@@ -276,7 +276,7 @@ func runDirect(c *cli.Context, obj string, cmdArgs []string) error {
 		Direct:    true,
 		Programs:  order,
 		Client:    "gpubpf run --direct",
-		RingBytes: ringMB << 20,
+		RingBytes: ringBytes,
 		Log:       toolkit.LogOf(c),
 		Warn:      toolkit.WarnOf("gpubpf"),
 	})

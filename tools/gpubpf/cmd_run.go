@@ -49,7 +49,6 @@ final {"type":"summary",...}.` + directHelp,
 			&cli.UintFlag{Name: "threads", Usage: "per-GPU-thread array capacity in `THREADS` (default: as many as fit in 1 GiB, at most 1M); with --direct: run THREADS threads, a 1-D grid of ceil(THREADS/block) blocks"},
 			&cli.BoolFlag{Name: "summary", Usage: "count ring-buffer records instead of printing them (maps, printk lines and the record account still print)"},
 			&cli.StringSliceFlag{Name: "attach", Usage: "attach the bare uprobe/uretprobe program PROG to function SYMBOL of PATH (absolute or a library name; default: the traced executable) as `PROG=SYMBOL[@PATH]` (may repeat)"},
-			&cli.UintFlag{Name: "ring-mb", Usage: "data size of each GPU ring buffer per device in `MiB`, a power of two (default: the map's max_entries, at least 32)"},
 			&cli.Uint64Flag{Name: "loop-budget", Usage: "iterations a probe's thread may run in one function call through loops whose bounds come from data (a map value); past it the call returns 0 and the kernel goes on, counted", Value: runtime.DefaultLoopBudget},
 		), directFlags()...),
 		Action: runAction,
@@ -81,9 +80,9 @@ func runAction(c *cli.Context) error {
 	if len(cmdArgs) > 0 && len(c.IntSlice(toolkit.FlagPID)) > 0 {
 		return toolkit.Usagef("give either -p PID or -- CMD, not both")
 	}
-	ringMB := uint64(c.Uint("ring-mb"))
-	if ringMB != 0 && (ringMB&(ringMB-1) != 0 || ringMB > 1<<14) {
-		return toolkit.Usagef("--ring-mb %d: want a power of two of at most 16384", ringMB)
+	ringBytes, err := toolkit.RingBytesOf(c)
+	if err != nil {
+		return err
 	}
 	if c.Uint64("loop-budget") == 0 {
 		return toolkit.Usagef("--loop-budget 0: want at least 1 iteration")
@@ -105,7 +104,7 @@ func runAction(c *cli.Context) error {
 		Client:        "gpubpf run",
 		Devices:       toolkit.DevicesOf(c),
 		Threads:       uint32(c.Uint("threads")),
-		RingBytes:     ringMB << 20,
+		RingBytes:     ringBytes,
 		RingWait:      toolkit.RingWaitOf(c),
 		Log:           toolkit.LogOf(c),
 		Warn:          toolkit.WarnOf("gpubpf"),
