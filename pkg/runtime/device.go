@@ -106,7 +106,7 @@ type ringState struct {
 	// tool scanned (drainMu)
 	cur   int
 	ahead chan drainReply
-	holds []*ringHold // one per shard; nil for trace_printk's ring (its lines are copies)
+	holds []*ringHold // one per shard (trace_printk's lines are copies: it never holds one)
 	// The GPU's counters as of the last drain and the records the program
 	// discarded, read by Stats while drains run (and after the mirror is
 	// unmapped).
@@ -182,7 +182,6 @@ func (p *Process) device(t agentproto.Target) (*device, error) {
 		return nil, fmt.Errorf("placing the trace_printk ring: %w", err)
 	}
 	pk.ring.maxWait = quietPoll
-	pk.ring.holds = nil // its lines are copies: a drain releases what it scanned
 	if p.s.prints() {
 		pk.ring.maxWait = printkPoll
 	}
@@ -549,6 +548,10 @@ func (m *placedMap) unmap() {
 	if m.file != nil {
 		m.file.Close()
 		m.file = nil
+	}
+	if m.second != nil && m.second.file != nil {
+		m.second.file.Close()
+		m.second.file = nil
 	}
 }
 

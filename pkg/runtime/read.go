@@ -142,11 +142,6 @@ type drainReply struct {
 	t0, t1 uint64
 }
 
-// drainCall makes a ring-drain round trip copying into mirror buf.
-func (p *Process) drainCall(d *device, m *placedMap, buf int, ahead bool) drainReply {
-	return p.roundTrip(d, p.drainRequest(d, m, buf, ahead), buf)
-}
-
 // roundTrip sends a ring-drain request and waits for its reply.
 func (p *Process) roundTrip(d *device, req agentproto.RingDrainRequest, buf int) drainReply {
 	t0 := agentproto.MonoNow()
@@ -176,10 +171,7 @@ func (p *Process) drainRequest(d *device, m *placedMap, buf int, ahead bool) age
 	}
 	for j, r := range rs.readers {
 		// the GPU may write again where the tool holds no record
-		req.Release[j], req.CopyFrom[j] = r.Consumed(), r.Consumed()
-		if rs.holds != nil {
-			req.Release[j] = rs.holds[j].freed()
-		}
+		req.Release[j], req.CopyFrom[j] = rs.holds[j].freed(), r.Consumed()
 		if ahead {
 			req.CopyFrom[j] = r.Next()
 		}
@@ -238,7 +230,7 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 			r = <-rs.ahead // made during the last scan
 			rs.ahead = nil
 		} else {
-			r = p.drainCall(d, m, rs.cur, false)
+			r = p.roundTrip(d, p.drainRequest(d, m, rs.cur, false), rs.cur)
 		}
 		p.account(rs, r)
 		if r.err != nil {
@@ -271,11 +263,7 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 			// Scan also when nothing is ready: it marks what this copy
 			// shows committed, for the next drain to consume
 			if p := r.Pending(reserved); p > 0 {
-				w := shardScan{r: r, shard: j, reserved: reserved}
-				if rs.holds != nil {
-					w.hold = rs.holds[j]
-				}
-				work = append(work, w)
+				work = append(work, shardScan{r: r, hold: rs.holds[j], shard: j, reserved: reserved})
 				streaming = streaming || p > r.Size()/8
 			}
 		}
@@ -343,7 +331,7 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 // shardScan is one shard's part of a drain: what its Scan found.
 type shardScan struct {
 	r        *gpumap.Reader
-	hold     *ringHold // records handed out in place (nil: copies)
+	hold     *ringHold // the shard's records the tool holds
 	shard    int
 	reserved uint64
 	batches  []*Batch
@@ -406,6 +394,7 @@ var scanThreads = func() int {
 // one batch of text, records into batches of their runs in the mirror (at
 // most batchBytes each), in place.
 func scanShard(w *shardScan, pid, dev int, ring string, printk bool) {
+	defer func() { w.hold.handedTo(w.r.Consumed()) }()
 	if printk {
 		b := &Batch{PID: pid, Device: dev} // lines only: no record memory
 		w.n, w.x = w.r.Scan(w.reserved, func(rec []byte) {
@@ -422,7 +411,6 @@ func scanShard(w *shardScan, pid, dev int, ring string, printk bool) {
 	w.n, w.x = w.r.ScanRuns(w.reserved, batchBytes, func(r gpumap.Run) {
 		w.batches = append(w.batches, runBatch(pid, dev, ring, w.hold, r))
 	})
-	w.hold.handedTo(w.r.Consumed())
 }
 
 // deliver queues a batch for the tool. It waits while the tool catches up

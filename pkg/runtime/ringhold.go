@@ -104,7 +104,6 @@ func (m *placedMap) unmapMirrors() {
 	if m.second != nil && m.second.mem != nil {
 		unix.Munmap(m.second.mem)
 		m.second.mem = nil
-		m.second.file.Close()
 	}
 }
 
@@ -133,7 +132,8 @@ func (p *Process) secondMirror(d *device, m *placedMap) {
 	size := uint64(len(m.mem))
 	f, mem, err := sharedMemory(m.name+"-2", size)
 	if err == nil {
-		copy(mem, m.mem[:uint64(len(m.ring.readers))*gpumap.HeaderSize])
+		// (its control blocks are brought up to date before each copy
+		// into it: drainRequest)
 		var r *agentproto.RegisterHostReply
 		if r, err = p.conn.RegisterMemfd(d.target, f, size, 0); err == nil {
 			m.mu.Lock()

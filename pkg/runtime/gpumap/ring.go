@@ -147,18 +147,6 @@ func (r *Reader) Next() uint64 { return max(r.consumed, r.verified) }
 // Pending is how many bytes reserved before reserved are not consumed yet.
 func (r *Reader) Pending(reserved uint64) uint64 { return reserved - min(reserved, r.consumed) }
 
-// Ready is how many bytes of records Scan may consume now, at most: in a
-// Mirror, those an earlier Scan already saw committed (the others wait for
-// the next copy); else all that is pending. It sizes the consumer's buffer
-// exactly instead of by Pending, about twice as much in a Mirror that
-// streams.
-func (r *Reader) Ready(reserved uint64) uint64 {
-	if r.mode == Mirror {
-		return min(r.verified, reserved) - min(r.consumed, r.verified, reserved)
-	}
-	return r.Pending(reserved)
-}
-
 // Dropped and Produced are the GPU's record counters as of the header in
 // mem (for a Mirror: as of the last drain). The GPU counts a warp's records
 // once, where they end up (given a position, or dropped): one counter
