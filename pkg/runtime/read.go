@@ -208,16 +208,16 @@ func (p *Process) account(rs *ringState, r drainReply) {
 	}
 }
 
-// ringAhead (GPUBPF_RING_AHEAD=1): a streaming ring's drains copy into one
-// mirror while the tool scans the other, a second mirror as large as the
-// first made as the ring is placed. Measured (H200, 2026-11-28, vec_add
-// medium streaming, 256 MiB ring, same call): 274 M records/s delivered
-// against 227 M with one mirror. Not the default yet: that build made the
-// second mirror when the ring first streamed, and the agent's pinning of it
-// then held the drains (tiny delivered 89.7% and small 86.6% in one run
-// each, against 100%); making it at placement, as now, is not measured on
-// a GPU yet.
-var ringAhead = os.Getenv("GPUBPF_RING_AHEAD") == "1"
+// ringAhead: a streaming ring's drains copy into one mirror while the tool
+// scans the other, a second mirror as large as the first made as the ring
+// is placed (GPUBPF_RING_AHEAD=0: one mirror, copy and scan in turn).
+// Measured (H200, 2026-11-28, vec_add medium streaming, 256 MiB ring, same
+// call, two runs each): 270-287 M records/s delivered, 0.8-1.0% dropped,
+// against 234-238 M/s and 33% dropped with one mirror; event-bench's short
+// runs delivered the same share either way (tiny and small 100%). Made
+// when the ring first streamed instead, the agent's pinning of it held
+// the drains just then (tiny delivered 89.7%, small 86.6%).
+var ringAhead = os.Getenv("GPUBPF_RING_AHEAD") != "0"
 
 func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 	rs := m.ring
@@ -408,7 +408,7 @@ func scanShard(w *shardScan, pid, dev int, ring string, printk bool) {
 		w.batches = append(w.batches, b)
 		return
 	}
-	w.n, w.x = w.r.ScanRuns(w.reserved, batchBytes, func(r gpumap.Run) {
+	w.n, w.x = w.r.ScanRuns(w.reserved, batchBytes, func(r *gpumap.Run) {
 		w.batches = append(w.batches, runBatch(pid, dev, ring, w.hold, r))
 	})
 }

@@ -16,8 +16,8 @@ func TestRingHoldFreed(t *testing.T) {
 	}
 	pm := &placedMap{name: "hold-test", mem: mem}
 	h := &ringHold{pm: pm}
-	run := func(pos uint64) gpumap.Run {
-		return gpumap.Run{Mem: mem[pos : pos+48], Pos: pos, Starts: []uint32{8}, Ends: []uint32{48}}
+	run := func(pos uint64) *gpumap.Run {
+		return &gpumap.Run{Mem: mem[pos : pos+48], Pos: pos, Starts: []uint32{8}, Ends: []uint32{48}}
 	}
 	a := runBatch(1, 0, "events", h, run(0))
 	b := runBatch(1, 0, "events", h, run(48))

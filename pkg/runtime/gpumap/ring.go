@@ -180,7 +180,7 @@ func (r *Reader) Corrupt() uint64 { return r.corrupt }
 // ones, and returns how many it delivered and skipped. It stops at the first
 // record not committed yet.
 func (r *Reader) Scan(reserved uint64, fn func(rec []byte)) (delivered, discarded uint64) {
-	return r.ScanRuns(reserved, 1<<20, func(run Run) {
+	return r.ScanRuns(reserved, 1<<20, func(run *Run) {
 		for k := range run.Ends {
 			fn(run.Mem[run.Starts[k]:run.Ends[k]])
 		}
@@ -201,6 +201,9 @@ type Run struct {
 // ScanRuns is Scan in runs of at most maxRun bytes (a record longer than
 // maxRun is a run of its own): fn gets each run, valid during the call. A
 // run ends where the ring wraps and at a long stretch of discarded records.
+// fn may keep the run's Starts and Ends if it leaves other slices in their
+// place (the Reader reuses their memory): a consumer that holds records in
+// place takes their bounds without copying them.
 //
 // A Mirror reads each record's header once: the walk over what a copy
 // shows committed notes the runs (marked), and the next scan hands them
@@ -208,15 +211,15 @@ type Run struct {
 // change until the tool releases its space; the newer copy wrote them
 // there). Two walks over every record were most of the tool's time at a
 // streaming ring's rates: memory traffic beside the copies' own.
-func (r *Reader) ScanRuns(reserved uint64, maxRun uint64, fn func(Run)) (delivered, discarded uint64) {
+func (r *Reader) ScanRuns(reserved uint64, maxRun uint64, fn func(*Run)) (delivered, discarded uint64) {
 	if r.mode != Mirror {
 		return r.walkRuns(reserved, maxRun, fn, false)
 	}
 	for i := range r.marked {
 		run := &r.marked[i]
 		run.Mem = r.data[run.off : run.off+uint64(len(run.Mem))]
-		fn(*run)
 		delivered += uint64(len(run.Ends))
+		fn(run)
 		r.free = append(r.free, run.Starts[:0], run.Ends[:0])
 		*run = Run{}
 	}
@@ -230,7 +233,7 @@ func (r *Reader) ScanRuns(reserved uint64, maxRun uint64, fn func(Run)) (deliver
 // walkRuns walks the committed records of [consumed, reserved): into runs
 // handed to fn (consumed), or with mark into runs kept for the next scan
 // (verified, a Mirror's).
-func (r *Reader) walkRuns(reserved uint64, maxRun uint64, fn func(Run), mark bool) (delivered, discarded uint64) {
+func (r *Reader) walkRuns(reserved uint64, maxRun uint64, fn func(*Run), mark bool) (delivered, discarded uint64) {
 	pos := r.consumed
 	mask := r.size - 1
 	mem := r.data
@@ -247,8 +250,8 @@ func (r *Reader) walkRuns(reserved uint64, maxRun uint64, fn func(Run), mark boo
 			starts, ends = r.bounds()
 			return
 		}
-		fn(run)
-		starts, ends = starts[:0], ends[:0]
+		fn(&run)
+		starts, ends = run.Starts[:0], run.Ends[:0]
 	}
 	for pos < reserved {
 		off := pos & mask

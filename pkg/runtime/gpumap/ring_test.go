@@ -171,7 +171,7 @@ func (h *host) drain() (delivered, discarded uint64) {
 		if h.maxRun == 0 {
 			n, x = r.Scan(reserved, h.check)
 		} else {
-			n, x = r.ScanRuns(reserved, h.maxRun, func(run Run) {
+			n, x = r.ScanRuns(reserved, h.maxRun, func(run *Run) {
 				if len(run.Starts) != len(run.Ends) || len(run.Ends) == 0 {
 					h.t.Fatalf("run of %d starts and %d ends", len(run.Starts), len(run.Ends))
 				}
@@ -491,7 +491,7 @@ func TestRingTwoMirrors(t *testing.T) {
 			}
 		}
 		for _, r := range rs {
-			r.ScanRuns(r.Reserved(), 1<<20, func(run Run) {
+			r.ScanRuns(r.Reserved(), 1<<20, func(run *Run) {
 				for k := range run.Ends {
 					check(run.Mem[run.Starts[k]:run.Ends[k]])
 				}
@@ -726,7 +726,7 @@ func BenchmarkScanRuns(b *testing.B) {
 	r, _ := NewReader(d.mem, Snapshot)
 	for i := 0; i < b.N; i += recs {
 		r.consumed, r.verified = 0, 0
-		r.ScanRuns(reserved, 4<<20, func(run Run) { n += len(run.Ends) })
+		r.ScanRuns(reserved, 4<<20, func(run *Run) { n += len(run.Ends) })
 	}
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "records/s")
 	if n == 0 {
