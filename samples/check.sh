@@ -101,9 +101,10 @@ while IFS='|' read -r name args key; do
 done <<<"$RUNS"
 
 # PTX checks: every binary must embed PTX for gpubpf to patch; the hook
-# variant's PTX must call the stub. Two exceptions made on purpose for
-# scripts/gpu/faults-check.sh: sass_only has no PTX, and modload (driver
-# API) reads its kernels from modload.ptx and modload.cubin.
+# variant's PTX must call the stub. Exceptions made on purpose: sass_only
+# and launch_heavy_sass have no PTX (scripts/gpu/faults-check.sh,
+# cupti-check.sh), and modload (driver API) reads its kernels from
+# modload.ptx and modload.cubin.
 if [ -n "$CUOBJDUMP" ]; then
 	for exe in "$BIN"/*; do
 		[ -x "$exe" ] && [ -f "$exe" ] || continue
@@ -111,8 +112,9 @@ if [ -n "$CUOBJDUMP" ]; then
 		want "$base" "$@" || continue
 		nptx=$("$CUOBJDUMP" -lptx "$exe" 2>/dev/null | grep -c '^PTX file')
 		nelf=$("$CUOBJDUMP" -lelf "$exe" 2>/dev/null | grep -c '^ELF file')
-		if [ "$base" = sass_only ]; then
-			# built without PTX on purpose (faults-check.sh case 6)
+		if [ "$base" = sass_only ] || [ "$base" = launch_heavy_sass ]; then
+			# built without PTX on purpose (faults-check.sh case 6;
+			# cupti-check.sh times launch_heavy_sass through CUPTI only)
 			detail="$nptx PTX, $nelf ELF (SASS only on purpose)"
 			ok=1; [ "$nptx" = 0 ] && [ "$nelf" -ge 1 ] || ok=0
 		elif [ "$base" = modload ]; then
