@@ -87,8 +87,8 @@ type placedMap struct {
 	// refs: batches of the ring's records in place (ringhold.go); the
 	// last one released after the map unmaps the mirror
 	refs atomic.Int64
-	// second: a ring's second mirror, made when it first streams (the
-	// copy into one while the tool scans the other)
+	// second: a ring's second mirror, made as it is placed (the copy into
+	// one while the tool scans the other; GPUBPF_RING_AHEAD=0: none)
 	second *mirrorMem
 	// kernel maps shared with the GPU; mirror: the device copy the GPU
 	// adds to instead, folded into kmap (mirror.go)

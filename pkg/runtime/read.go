@@ -262,9 +262,9 @@ func (p *Process) drainRing(d *device, m *placedMap, final bool) {
 			waits, waitDrops = waits+r.Waits(), waitDrops+r.WaitDrops()
 			// Scan also when nothing is ready: it marks what this copy
 			// shows committed, for the next drain to consume
-			if p := r.Pending(reserved); p > 0 {
+			if pend := r.Pending(reserved); pend > 0 {
 				work = append(work, shardScan{r: r, hold: rs.holds[j], shard: j, reserved: reserved})
-				streaming = streaming || p > r.Size()/8
+				streaming = streaming || pend > r.Size()/8
 			}
 		}
 		if streaming && !final && m.second != nil {

@@ -60,11 +60,12 @@ func (h *ringHold) release(seq uint64) {
 		for n < len(h.out) && h.done[n] {
 			n++
 		}
+		// the rest moved to the front: the arrays' memory is reused
+		// (a handful of batches are out at a time)
 		h.first += uint64(n)
-		h.out, h.done = h.out[n:], h.done[n:]
-		if len(h.out) == 0 { // keep reusing the arrays' memory
-			h.out, h.done = h.out[:0:0], h.done[:0:0]
-		}
+		k := copy(h.out, h.out[n:])
+		copy(h.done, h.done[n:])
+		h.out, h.done = h.out[:k], h.done[:k]
 	}
 	h.mu.Unlock()
 	h.pm.unref()
