@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"os"
 	"slices"
 	"sort"
@@ -48,6 +49,7 @@ type Process struct {
 	clones   int
 	launches map[probeKey]uint64 // agent counters, cached (see refreshLaunches)
 	failures map[probeKey]uint64
+	graphs   *graphs.Tracker // the executable graphs launched since the attach (refreshGraphs)
 	// used: the devices the application uses (hello, then device-used
 	// notifications); maps and clones of context-independent modules go
 	// there and nowhere else, so attaching never opens contexts on GPUs
@@ -131,6 +133,10 @@ func (s *Session) Attach(pid int, opts AttachOptions) (*Process, error) {
 		}
 		p.conn = conn
 		p.attached, p.running = time.Now(), !opts.Hold
+		// what the agent counted of graph launches before this trace (an
+		// agent before protocol 12 counts none: an empty account)
+		atAttach, _ := conn.Graphs()
+		p.graphs = graphs.NewTracker(pid, atAttach)
 		// Ctrl-C or -d while attaching: what attaching still asks of the
 		// agent (a module's JIT may take LoadTimeout) must not hold the
 		// tool longer than its wind-up.
@@ -353,6 +359,8 @@ func (p *Process) watch() {
 				p.s.mu.Lock()
 				p.s.stats.NotTraced = append(p.s.stats.NotTraced, what)
 				p.s.mu.Unlock()
+			case n.Graphs:
+				p.unknownGraphs()
 			case n.Unloading != 0:
 				p.lastLook()
 				p.conn.ReleaseUnload(n.Unloading)
@@ -1074,6 +1082,29 @@ func (p *Process) refreshLaunches() {
 	}
 }
 
+// refreshGraphs caches the agent's graph counts (they go with the process).
+func (p *Process) refreshGraphs() {
+	if p.conn == nil || p.graphs == nil {
+		return
+	}
+	execs, err := p.conn.Graphs()
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	p.graphs.Update(execs)
+	p.mu.Unlock()
+}
+
+// unknownGraphs: the application launched a graph the agent never saw made
+// (instantiated before an injected agent came): no probe can reach its
+// kernels, so a tool timing kernels (launchlate) has CUPTI's records time
+// them, as it would a kernel without PTX.
+func (p *Process) unknownGraphs() {
+	p.s.logf("process %d: a CUDA graph made before the agent came was launched: its kernels are not instrumented", p.PID)
+	p.needKernelTimes()
+}
+
 // stopProbes ends the GPU side of the trace in a process that runs on:
 // its kernels go back to the originals, so the maps read after this (the
 // agent's reads wait for the instrumented launches already queued) hold
@@ -1093,8 +1124,12 @@ func (p *Process) stopProbes() {
 // addStats adds this process's agent-side counters and ring drops.
 func (p *Process) addStats(st *Stats) {
 	p.refreshLaunches()
+	p.refreshGraphs()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.graphs != nil {
+		st.Graphs = append(st.Graphs, p.graphs.Execs()...)
+	}
 	for _, n := range p.launches {
 		st.Launches += n
 	}
@@ -1124,6 +1159,7 @@ func (p *Process) close() error {
 		// Drain the rings one last time so nothing the GPU produced is lost.
 		p.drain(true)
 		p.refreshLaunches()
+		p.refreshGraphs()
 		select {
 		case <-p.conn.Done(): // the process is gone: nothing to restore (its last look folded)
 		default:

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"io"
 	"maps"
 	"regexp"
@@ -401,6 +402,10 @@ type Stats struct {
 	// after the attach CUPTI came on: kernels without PTX launched in
 	// between are in no count.
 	KernelTimesLate map[int]time.Duration
+	// Graphs: the executable CUDA graphs each process launched during the
+	// trace, with what of their launches and kernel-node runs ran
+	// instrumented, and why not (graphs.Sum adds them up).
+	Graphs          []graphs.Exec
 	firstAttachDone bool
 }
 

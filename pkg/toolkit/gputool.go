@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"io"
 	"maps"
 	"os"
@@ -285,6 +286,8 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 		for _, f := range st.ProbeFailures {
 			fmt.Fprintln(os.Stderr, t.Name+": "+f)
 		}
+	} else {
+		os.Stdout.Write(GraphsJSON(st))
 	}
 	return Finish(t.Name, targets, sess, st, code, traceErr, closeErr)
 }
@@ -466,12 +469,40 @@ func KernelAccount(a *Account, st runtime.Stats) {
 	for _, what := range st.NotTraced {
 		a.Note("not traced: " + what)
 	}
+	if c := graphs.Sum(st.Graphs).Clause(); c != "" {
+		a.Note(c)
+	}
 	if st.RecordsProduced > 0 || st.RingPending > 0 {
 		a.Note(RecordAccount(st))
 	}
 	if st.LoopBudgetSpent > 0 {
 		a.Add(st.LoopBudgetSpent, LoopBudgetWhat, LoopBudgetWhy)
 	}
+}
+
+// GraphsJSON is the {"type":"graphs",...} line of every GPU tool's -j
+// output: the CUDA graphs launched during the trace (graphs.Totals), and
+// each group of launches that ran the original kernel nodes with why.
+func GraphsJSON(st runtime.Stats) []byte {
+	t := graphs.Sum(st.Graphs)
+	b := fmt.Appendf(nil, `{"type":"graphs","execs":%d,"launches":%d,"launches_instrumented":%d,"launches_cupti":%d,"kernel_runs":%d,"kernel_runs_instrumented":%d,"launches_unknown":%d,"launches_captured":%d,"not_instrumented":[`,
+		t.Execs, t.Launches, t.LaunchesInstrumented, t.LaunchesKernelTimes, t.KernelRuns, t.KernelRunsInstrumented, t.LaunchesUnknown, t.Captured)
+	for i, g := range t.NotInstrumented {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = fmt.Appendf(b, `{"execs":%d,"launches":%d,"kernel_nodes":%d,"pids":[`, g.Execs, g.Launches, g.KernelNodes)
+		for j, pid := range g.PIDs {
+			if j > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendInt(b, int64(pid), 10)
+		}
+		b = append(b, `],"why":`...)
+		b = AppendJSONString(b, g.Why)
+		b = append(b, '}')
+	}
+	return append(b, "]}\n"...)
 }
 
 // The loop-budget clause, worded once for the tools' accounts and gpubpf

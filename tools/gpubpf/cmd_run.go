@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"io"
 	"os"
 	"sort"
@@ -529,6 +530,7 @@ func (o *runOutput) summary(st runtime.Stats) {
 			"ring_drain_scan_ms": float64(st.DrainScan.Microseconds()) / 1000, "ring_drain_deliver_ms": float64(st.DrainDeliver.Microseconds()) / 1000,
 			"jit_ms": float64(st.JIT.Microseconds()) / 1000, "first_attach_ms": float64(st.FirstAttach.Microseconds()) / 1000,
 			"not_traced": st.NotTraced, "shared_maps_gathered": st.SharedMirrored, "shared_map_folds": st.SharedFolds})
+		o.w.Write(toolkit.GraphsJSON(st))
 		return
 	}
 	line := fmt.Sprintf("gpubpf: %d process(es); kernels instrumented: %s; skipped: %s; %d instrumented launches",
@@ -552,6 +554,9 @@ func (o *runOutput) summary(st runtime.Stats) {
 	}
 	for _, f := range st.NotTraced {
 		fmt.Fprintln(os.Stderr, "gpubpf: not traced: "+f)
+	}
+	if c := graphs.Sum(st.Graphs).Clause(); c != "" {
+		fmt.Fprintln(os.Stderr, "gpubpf: "+c)
 	}
 }
 

@@ -254,6 +254,7 @@ func run(c *cli.Context) error {
 			fmt.Fprintln(os.Stderr, "launchlate: "+f)
 		}
 	} else {
+		l.w.Write(toolkit.GraphsJSON(st))
 		l.summaryJSON(st)
 	}
 	return toolkit.Finish("launchlate", targets, sess, st, code, traceErr, closeErr)

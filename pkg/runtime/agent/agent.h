@@ -11,7 +11,7 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 11u
+#define PROTO_VERSION 12u
 #define PROTO_MAX_FRAME (64u << 20)
 #define SNAPSHOT_LIVE 1u /* snapshot flag: do not wait for the application's launches */
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -101,6 +101,16 @@ struct drv {
 	CUresult (*cuStreamWriteValue64)(CUstream, CUdeviceptr, uint64_t, unsigned);
 	CUresult (*cuPointerGetAttribute)(void *, int, CUdeviceptr);
 	CUresult (*cuGraphNodeGetContainingGraph)(CUgraphNode, CUgraph *); /* CUDA 13.1 */
+	/* executable graphs made before the attach (execs.c); 12.0 ABIs */
+	CUresult (*cuGraphClone)(CUgraph *, CUgraph);
+	CUresult (*cuGraphDestroy)(CUgraph);
+	CUresult (*cuGraphGetNodes)(CUgraph, CUgraphNode *, size_t *);
+	CUresult (*cuGraphNodeGetType)(CUgraphNode, int *);
+	CUresult (*cuGraphChildGraphNodeGetGraph)(CUgraphNode, CUgraph *);
+	CUresult (*cuGraphNodeFindInClone)(CUgraphNode *, CUgraphNode, CUgraph);
+	CUresult (*cuGraphKernelNodeGetParams)(CUgraphNode, CUDA_KERNEL_NODE_PARAMS_v2 *);
+	CUresult (*cuGraphKernelNodeSetParams)(CUgraphNode, const CUDA_KERNEL_NODE_PARAMS_v2 *);
+	CUresult (*cuGraphExecUpdate)(CUgraphExec, CUgraph, CUgraphExecUpdateResultInfo *);
 	/* ring drains: many copies in one call (CUDA 12.8's ABI, with failIdx); optional */
 	CUresult (*cuMemcpyBatchAsync)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t, CUmemcpyAttributes *,
 				       size_t *, size_t, size_t *, CUstream);
@@ -263,6 +273,7 @@ HIDDEN void probe_rebuild(void);                                  /* g_rw write 
 /* cap: the stream's capture status if the caller knows it, else -1 */
 HIDDEN void probe_after_launch(struct activation *a, CUstream s, CUresult r, int cap);
 HIDDEN void probe_pin(struct activation *a);
+HIDDEN int probe_is_clone(const void *f); /* an active probe's instrumented function (takes g_rw) */
 HIDDEN void probes_reset(void);
 /* Deferred event records: an instrumented launch marks its (clone, stream)
  * entry dirty, and the agent records the dirty entries' events only when it
@@ -312,6 +323,39 @@ HIDDEN void gw_instantiated(CUgraphExec x, CUgraph g);    /* x runs g's nodes (i
 HIDDEN int gw_any(void);                                  /* some graph has a word */
 HIDDEN void gw_reset(void);                               /* fork child */
 
+/* ---- executable graphs (execs.c) ---- */
+/* Every exec launched while a tool is attached is counted; one whose
+ * instantiation the agent saw keeps a snapshot of its graph, and its next
+ * launch after the probes changed points its kernel nodes at the
+ * instrumented clones (or back) with one cuGraphExecUpdate. */
+struct gx_counts {
+	uint64_t launches;       /* graph launches (while a tool was attached) */
+	uint64_t launches_instr; /* of which ran instrumented kernel nodes */
+	uint64_t launches_kt;    /* of which while CUPTI's kernel records were on */
+	uint64_t kruns;          /* kernel-node runs of those launches (snapshot known) */
+	uint64_t kruns_instr;    /* of which instrumented */
+	uint64_t captured;       /* launches into a stream capture (not run then) */
+};
+#define GX_UNKNOWN 0xFFFFFFFFu /* kernel nodes not known */
+enum { GX_ORIGINAL = 0, GX_SWAPPED = 1 };
+/* why an exec runs its original kernel nodes */
+enum { GXW_NONE, GXW_BEFORE_AGENT, GXW_NO_SNAPSHOT, GXW_STALE, GXW_REFUSED, GXW_RESTORE_FAILED, GXW_NO_PROBE };
+extern int g_gx_on; /* graph launches take the counting path (atomic) */
+HIDDEN void gx_launch(CUgraphExec x, CUstream evs); /* before the launch reaches the driver */
+HIDDEN void gx_instantiated(CUgraphExec x, CUgraph g);
+HIDDEN void gx_updated(CUgraphExec x, CUgraph g); /* the application's whole-graph update */
+HIDDEN void gx_kernel_node_set(CUgraphExec x, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p, int v2);
+HIDDEN void gx_changed(CUgraphExec x, const char *how); /* changed in place some other way */
+HIDDEN void gx_destroyed(CUgraphExec x);
+HIDDEN void gx_session(int delta); /* a tool came (1) or went (-1) */
+HIDDEN void gx_reset(void);        /* fork child */
+/* interpose.c: points kernel node n (of a graph to update exec x from) at
+ * its instrumented clone when a probe is active: 1 if it did, 2 if n runs
+ * an active clone already (captured so), 0 if no probe, -1 on an error */
+HIDDEN int node_instrument(CUgraphNode n, CUgraphExec x);
+/* probes.c: bumped whenever the active probes change */
+HIDDEN uint32_t probe_gen(void);
+
 /* ---- control socket (server.h: session.c, context.c, ops.c, ...) ---- */
 struct session;
 HIDDEN void server_start(void);
@@ -326,6 +370,9 @@ extern HIDDEN __thread int g_agent_thread;
 HIDDEN void server_notify_failure(struct activation *a, CUresult r);
 HIDDEN void server_hold(uint64_t id);
 HIDDEN void server_hold_late(uint64_t id);
+/* An exec whose nodes the agent does not know was launched: the tools hear
+ * of it (NOTE_GRAPHS) and read op graphs. */
+HIDDEN void server_note_graphs(void);
 HIDDEN void server_device_used(CUdevice dev);
 /* The application destroys a context (context.c): server_ctx_lock holds
  * every tool request off meanwhile; server_ctx_gone (lock held) makes the

@@ -106,6 +106,13 @@ typedef struct {
 	CUcontext ctx;
 } CUDA_KERNEL_NODE_PARAMS_v2;
 
+/* cuGraphExecUpdate's answer (CUDA 12.0 ABI). */
+typedef struct {
+	int result; /* CUgraphExecUpdateResult */
+	CUgraphNode errorNode;
+	CUgraphNode errorFromNode;
+} CUgraphExecUpdateResultInfo;
+
 #define FATBIN_WRAPPER_MAGIC 0x466243b1u
 #define FATBIN_MAGIC 0xBA55ED50u
 

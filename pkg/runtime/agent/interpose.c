@@ -168,6 +168,19 @@ int drv_init(void)
 	D.cuStreamGetCaptureInfo =
 		LOADP(real_gpa2) || cuda_sym("cuGetProcAddress_v2") ? drv_get("cuStreamGetCaptureInfo") : NULL;
 	D.cuGraphNodeGetContainingGraph = drv_get_at("cuGraphNodeGetContainingGraph", 13010);
+	/* execs.c: asked for at 12.0, the ABIs of its prototypes (drivers
+	 * before 12.0 leave executable graphs made before the attach alone) */
+	if (D.version >= 12000) {
+		G(cuGraphClone);
+		G(cuGraphDestroy);
+		G(cuGraphGetNodes);
+		G(cuGraphNodeGetType);
+		G(cuGraphChildGraphNodeGetGraph);
+		G(cuGraphNodeFindInClone);
+		G(cuGraphKernelNodeGetParams);
+		G(cuGraphKernelNodeSetParams);
+		G(cuGraphExecUpdate);
+	}
 	/* Asked for at 12.8, the ABI with failIdx (13.0's _v2 dropped it).
 	 * GPUBPF_AGENT_DRAIN_BATCH=0 leaves it unused (a drain then makes one
 	 * call per copy: what the benchmarks compare it with). */
@@ -220,6 +233,10 @@ typedef CUresult (*graphinstp_t)(CUgraphExec *, CUgraph, void *);
 typedef CUresult (*graphupd1_t)(CUgraphExec, CUgraph, CUgraphNode *, int *);
 typedef CUresult (*graphupd2_t)(CUgraphExec, CUgraph, void *);
 typedef CUresult (*graphlaunch_t)(CUgraphExec, CUstream);
+typedef CUresult (*graphexecdestroy_t)(CUgraphExec);
+typedef CUresult (*graphexecchange3_t)(CUgraphExec, CUgraphNode, const void *);
+typedef CUresult (*graphexecchange4_t)(CUgraphExec, CUgraphNode, const void *, CUcontext);
+typedef CUresult (*graphnodeenable_t)(CUgraphExec, CUgraphNode, unsigned);
 
 enum {
 	R_cuGetProcAddress,
@@ -256,6 +273,18 @@ enum {
 	R_cuGraphExecUpdate_v2,
 	R_cuGraphLaunch,
 	R_cuGraphLaunch_ptsz,
+	R_cuGraphExecDestroy,
+	R_cuGraphExecNodeSetParams,
+	R_cuGraphNodeSetEnabled,
+	R_cuGraphExecMemcpyNodeSetParams,
+	R_cuGraphExecMemsetNodeSetParams,
+	R_cuGraphExecHostNodeSetParams,
+	R_cuGraphExecChildGraphNodeSetParams,
+	R_cuGraphExecEventRecordNodeSetEvent,
+	R_cuGraphExecEventWaitNodeSetEvent,
+	R_cuGraphExecExternalSemaphoresSignalNodeSetParams,
+	R_cuGraphExecExternalSemaphoresWaitNodeSetParams,
+	R_cuGraphExecBatchMemOpNodeSetParams,
 	R_cuDevicePrimaryCtxRetain,
 	R_cuCtxCreate_v2,
 	R_cuCtxCreate_v3,
@@ -318,6 +347,18 @@ static const char *const real_names[R_COUNT] = {
 	N(cuGraphExecUpdate_v2),
 	N(cuGraphLaunch),
 	N(cuGraphLaunch_ptsz),
+	N(cuGraphExecDestroy),
+	N(cuGraphExecNodeSetParams),
+	N(cuGraphNodeSetEnabled),
+	N(cuGraphExecMemcpyNodeSetParams),
+	N(cuGraphExecMemsetNodeSetParams),
+	N(cuGraphExecHostNodeSetParams),
+	N(cuGraphExecChildGraphNodeSetParams),
+	N(cuGraphExecEventRecordNodeSetEvent),
+	N(cuGraphExecEventWaitNodeSetEvent),
+	N(cuGraphExecExternalSemaphoresSignalNodeSetParams),
+	N(cuGraphExecExternalSemaphoresWaitNodeSetParams),
+	N(cuGraphExecBatchMemOpNodeSetParams),
 	N(cuDevicePrimaryCtxRetain),
 	N(cuCtxCreate_v2),
 	N(cuCtxCreate_v3),
@@ -980,6 +1021,31 @@ static const void *graph_params(const void *params, int v2, struct graph_tmp *tm
 	return out;
 }
 
+int node_instrument(CUgraphNode n, CUgraphExec x)
+{
+	CUDA_KERNEL_NODE_PARAMS_v2 p;
+	memset(&p, 0, sizeof(p));
+	if (D.cuGraphKernelNodeGetParams(n, &p) != CUDA_SUCCESS)
+		return -1;
+	if (probe_is_clone(p.func))
+		return 2;
+	struct graph_tmp tmp;
+	const void *out = graph_params(&p, 1, &tmp, NULL, NULL, x);
+	if (out == &p && p.func && p.kern) {
+		/* a CUfunction the inventory does not know: try the CUkernel */
+		free(tmp.h.heap);
+		CUfunction f = p.func;
+		p.func = NULL;
+		out = graph_params(&p, 1, &tmp, NULL, NULL, x);
+		p.func = f;
+	}
+	int done = 0;
+	if (out != &p)
+		done = D.cuGraphKernelNodeSetParams(n, out) == CUDA_SUCCESS ? 1 : -1;
+	free(tmp.h.heap);
+	return done;
+}
+
 #define GRAPH_ADD(NAME, V2)                                                                                    \
 	EXPORT CUresult NAME(CUgraphNode *n, CUgraph g, const CUgraphNode *d, size_t nd, const void *params)    \
 	{                                                                                                       \
@@ -1017,6 +1083,8 @@ GRAPH_SET(cuGraphKernelNodeSetParams_v2, 1)
 		struct graph_tmp tmp;                                                                           \
 		CUresult res = r(x, n, graph_params(params, V2, &tmp, NULL, n, x));                             \
 		free(tmp.h.heap);                                                                               \
+		if (res == CUDA_SUCCESS)                                                                        \
+			gx_kernel_node_set(x, n, params, V2);                                                   \
 		return res;                                                                                     \
 	}
 GRAPH_EXECSET(cuGraphExecKernelNodeSetParams, 0)
@@ -1028,8 +1096,11 @@ GRAPH_EXECSET(cuGraphExecKernelNodeSetParams_v2, 1)
  * once some graph has one; an exec handle used again is updated). */
 static inline void instantiated(CUresult r, CUgraphExec *x, CUgraph g)
 {
-	if (r == CUDA_SUCCESS && x && UNLIKELY(gw_any()))
+	if (r != CUDA_SUCCESS || !x)
+		return;
+	if (UNLIKELY(gw_any()))
 		gw_instantiated(*x, g);
+	gx_instantiated(*x, g);
 }
 
 #define GRAPH_INST5(NAME)                                                                                      \
@@ -1070,13 +1141,22 @@ GRAPH_INSTP(cuGraphInstantiateWithParams_ptsz)
 
 /* An updated exec runs the new graph's nodes (a failed update leaves the
  * old ones, or an exec that cannot be launched). */
+static inline void updated(CUresult r, CUgraphExec x, CUgraph g)
+{
+	if (r != CUDA_SUCCESS)
+		return;
+	if (UNLIKELY(gw_any()))
+		gw_instantiated(x, g);
+	gx_updated(x, g);
+}
+
 EXPORT CUresult cuGraphExecUpdate(CUgraphExec x, CUgraph g, CUgraphNode *en, int *res_out)
 {
 	graphupd1_t r = REAL(graphupd1_t, cuGraphExecUpdate);
 	if (!r)
 		return NOFUNC;
 	CUresult res = r(x, g, en, res_out);
-	instantiated(res, &x, g);
+	updated(res, x, g);
 	return res;
 }
 
@@ -1086,7 +1166,7 @@ EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec x, CUgraph g, void *info)
 	if (!r)
 		return NOFUNC;
 	CUresult res = r(x, g, info);
-	instantiated(res, &x, g);
+	updated(res, x, g);
 	return res;
 }
 
@@ -1105,6 +1185,8 @@ static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_f
 {
 	drv_gate();
 	CUstream evs = ev_stream(s, ptds);
+	if (__atomic_load_n(&g_gx_on, __ATOMIC_ACQUIRE) && !g_agent_thread)
+		gx_launch(x, evs);
 	CUdeviceptr w = 0;
 	pthread_rwlock_rdlock(&g_rw);
 	if (probe_lw_on() && D.cuStreamWriteValue64 && D.cuStreamIsCapturing && (w = gw_exec_word(x)) != 0) {
@@ -1120,6 +1202,9 @@ static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_f
 	return r;
 }
 
+/* Slow path: a probe, CUPTI's records or a graph word want the launch, or a
+ * tool counts graph launches (or an exec still runs instrumented nodes:
+ * its next launch puts the originals back). */
 #define GRAPH_LAUNCH(NAME, PTDS)                                                                               \
 	EXPORT CUresult NAME(CUgraphExec x, CUstream s)                                                         \
 	{                                                                                                       \
@@ -1127,12 +1212,69 @@ static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_f
 		if (UNLIKELY(!r) && !(r = REAL(graphlaunch_t, NAME)))                                           \
 			return NOFUNC;                                                                          \
 		int act = __atomic_load_n(&g_active, __ATOMIC_RELAXED);                                        \
-		if (LIKELY(!act) || (LIKELY(!gw_any()) && !(act & ACTIVE_KTIMES)))                              \
+		if ((LIKELY(!act) || (LIKELY(!gw_any()) && !(act & ACTIVE_KTIMES))) &&                          \
+		    LIKELY(!__atomic_load_n(&g_gx_on, __ATOMIC_RELAXED)))                                       \
 			return r(x, s);                                                                         \
 		return graph_launch_slow(r, PTDS, x, s);                                                        \
 	}
 GRAPH_LAUNCH(cuGraphLaunch, 0)
 GRAPH_LAUNCH(cuGraphLaunch_ptsz, 1)
+
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec x)
+{
+	graphexecdestroy_t r = REAL(graphexecdestroy_t, cuGraphExecDestroy);
+	if (!r)
+		return NOFUNC;
+	gx_destroyed(x);
+	return r(x);
+}
+
+/* The application changes an exec in place in a way its snapshot does not
+ * follow: execs.c leaves that exec alone from then on. */
+#define GRAPH_EXEC_CHANGE3(NAME)                                                                               \
+	EXPORT CUresult NAME(CUgraphExec x, CUgraphNode n, const void *p)                                       \
+	{                                                                                                       \
+		graphexecchange3_t r = REAL(graphexecchange3_t, NAME);                                          \
+		if (!r)                                                                                         \
+			return NOFUNC;                                                                          \
+		CUresult res = r(x, n, p);                                                                      \
+		if (res == CUDA_SUCCESS)                                                                        \
+			gx_changed(x, #NAME);                                                                   \
+		return res;                                                                                     \
+	}
+GRAPH_EXEC_CHANGE3(cuGraphExecNodeSetParams)
+GRAPH_EXEC_CHANGE3(cuGraphExecHostNodeSetParams)
+GRAPH_EXEC_CHANGE3(cuGraphExecChildGraphNodeSetParams)
+GRAPH_EXEC_CHANGE3(cuGraphExecEventRecordNodeSetEvent)
+GRAPH_EXEC_CHANGE3(cuGraphExecEventWaitNodeSetEvent)
+GRAPH_EXEC_CHANGE3(cuGraphExecExternalSemaphoresSignalNodeSetParams)
+GRAPH_EXEC_CHANGE3(cuGraphExecExternalSemaphoresWaitNodeSetParams)
+GRAPH_EXEC_CHANGE3(cuGraphExecBatchMemOpNodeSetParams)
+
+#define GRAPH_EXEC_CHANGE4(NAME)                                                                               \
+	EXPORT CUresult NAME(CUgraphExec x, CUgraphNode n, const void *p, CUcontext c)                          \
+	{                                                                                                       \
+		graphexecchange4_t r = REAL(graphexecchange4_t, NAME);                                          \
+		if (!r)                                                                                         \
+			return NOFUNC;                                                                          \
+		CUresult res = r(x, n, p, c);                                                                   \
+		if (res == CUDA_SUCCESS)                                                                        \
+			gx_changed(x, #NAME);                                                                   \
+		return res;                                                                                     \
+	}
+GRAPH_EXEC_CHANGE4(cuGraphExecMemcpyNodeSetParams)
+GRAPH_EXEC_CHANGE4(cuGraphExecMemsetNodeSetParams)
+
+EXPORT CUresult cuGraphNodeSetEnabled(CUgraphExec x, CUgraphNode n, unsigned on)
+{
+	graphnodeenable_t r = REAL(graphnodeenable_t, cuGraphNodeSetEnabled);
+	if (!r)
+		return NOFUNC;
+	CUresult res = r(x, n, on);
+	if (res == CUDA_SUCCESS)
+		gx_changed(x, "cuGraphNodeSetEnabled");
+	return res;
+}
 
 /* ---------------- stream captures and stream ends ---------------- */
 
@@ -1534,6 +1676,18 @@ static void fill_wrappers(void)
 	W(cuGraphExecUpdate_v2);
 	W(cuGraphLaunch);
 	W(cuGraphLaunch_ptsz);
+	W(cuGraphExecDestroy);
+	W(cuGraphExecNodeSetParams);
+	W(cuGraphNodeSetEnabled);
+	W(cuGraphExecMemcpyNodeSetParams);
+	W(cuGraphExecMemsetNodeSetParams);
+	W(cuGraphExecHostNodeSetParams);
+	W(cuGraphExecChildGraphNodeSetParams);
+	W(cuGraphExecEventRecordNodeSetEvent);
+	W(cuGraphExecEventWaitNodeSetEvent);
+	W(cuGraphExecExternalSemaphoresSignalNodeSetParams);
+	W(cuGraphExecExternalSemaphoresWaitNodeSetParams);
+	W(cuGraphExecBatchMemOpNodeSetParams);
 	W(cuDevicePrimaryCtxRetain);
 	W(cuCtxCreate_v2);
 	W(cuCtxCreate_v3);
@@ -1579,6 +1733,7 @@ static void atfork_child(void)
 	kt_atfork_child();
 	probe_tid_reset();
 	gw_reset();
+	gx_reset();
 	inv_reset();
 	server_atfork_child();
 }

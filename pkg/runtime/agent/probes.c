@@ -37,11 +37,18 @@ static void tab_put(struct slot *t, size_t cap, void *h, struct activation *a)
 	t[i].a = a;
 }
 
+static uint32_t g_probe_gen = 1;
+
+uint32_t probe_gen(void) { return __atomic_load_n(&g_probe_gen, __ATOMIC_ACQUIRE); }
+
 /* Rebuilds the lookup table from g_acts: the named handle, plus the
- * CUkernel <-> CUfunction aliases the inventory knows in that context. */
+ * CUkernel <-> CUfunction aliases the inventory knows in that context.
+ * Executable graphs decide their nodes again at their next launch. */
 void probe_rebuild(void)
 {
 	size_t n = 0;
+	uint32_t gen = __atomic_load_n(&g_probe_gen, __ATOMIC_RELAXED) + 1;
+	__atomic_store_n(&g_probe_gen, gen ? gen : 1, __ATOMIC_RELEASE);
 	for (struct activation *a = g_acts; a; a = a->next)
 		if (!a->disabled)
 			n++;
@@ -112,6 +119,16 @@ CUfunction probe_lookup(void *f, struct activation **out)
 		i = (i + 1) & m;
 	}
 	return NULL;
+}
+
+int probe_is_clone(const void *f)
+{
+	int found = 0;
+	pthread_rwlock_rdlock(&g_rw);
+	for (struct activation *a = g_acts; a && f && !found; a = a->next)
+		found = !a->disabled && (const void *)a->fn == f;
+	pthread_rwlock_unlock(&g_rw);
+	return found;
 }
 
 void probe_pin(struct activation *a)

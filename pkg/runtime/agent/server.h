@@ -7,7 +7,8 @@
  *   clock.c    clock calibration (op 23)
  *   launch.c   direct-mode launches (op 24)
  *   gate.c     the driver's lock: launches pause for a starved request
- *   cupti.c    kernel times from CUPTI (op 26) */
+ *   cupti.c    kernel times from CUPTI (op 26)
+ *   execs.c    executable graphs: counted, swapped, restored (op 27) */
 #ifndef GPUBPF_SERVER_H
 #define GPUBPF_SERVER_H
 #include <errno.h>
@@ -57,11 +58,13 @@ enum {
 	OP_LAUNCH = 24,
 	OP_LAUNCH_EVENTS = 25,
 	OP_KERNEL_TIMES = 26,
+	OP_GRAPHS = 27,
 	NOTE_MODULE = 0x40,
 	NOTE_PROBE_FAILED = 0x41,
 	NOTE_UNLOADING = 0x42,
 	NOTE_DEVICE = 0x43,
 	NOTE_LATE_TABLES = 0x44,
+	NOTE_GRAPHS = 0x45,
 };
 
 enum { ST_OK = 0, ST_BAD_REQUEST = 1, ST_NOT_FOUND = 2, ST_CUDA = 3, ST_UNSUPPORTED = 4, ST_INTERNAL = 5 };
@@ -139,6 +142,7 @@ struct session {
 	} streams[16]; /* our own non-blocking stream per context */
 	/* driver pointers a rescan found after this tool came (a CUDA
 	 * runtime that started after an injection): NOTE_LATE_TABLES */
+	int graphs_note; /* NOTE_GRAPHS due */
 	uint32_t late_new;
 	char late_obj[1024];
 	int nfail;
@@ -201,6 +205,7 @@ int op_launch(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w);
 int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w);
 void kt_release(struct session *s); /* NULL: whoever has them */
 int kt_owned_by(struct session *s);
+int op_graphs(struct session *s, struct wbuf *w); /* execs.c */
 
 /* gate.c: a request in the driver */
 void req_begin(void);

@@ -31,6 +31,17 @@ void wake(struct session *s)
 	(void)w;
 }
 
+void server_note_graphs(void)
+{
+	pthread_mutex_lock(&g_mu);
+	for (struct session *s = g_sessions; s; s = s->next)
+		if (s->hello) {
+			s->graphs_note = 1;
+			wake(s);
+		}
+	pthread_mutex_unlock(&g_mu);
+}
+
 void server_notify_module(uint64_t id)
 {
 	(void)id;
@@ -480,7 +491,7 @@ static void rescan_if_due(void)
 }
 
 /* Sends the notifications that are due: module-loaded, device-used,
- * unloading, late-tables, probe-failed. */
+ * unloading, late-tables, graphs, probe-failed. */
 static int flush_notes(struct session *s)
 {
 	for (;;) {
@@ -510,6 +521,10 @@ static int flush_notes(struct session *s)
 			wb_str(&w, s->late_obj);
 			s->late_new = 0;
 			have = NOTE_LATE_TABLES;
+		}
+		if (!have && s->graphs_note) {
+			s->graphs_note = 0;
+			have = NOTE_GRAPHS;
 		}
 		if (!have && s->nfail) {
 			s->nfail--;
@@ -621,6 +636,8 @@ static void *session_main(void *arg)
 			break;
 		}
 	int last = g_sessions == NULL;
+	if (s->hello)
+		gx_session(-1);
 	if (last)
 		g_rescan_at = g_rescan_every = 0; /* no rescans without a tool */
 	pthread_cond_broadcast(&g_cond);

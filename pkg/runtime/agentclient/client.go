@@ -140,6 +140,9 @@ type Notification struct {
 	// LateTables: a CUDA runtime that started after the tool came was
 	// found (an injected agent's rescan); launches before then untraced.
 	LateTables *agentproto.LateTables
+	// Graphs: the application launched an executable graph the agent never
+	// saw instantiated (made before an injected agent came): read Graphs.
+	Graphs bool
 }
 
 // Conn is a session with one agent. Methods may be called from several
@@ -390,6 +393,8 @@ func (c *Conn) readLoop() {
 					continue
 				}
 				n.LateTables = l
+			case agentproto.NoteGraphs:
+				n.Graphs = true
 			default:
 				continue // a newer agent's notification
 			}

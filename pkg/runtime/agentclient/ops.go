@@ -237,6 +237,17 @@ func (c *Conn) Stats() ([]agentproto.ProbeStat, error) {
 	return r.Probes, nil
 }
 
+// Graphs returns every executable graph the application launched while a
+// tool was attached, with the agent's counts so far (see
+// agentproto.GraphExec).
+func (c *Conn) Graphs() ([]agentproto.GraphExec, error) {
+	var r agentproto.Graphs
+	if err := c.call(agentproto.OpGraphs, nil, &r, nil); err != nil {
+		return nil, err
+	}
+	return r.Execs, nil
+}
+
 // Continue lets a module load held for this session (Options.Hold) return
 // to the application; ids up to moduleID are released.
 func (c *Conn) Continue(moduleID uint64) error {

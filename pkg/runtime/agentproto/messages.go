@@ -1022,6 +1022,80 @@ func (m *Stats) Decode(d *Decoder) {
 	}
 }
 
+// GraphExec is one executable graph the application launched while a tool
+// was attached (OpGraphs). Counts are the agent's since it started counting
+// (its first tool's hello): a tool subtracts what it read as it came.
+// Exec 0 holds the counts of the execs the application destroyed since.
+type GraphExec struct {
+	Exec                   uint64
+	Launches               uint64 // graph launches (cuGraphLaunch and its per-thread-stream flavour)
+	LaunchesInstrumented   uint64 // of which ran with instrumented kernel nodes
+	LaunchesKernelTimes    uint64 // of which while CUPTI's kernel records were on
+	KernelRuns             uint64 // kernel-node runs of those launches (nodes known)
+	KernelRunsInstrumented uint64 // of which instrumented
+	Captured               uint64 // launches into a stream capture (not run then)
+	KernelNodes            uint32 // GraphNodesUnknown: the agent does not know them
+	InstrumentedNodes      uint32 // kernel nodes instrumented now
+	State                  uint32 // GraphOriginal, GraphSwapped
+	Why                    uint32 // Graph*: why the exec runs its original kernel nodes
+	CUResult               int32  // the driver's refusal (GraphRefused, GraphRestoreFailed)
+	WhyText                string
+	Detail                 string // the update's result, or the call that changed the exec in place
+}
+
+// GraphExec's KernelNodes when the agent never saw the exec instantiated.
+const GraphNodesUnknown = 0xFFFFFFFF
+
+// GraphExec.State.
+const (
+	GraphOriginal = 0
+	GraphSwapped  = 1
+)
+
+// GraphExec.Why (execs.c GXW_*).
+const (
+	GraphInstrumented   = 0
+	GraphBeforeAgent    = 1
+	GraphNoSnapshot     = 2
+	GraphChangedInPlace = 3
+	GraphRefused        = 4
+	GraphRestoreFailed  = 5
+	GraphNoProbe        = 6
+)
+
+// Graphs is the reply to OpGraphs.
+type Graphs struct{ Execs []GraphExec }
+
+func (m *Graphs) Encode(e *Encoder) {
+	e.U32(uint32(len(m.Execs)))
+	for _, x := range m.Execs {
+		e.U64(x.Exec)
+		e.U64(x.Launches)
+		e.U64(x.LaunchesInstrumented)
+		e.U64(x.LaunchesKernelTimes)
+		e.U64(x.KernelRuns)
+		e.U64(x.KernelRunsInstrumented)
+		e.U64(x.Captured)
+		e.U32(x.KernelNodes)
+		e.U32(x.InstrumentedNodes)
+		e.U32(x.State)
+		e.U32(x.Why)
+		e.I32(x.CUResult)
+		e.Str(x.WhyText)
+		e.Str(x.Detail)
+	}
+}
+
+func (m *Graphs) Decode(d *Decoder) {
+	m.Execs = make([]GraphExec, d.Count(84))
+	for i := range m.Execs {
+		m.Execs[i] = GraphExec{Exec: d.U64(), Launches: d.U64(), LaunchesInstrumented: d.U64(),
+			LaunchesKernelTimes: d.U64(), KernelRuns: d.U64(), KernelRunsInstrumented: d.U64(), Captured: d.U64(),
+			KernelNodes: d.U32(), InstrumentedNodes: d.U32(), State: d.U32(), Why: d.U32(), CUResult: d.I32(),
+			WhyText: d.Str(), Detail: d.Str()}
+	}
+}
+
 // ProbeFailed notifies that an instrumented launch failed; the original
 // kernel ran instead and the probe was switched off.
 type ProbeFailed struct {
@@ -1075,6 +1149,8 @@ func ReplyFor(op Op) Message {
 		return &LaunchReply{}
 	case OpKernelTimes:
 		return &KernelTimesReply{}
+	case OpGraphs:
+		return &Graphs{}
 	}
 	return nil
 }

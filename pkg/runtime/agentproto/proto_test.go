@@ -9,7 +9,7 @@ import (
 
 var allOps = []Op{OpHello, OpList, OpFetch, OpGlobals, OpLoad, OpUnload, OpAlloc, OpFree, OpMemset,
 	OpWrite, OpRead, OpRegisterHost, OpUnregisterHost, OpSnapshot, OpActivate, OpDeactivate, OpDetach,
-	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock, OpLaunch, OpLaunchEvents, OpKernelTimes}
+	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock, OpLaunch, OpLaunchEvents, OpKernelTimes, OpGraphs}
 
 func TestRoundTrip(t *testing.T) {
 	msgs := []Message{
@@ -45,6 +45,10 @@ func TestRoundTrip(t *testing.T) {
 		&ClockReply{Offset: 1<<62 + 5, Bound: 1, At: 2},
 		&Stats{Probes: []ProbeStat{{Kernel: 1, CloneID: 2, Launches: 5, Disabled: true}}},
 		&ProbeFailed{Kernel: 1, CUResult: 701},
+		&Graphs{Execs: []GraphExec{{Exec: 0, KernelNodes: GraphNodesUnknown},
+			{Exec: 0x55aa, Launches: 3000, LaunchesInstrumented: 2990, LaunchesKernelTimes: 7, KernelRuns: 6000,
+				KernelRunsInstrumented: 5980, Captured: 1, KernelNodes: 2, InstrumentedNodes: 2, State: GraphSwapped,
+				Why: GraphRefused, CUResult: 801, WhyText: "the driver refused", Detail: "topology changed"}}},
 		&LaunchRequest{Target: Target{Device: 1}, Function: 0x55aa, Grid: [3]uint32{4096, 2, 1}, Block: [3]uint32{256, 1, 1},
 			SharedBytes: 48 << 10, Params: []byte{1, 2, 3, 4, 5, 6, 7, 8}, TimeoutMs: 10_000},
 		&LaunchRequest{Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}},
@@ -108,6 +112,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(MarshalReply(&LaunchReply{KernelNanos: 1, WallNanos: 2, Timed: true}))
 	f.Add(MarshalReply(&Hello{Direct: true, CUDAError: "no libcuda"}))
 	f.Add(MarshalReply(&KernelTimesReply{Names: []KernelTimeName{{1, "k"}}, Records: []KernelTime{{CPU: 1, Name: 1}}}))
+	f.Add(MarshalReply(&Graphs{Execs: []GraphExec{{Exec: 1, Launches: 2, KernelNodes: 2, WhyText: "w", Detail: "d"}}}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, op := range allOps {

@@ -18,8 +18,8 @@ import (
 // 3: launch words in ActivateRequest, OpClock. 5: OpLaunch, Hello.Direct
 // and Hello.CUDAError. 8: SnapshotRequest.Flags. 9: Module.Device and
 // Module.Primary, NoteLateTables. 10: OpKernelTimes. 11:
-// RingDrainRequest.CopyFrom.
-const Version = 11
+// RingDrainRequest.CopyFrom. 12: OpGraphs, NoteGraphs.
+const Version = 12
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12
@@ -58,6 +58,7 @@ const (
 	OpLaunch         Op = 24
 	OpLaunchEvents   Op = 25
 	OpKernelTimes    Op = 26 // version 10
+	OpGraphs         Op = 27 // version 12
 
 	// Notifications (request id 0), sent by the agent after Hello.
 	NoteModuleLoaded Op = 0x40
@@ -65,6 +66,7 @@ const (
 	NoteUnloading    Op = 0x42
 	NoteDeviceUsed   Op = 0x43
 	NoteLateTables   Op = 0x44 // version 9
+	NoteGraphs       Op = 0x45 // version 12
 )
 
 var opNames = map[Op]string{
@@ -76,7 +78,7 @@ var opNames = map[Op]string{
 	NoteProbeFailed: "probe-failed", OpReleaseUnload: "release-unload", NoteUnloading: "unloading",
 	OpDeviceReady: "device-ready", NoteDeviceUsed: "device-used", OpRingDrain: "ring-drain",
 	OpClock: "clock", OpLaunch: "launch", OpLaunchEvents: "launch-events", NoteLateTables: "late-tables",
-	OpKernelTimes: "kernel-times",
+	OpKernelTimes: "kernel-times", OpGraphs: "graphs", NoteGraphs: "graphs-note",
 }
 
 func (o Op) String() string {

@@ -241,6 +241,29 @@ int main(void)
 			void *g = NULL;
 			info(CAPTURE_STREAM, &st, &id, &g, NULL, NULL);
 			printf("CAPGRAPH %p\n", g);
+		} else if (!strcmp(line, "mkgraph\n")) {
+			/* a graph of the driver's own (cuGraphCreate) */
+			CUresult (*create)(void **, unsigned) = get("cuGraphCreate", 0);
+			void *gr = NULL;
+			CUresult r = create(&gr, 0);
+			printf("GRAPH %d %p\n", r, gr);
+		} else if (!strncmp(line, "gdestroy ", 9)) {
+			CUresult (*destroy)(void *) = get("cuGraphDestroy", 0);
+			printf("GDESTROYED %d\n", destroy((void *)(uintptr_t)strtoull(line + 9, NULL, 0)));
+		} else if (!strncmp(line, "xdestroy ", 9)) {
+			CUresult (*destroy)(void *) = get("cuGraphExecDestroy", 0);
+			printf("XDESTROYED %d\n", destroy((void *)(uintptr_t)strtoull(line + 9, NULL, 0)));
+		} else if (!strncmp(line, "xmemset ", 8)) {
+			/* the application changes an exec in place (a memset node) */
+			CUresult (*set)(void *, void *, const void *, void *) = get("cuGraphExecMemsetNodeSetParams", 0);
+			printf("XMEMSET %d\n", set((void *)(uintptr_t)strtoull(line + 8, NULL, 0), NULL, NULL, NULL));
+		} else if (!strncmp(line, "xupdate ", 8)) {
+			/* "xupdate EXEC GRAPH": the application's whole-graph update */
+			char *rest;
+			void *x = (void *)(uintptr_t)strtoull(line + 8, &rest, 0);
+			CUresult (*upd)(void *, void *, void *) = get("cuGraphExecUpdate", 0);
+			int info[6] = {0};
+			printf("XUPDATED %d\n", upd(x, (void *)(uintptr_t)strtoull(rest, NULL, 0), info));
 		} else if (!strncmp(line, "inst ", 5)) {
 			void *x = NULL;
 			CUresult r = instantiate(&x, (void *)(uintptr_t)strtoull(line + 5, NULL, 0), 0);

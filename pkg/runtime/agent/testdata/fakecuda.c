@@ -503,12 +503,268 @@ struct node_params {
 	unsigned gx, gy, gz, bx, by, bz, sh;
 	void **kernelParams, **extra;
 };
+/* Graphs made with cuGraphCreate (magic 8) hold their kernel nodes (magic
+ * 9): each a copy of its params with the argument values (the sizes a
+ * loaded entry declares, or vecAdd's), so that an exec (magic 7)
+ * instantiated from one runs them at every launch: "GRAPHRUN <exec>
+ * <name>", then the ARG lines of a loaded entry. cuGraphClone copies a
+ * graph (its nodes remember their originals: cuGraphNodeFindInClone);
+ * cuGraphExecUpdate copies a graph of as many nodes into an exec, and
+ * FAKECUDA_GRAPH_UPDATE=refuse refuses it (CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE,
+ * result "not supported"). Other graphs (a capture's) keep nothing. */
+#define GRAPH_MAGIC 8
+#define GNODE_MAGIC 9
+struct gnode {
+	obj o;
+	struct fgraph *g;
+	struct gnode *orig;
+	void *func;
+	unsigned dim[7];
+	int nargs;
+	uint64_t vals[8];
+	void *pp[8];
+};
+struct fgraph {
+	obj o;
+	int n;
+	struct gnode *nodes[16];
+};
+struct fexec {
+	obj o;
+	int n; /* -1: not from a graph made here */
+	struct gnode nodes[16];
+};
+static int arg_sizes(obj *f, int psz[8])
+{
+	if (f->magic == 4 && f->np) {
+		memcpy(psz, f->psz, sizeof(f->psz));
+		return f->np;
+	}
+	if (!strcmp(f->name, "_Z6vecAddPfi")) {
+		psz[0] = 8, psz[1] = 4;
+		return 2;
+	}
+	return 0;
+}
+/* n's params from np: the argument values copied out of kernelParams or
+ * extra's packed buffer */
+static void gnode_set(struct gnode *n, const struct node_params *np)
+{
+	int psz[8] = {0};
+	n->func = np->func;
+	memcpy(n->dim, &np->gx, sizeof(n->dim));
+	n->nargs = arg_sizes(np->func, psz);
+	const unsigned char *buf = NULL;
+	size_t size = 0, off = 0;
+	if (!np->kernelParams && np->extra)
+		for (int i = 0; np->extra[i]; i += 2) {
+			if (np->extra[i] == (void *)1)
+				buf = np->extra[i + 1];
+			else if (np->extra[i] == (void *)2)
+				size = *(size_t *)np->extra[i + 1];
+		}
+	uint64_t vals[8] = {0}; /* np may point into n itself */
+	for (int i = 0; i < n->nargs && i < 8; i++) {
+		size_t k = psz[i] < 8 ? psz[i] : 8;
+		if (np->kernelParams) {
+			memcpy(&vals[i], np->kernelParams[i], k);
+		} else if (buf) {
+			off = (off + k - 1) / k * k;
+			if (off + k <= size)
+				memcpy(&vals[i], buf + off, k);
+			off += k;
+		}
+	}
+	memcpy(n->vals, vals, sizeof(vals));
+	for (int i = 0; i < 8; i++)
+		n->pp[i] = &n->vals[i];
+}
+static int in_set(void **set, int n, void *s);
+/* graphs made here: others (a capture's, a test's made-up handle) are
+ * never looked into */
+static pthread_mutex_t graphs_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *graphs_made[256];
+static int ngraphs_made;
+CUresult cuGraphCreate(void **g, unsigned flags)
+{
+	struct fgraph *f = calloc(1, sizeof(*f));
+	f->o.magic = GRAPH_MAGIC;
+	snprintf(f->o.name, sizeof(f->o.name), "graph");
+	pthread_mutex_lock(&graphs_mu);
+	if (ngraphs_made < 256)
+		graphs_made[ngraphs_made++] = f;
+	pthread_mutex_unlock(&graphs_mu);
+	*g = f;
+	return 0;
+}
+static struct fgraph *fgraph(void *g)
+{
+	pthread_mutex_lock(&graphs_mu);
+	int known = g && in_set(graphs_made, ngraphs_made, g);
+	pthread_mutex_unlock(&graphs_mu);
+	return known && ((obj *)g)->magic == GRAPH_MAGIC ? g : NULL;
+}
 CUresult cuGraphAddKernelNode(void **node, void *g, void *deps, size_t n, const struct node_params *np)
 {
 	printf("GRAPHNODE %s\n", ((obj *)np->func)->name);
 	print_args(np->func, np->kernelParams, np->extra);
 	fflush(stdout);
-	*node = (void *)1;
+	struct fgraph *f = fgraph(g);
+	if (!f) {
+		*node = (void *)1;
+		return 0;
+	}
+	if (f->n == 16)
+		return 2;
+	struct gnode *gn = calloc(1, sizeof(*gn));
+	gn->o.magic = GNODE_MAGIC;
+	gn->g = f;
+	gnode_set(gn, np);
+	f->nodes[f->n++] = gn;
+	*node = gn;
+	return 0;
+}
+CUresult cuGraphDestroy(void *g)
+{
+	struct fgraph *f = fgraph(g);
+	if (!f)
+		return 1;
+	for (int i = 0; i < f->n; i++)
+		free(f->nodes[i]);
+	f->o.magic = 0;
+	pthread_mutex_lock(&graphs_mu);
+	for (int i = 0; i < ngraphs_made; i++)
+		if (graphs_made[i] == f)
+			graphs_made[i] = graphs_made[--ngraphs_made];
+	pthread_mutex_unlock(&graphs_mu);
+	free(f);
+	return 0;
+}
+CUresult cuGraphClone(void **out, void *g)
+{
+	struct fgraph *f = fgraph(g);
+	if (!f)
+		return 1;
+	struct fgraph *c;
+	cuGraphCreate((void **)&c, 0);
+	for (int i = 0; i < f->n; i++) {
+		struct gnode *gn = malloc(sizeof(*gn));
+		*gn = *f->nodes[i];
+		gn->g = c;
+		gn->orig = f->nodes[i];
+		for (int j = 0; j < 8; j++)
+			gn->pp[j] = &gn->vals[j];
+		c->nodes[c->n++] = gn;
+	}
+	*out = c;
+	return 0;
+}
+CUresult cuGraphGetNodes(void *g, void **nodes, size_t *n)
+{
+	struct fgraph *f = fgraph(g);
+	if (!f)
+		return 1;
+	if (nodes)
+		for (int i = 0; i < f->n && (size_t)i < *n; i++)
+			nodes[i] = f->nodes[i];
+	*n = f->n;
+	return 0;
+}
+static struct gnode *gnode(void *n) { return n && ((obj *)n)->magic == GNODE_MAGIC ? n : NULL; }
+CUresult cuGraphNodeGetType(void *n, int *t)
+{
+	if (!gnode(n))
+		return 1;
+	*t = 0; /* CU_GRAPH_NODE_TYPE_KERNEL */
+	return 0;
+}
+CUresult cuGraphChildGraphNodeGetGraph(void *n, void **g) { return 1; }
+CUresult cuGraphNodeFindInClone(void **out, void *n, void *clone)
+{
+	struct fgraph *c = fgraph(clone);
+	for (int i = 0; c && i < c->n; i++)
+		if (c->nodes[i]->orig == n) {
+			*out = c->nodes[i];
+			return 0;
+		}
+	return 1;
+}
+/* CUDA_KERNEL_NODE_PARAMS_v2: node_params and kern, ctx */
+struct node_params_v2 {
+	struct node_params p;
+	void *kern, *ctx;
+};
+CUresult cuGraphKernelNodeGetParams_v2(void *n, struct node_params_v2 *out)
+{
+	struct gnode *gn = gnode(n);
+	if (!gn)
+		return 1;
+	memset(out, 0, sizeof(*out));
+	out->p.func = gn->func;
+	memcpy(&out->p.gx, gn->dim, sizeof(gn->dim));
+	out->p.kernelParams = gn->nargs ? gn->pp : NULL;
+	return 0;
+}
+CUresult cuGraphKernelNodeSetParams_v2(void *n, const struct node_params_v2 *np)
+{
+	struct gnode *gn = gnode(n);
+	if (!gn)
+		return 1;
+	gnode_set(gn, &np->p);
+	return 0;
+}
+static CUresult exec_copy(struct fexec *e, struct fgraph *f)
+{
+	if (f->n > 16)
+		return 2;
+	e->n = f->n;
+	for (int i = 0; i < f->n; i++) {
+		e->nodes[i] = *f->nodes[i];
+		for (int j = 0; j < 8; j++)
+			e->nodes[i].pp[j] = &e->nodes[i].vals[j];
+	}
+	return 0;
+}
+/* CUgraphExecUpdateResultInfo */
+struct upd_info {
+	int result;
+	void *node, *from;
+};
+CUresult cuGraphExecUpdate_v2(void *x, void *g, struct upd_info *info)
+{
+	struct fexec *e = x;
+	struct fgraph *f = fgraph(g);
+	const char *how = getenv("FAKECUDA_GRAPH_UPDATE");
+	int refuse = how && !strcmp(how, "refuse");
+	if (info)
+		memset(info, 0, sizeof(*info));
+	printf("EXECUPDATE %p %s\n", x, refuse ? "refused" : f && f->n == e->n ? "ok" : "topology");
+	fflush(stdout);
+	if (refuse || !f || f->n != e->n) {
+		if (info)
+			info->result = refuse ? 6 : 2;
+		return 910; /* CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE */
+	}
+	return exec_copy(e, f);
+}
+CUresult cuGraphExecKernelNodeSetParams_v2(void *x, void *n, const struct node_params_v2 *np)
+{
+	struct fexec *e = x;
+	struct gnode *gn = gnode(n);
+	/* the node is the i-th of the graph the exec was made from */
+	for (int i = 0; gn && i < gn->g->n && i < e->n; i++)
+		if (gn->g->nodes[i] == gn) {
+			gnode_set(&e->nodes[i], &np->p);
+			return 0;
+		}
+	return 1;
+}
+CUresult cuGraphExecMemsetNodeSetParams(void *x, void *n, const void *p, void *ctx) { return 0; }
+CUresult cuGraphExecDestroy(void *x)
+{
+	printf("EXECDESTROY %p\n", x);
+	fflush(stdout);
+	free(x);
 	return 0;
 }
 CUresult cuMemAlloc(uint64_t *p, size_t n)
@@ -682,11 +938,14 @@ CUresult cuPointerGetAttribute(void *data, int attr, uint64_t p)
 	return 0;
 }
 /* Graph execs: "INSTANTIATE <graph> <exec>", launches "GRAPHLAUNCH <exec>
- * <stream>" (the exec's nodes do not run). */
+ * <stream>", then each node of an exec made from a graph made here runs. */
 CUresult cuGraphInstantiateWithFlags(void **x, void *g, unsigned long long flags)
 {
-	obj *e = calloc(1, sizeof(*e));
-	e->magic = 7;
+	struct fexec *e = calloc(1, sizeof(*e));
+	e->o.magic = 7;
+	e->n = -1;
+	if (fgraph(g))
+		exec_copy(e, g);
 	*x = e;
 	printf("INSTANTIATE %p %p\n", g, (void *)e);
 	fflush(stdout);
@@ -695,7 +954,12 @@ CUresult cuGraphInstantiateWithFlags(void **x, void *g, unsigned long long flags
 CUresult cuGraphInstantiate_v2(void **x, void *g, void **en, char *log, size_t n) { return cuGraphInstantiateWithFlags(x, g, 0); }
 CUresult cuGraphLaunch(void *x, void *s)
 {
+	struct fexec *e = x;
 	printf("GRAPHLAUNCH %p %p\n", x, s);
+	for (int i = 0; i < e->n; i++) {
+		printf("GRAPHRUN %p %s\n", x, ((obj *)e->nodes[i].func)->name);
+		print_args(e->nodes[i].func, e->nodes[i].nargs ? e->nodes[i].pp : NULL, NULL);
+	}
 	fflush(stdout);
 	return 0;
 }
@@ -816,6 +1080,8 @@ static const struct {
 	E(cuMemcpyDtoHAsync), E(cuMemcpyBatchAsync), E(cuThreadExchangeStreamCaptureMode), E(cuStreamWaitEvent), E(cuStreamQuery),
 	E(cuGraphAddKernelNode), E(cuStreamWriteValue64), E(cuPointerGetAttribute), E(cuGraphInstantiateWithFlags),
 	E(cuGraphInstantiate_v2), E(cuGraphLaunch), E(cuGraphLaunch_ptsz), E(cuDevicePrimaryCtxReset), E(cuCtxDestroy_v2),
+	E(cuGraphCreate), E(cuGraphDestroy), E(cuGraphClone), E(cuGraphGetNodes), E(cuGraphNodeGetType),
+	E(cuGraphChildGraphNodeGetGraph), E(cuGraphNodeFindInClone), E(cuGraphExecDestroy), E(cuGraphExecMemsetNodeSetParams),
 };
 /* the driver's versioned exports (cuda.h maps the plain names to them) */
 CUresult cuDevicePrimaryCtxRelease_v2(int d) { return cuDevicePrimaryCtxRelease(d); }
@@ -840,6 +1106,23 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, uint64_t flag
 	}
 	if (!strcmp(sym, "cuCtxCreate")) {
 		*pfn = ver >= 12050 ? (void *)cuCtxCreate_v4 : (void *)cuCtxCreate_v2;
+		return 0;
+	}
+	/* the 12.0 ABIs (kernel node params v2, update result info) */
+	if (!strcmp(sym, "cuGraphKernelNodeGetParams") && ver >= 12000) {
+		*pfn = (void *)cuGraphKernelNodeGetParams_v2;
+		return 0;
+	}
+	if (!strcmp(sym, "cuGraphKernelNodeSetParams") && ver >= 12000) {
+		*pfn = (void *)cuGraphKernelNodeSetParams_v2;
+		return 0;
+	}
+	if (!strcmp(sym, "cuGraphExecKernelNodeSetParams") && ver >= 12000) {
+		*pfn = (void *)cuGraphExecKernelNodeSetParams_v2;
+		return 0;
+	}
+	if (!strcmp(sym, "cuGraphExecUpdate") && ver >= 12000) {
+		*pfn = (void *)cuGraphExecUpdate_v2;
 		return 0;
 	}
 	if (!strcmp(sym, "cuGraphInstantiate")) {

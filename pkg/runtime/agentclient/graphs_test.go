@@ -1,0 +1,246 @@
+package agentclient
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
+)
+
+// graphRun is what one graph launch ran on the stand-in driver: each kernel
+// node's function and its arguments, in order, and whether the agent
+// updated the exec first (and how the driver answered).
+type graphRun struct {
+	nodes  []string
+	args   []map[int]uint64
+	update string // "", "ok", "refused", "topology"
+}
+
+func (a *app) graphRun(exec string) graphRun {
+	a.t.Helper()
+	var r graphRun
+	for _, l := range a.output("gl " + exec) {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 3 && f[0] == "GRAPHRUN":
+			r.nodes = append(r.nodes, f[2])
+			r.args = append(r.args, map[int]uint64{})
+		case len(f) == 3 && f[0] == "ARG" && len(r.args) > 0:
+			var i int
+			var v uint64
+			fmt.Sscan(f[1], &i)
+			fmt.Sscan(f[2], &v)
+			r.args[len(r.args)-1][i] = v
+		case len(f) == 3 && f[0] == "EXECUPDATE":
+			r.update = f[2]
+		case len(f) == 2 && f[0] == "GRAPHLAUNCHED" && f[1] != "0":
+			a.t.Fatalf("gl %s: the graph launch returned %s", exec, f[1])
+		}
+	}
+	return r
+}
+
+// madeGraph has the app make a graph of n vecAdd kernel nodes, instantiate
+// it, and destroy the graph (as PyTorch does): only the exec is left.
+func (a *app) madeGraph(n int) string {
+	a.t.Helper()
+	g := strings.Fields(a.output("mkgraph")[0])
+	if len(g) != 3 || g[0] != "GRAPH" || g[1] != "0" {
+		a.t.Fatalf("mkgraph: %v", g)
+	}
+	for i := 0; i < n; i++ {
+		a.output("gn " + g[2])
+	}
+	x := ""
+	for _, l := range a.output("inst " + g[2]) {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "EXEC" && f[1] == "0" {
+			x = f[2]
+		}
+	}
+	if x == "" {
+		a.t.Fatal("inst: no exec")
+	}
+	a.output("gdestroy " + g[2])
+	return x
+}
+
+func graphOf(t *testing.T, c *Conn, exec string) agentproto.GraphExec {
+	t.Helper()
+	execs, err := c.Graphs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range execs {
+		if fmt.Sprintf("%#x", x.Exec) == exec {
+			return x
+		}
+	}
+	t.Fatalf("graphs: no exec %s in %+v", exec, execs)
+	return agentproto.GraphExec{}
+}
+
+func wantRun(t *testing.T, what string, r graphRun, fn string, n int) {
+	t.Helper()
+	if len(r.nodes) != n {
+		t.Fatalf("%s: ran %v, want %d nodes of %s", what, r.nodes, n, fn)
+	}
+	for i, got := range r.nodes {
+		if got != fn {
+			t.Fatalf("%s: node %d ran %s, want %s (all: %v)", what, i, got, fn, r.nodes)
+		}
+	}
+}
+
+const graphProbe = ".visible .entry probe_g (.param .u64 a, .param .u32 n)\n{\n}\n"
+
+// An exec instantiated before the tool came (its graph destroyed since) runs
+// the instrumented clone in every kernel node from the first launch after
+// the activation, with the application's arguments; a deactivate, and the
+// tool's death, put the original nodes back at the next launch; the agent
+// counts launches and kernel-node runs from the tool's hello.
+func TestGraphMadeBeforeAttach(t *testing.T) {
+	f := build(t)
+	a := f.start(t)
+	x := a.madeGraph(2)
+	wantRun(t, "before any tool", a.graphRun(x), "_Z6vecAddPfi", 2)
+
+	c, err := Dial(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := graphOf(t, c, x); g.Launches != 0 {
+		t.Fatalf("launches before the tool came were counted: %+v", g)
+	}
+	r := a.graphRun(x)
+	wantRun(t, "attached, no probe", r, "_Z6vecAddPfi", 2)
+	if r.update != "" {
+		t.Fatalf("an exec with no probe for its kernels was updated (%s)", r.update)
+	}
+	k, lr := loadVecAddProbe(t, c, graphProbe, "probe_g")
+	if err := c.Activate(k.Handle, lr.CloneID, lr.Functions[0].Handle); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		r = a.graphRun(x)
+		wantRun(t, "probe active", r, "probe_g", 2)
+		if (i == 0) != (r.update == "ok") {
+			t.Fatalf("launch %d: update %q (want one update, at the first launch)", i, r.update)
+		}
+		for _, args := range r.args {
+			if args[0] != 0x1234 || args[1] != 77 {
+				t.Fatalf("the clone got arguments %v, want the application's (0x1234, 77)", args)
+			}
+		}
+	}
+	g := graphOf(t, c, x)
+	want := agentproto.GraphExec{Exec: g.Exec, Launches: 4, LaunchesInstrumented: 3, KernelRuns: 8, KernelRunsInstrumented: 6,
+		KernelNodes: 2, InstrumentedNodes: 2, State: agentproto.GraphSwapped, Why: agentproto.GraphInstrumented, WhyText: g.WhyText}
+	if g != want {
+		t.Fatalf("graphs: %+v, want %+v", g, want)
+	}
+
+	if _, err := c.Deactivate(k.Handle); err != nil {
+		t.Fatal(err)
+	}
+	r = a.graphRun(x)
+	wantRun(t, "after deactivate", r, "_Z6vecAddPfi", 2)
+	if r.update != "ok" {
+		t.Fatalf("restore: update %q", r.update)
+	}
+	for _, args := range r.args {
+		if len(args) != 0 {
+			t.Fatalf("restored nodes: arguments %v (the original's are not printed)", args)
+		}
+	}
+
+	// activated again, then the tool dies: the originals come back
+	lr, err = c.LoadPTX(OnDevice(0), []byte(graphProbe), "probe_g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Activate(k.Handle, lr.CloneID, lr.Functions[0].Handle); err != nil {
+		t.Fatal(err)
+	}
+	wantRun(t, "activated again", a.graphRun(x), "probe_g", 2)
+	c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r = a.graphRun(x)
+		if r.nodes[0] == "_Z6vecAddPfi" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	wantRun(t, "after the tool went", r, "_Z6vecAddPfi", 2)
+	if r.update != "ok" {
+		t.Fatalf("restore after the tool went: update %q", r.update)
+	}
+	if r = a.graphRun(x); r.update != "" {
+		t.Fatalf("a launch with no tool updated the exec (%s)", r.update)
+	}
+	a.output("xdestroy " + x)
+}
+
+// The driver refuses the update: the graph runs its original nodes and
+// the account says why; an exec the application changes in place is left
+// alone; one whose instantiation the agent did not see (snapshots off,
+// standing for one made before an injected agent) is counted, and the
+// tool told.
+func TestGraphRefusedAndUnknown(t *testing.T) {
+	f := build(t)
+	a := f.start(t, "FAKECUDA_GRAPH_UPDATE=refuse")
+	x := a.madeGraph(1)
+	changed := a.madeGraph(1)
+	a.output("xmemset " + changed)
+	c, err := Dial(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	k, lr := loadVecAddProbe(t, c, graphProbe, "probe_g")
+	if err := c.Activate(k.Handle, lr.CloneID, lr.Functions[0].Handle); err != nil {
+		t.Fatal(err)
+	}
+	r := a.graphRun(x)
+	wantRun(t, "update refused", r, "_Z6vecAddPfi", 1)
+	if r.update != "refused" {
+		t.Fatalf("update %q", r.update)
+	}
+	g := graphOf(t, c, x)
+	if g.Why != agentproto.GraphRefused || g.CUResult != 910 || g.LaunchesInstrumented != 0 || g.Launches != 1 ||
+		!strings.Contains(g.Detail, "not support") || g.WhyText == "" {
+		t.Fatalf("refused: %+v", g)
+	}
+	r = a.graphRun(changed)
+	wantRun(t, "changed in place", r, "_Z6vecAddPfi", 1)
+	if r.update != "" {
+		t.Fatalf("an exec the application changed in place was updated (%s)", r.update)
+	}
+	if g := graphOf(t, c, changed); g.Why != agentproto.GraphChangedInPlace || g.Detail != "cuGraphExecMemsetNodeSetParams" {
+		t.Fatalf("changed in place: %+v", g)
+	}
+
+	b := f.start(t, "GPUBPF_AGENT_GRAPH_SNAPSHOTS=0")
+	u := b.madeGraph(2)
+	cb, err := Dial(b.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb.Close()
+	wantRun(t, "unknown exec", b.graphRun(u), "_Z6vecAddPfi", 2)
+	for noted := false; !noted; {
+		select {
+		case n := <-cb.Notifications():
+			noted = n.Graphs
+		case <-time.After(5 * time.Second):
+			t.Fatal("no graphs notification for an exec the agent never saw made")
+		}
+	}
+	b.graphRun(u)
+	if g := graphOf(t, cb, u); g.Why != agentproto.GraphBeforeAgent || g.KernelNodes != agentproto.GraphNodesUnknown ||
+		g.Launches != 2 || !strings.Contains(g.WhyText, "LD_PRELOAD") {
+		t.Fatalf("unknown exec: %+v", g)
+	}
+}
