@@ -750,6 +750,7 @@ func (p *Process) lastLook() {
 		}
 	})
 	p.refreshLaunches()
+	p.refreshGraphs()
 	p.mu.Lock()
 	if p.final == nil {
 		p.final = map[agentproto.Target]map[string][]byte{}

@@ -149,3 +149,55 @@ func TestKernelsWithoutPTX(t *testing.T) {
 		t.Errorf("pushed over OTLP: %v, want 3 latencies and 3 run times", counts)
 	}
 }
+
+// A CUDA graph whose nodes the agent does not know (made before it came;
+// here, snapshots off) is timed through CUPTI: its first launch brings
+// CUPTI on in a process whose kernels all have PTX, and the account says
+// why its nodes were not instrumented.
+func TestUnknownGraphBringsCUPTI(t *testing.T) {
+	testenv.Root(t)
+	ptxas, fatbinary, gcc := testenv.Ptxas(t), testenv.Tool(t, "fatbinary"), testenv.Tool(t, "gcc")
+	_ = ptxas
+	dir := t.TempDir()
+	cudaDir := testenv.BuildStandIn(t, dir).CUDADir
+	run := func(name string, args ...string) {
+		t.Helper()
+		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
+		}
+	}
+	ptx, fb := filepath.Join(dir, "k.ptx"), filepath.Join(dir, "ptx.fatbin")
+	os.WriteFile(ptx, []byte(sassPTX), 0o644)
+	run(fatbinary, "-64", "--create="+fb, "--image=profile=compute_90,file="+ptx)
+	_, self, _, _ := goruntime.Caller(0)
+	cupti := filepath.Join(dir, "libfakecupti.so")
+	run(gcc, "-O1", "-fPIC", "-shared", "-pthread", "-o", cupti,
+		filepath.Join(filepath.Dir(self), "..", "..", "pkg", "runtime", "agent", "testdata", "fakecupti.c"))
+	tool := filepath.Join(dir, "launchlate")
+	run("go", "build", "-o", tool, ".")
+	log := filepath.Join(dir, "cupti.log")
+	cmd := exec.Command(tool, "-j", "--", filepath.Join(dir, "app"))
+	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_CUPTI="+cupti,
+		"FAKECUPTI_LOG="+log, "GPUBPF_AGENT_SOCKET_DIR="+filepath.Join(dir, "sock"), "GPUBPF_AGENT_GRAPH_SNAPSHOTS=0")
+	cmd.Stdin = strings.NewReader("gmade\nglast\nnap 500\nglast\nquit\n")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("launchlate: %v\n%s\n%s", err, stdout.String(), stderr.String())
+	}
+	if _, err := os.ReadFile(log); err != nil {
+		t.Errorf("CUPTI was not turned on for a graph whose nodes no probe reaches:\n%s\n%s", stdout.String(), stderr.String())
+	}
+	var graphs map[string]any
+	for _, l := range strings.Split(stdout.String(), "\n") {
+		var o map[string]any
+		if json.Unmarshal([]byte(l), &o) == nil && o["type"] == "graphs" {
+			graphs = o
+		}
+	}
+	ni, _ := graphs["not_instrumented"].([]any)
+	if graphs == nil || graphs["launches"] != 2.0 || graphs["launches_unknown"] != 2.0 || len(ni) != 1 ||
+		!strings.Contains(ni[0].(map[string]any)["why"].(string), "before the gpubpf agent") {
+		t.Errorf("graphs line %v:\n%s", graphs, stdout.String())
+	}
+}

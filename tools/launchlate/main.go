@@ -100,14 +100,19 @@ the process), one line says why and the kernels without PTX are listed as
 skipped. While launchlate holds CUPTI a profiler started in the process
 cannot have it; it is let go at the end.
 
-Kernels of CUDA graphs (kernel nodes and launches captured into a graph while
-launchlate runs) are timed from the cudaGraphLaunch/cuGraphLaunch call of the
-replay that ran them, and shown as "KERNEL (in a CUDA graph)": the agent gives
-each such graph a stamp word in device memory and writes the launch's stamp
-there on the launch's stream just before the graph. Their stream is not known
-(--stream shows them per process). Graph kernels made before launchlate
-attached, and replays it could not stamp (a graph launched inside another
-graph or into a capture), are counted, not timed.
+Kernels of CUDA graphs are timed from the cudaGraphLaunch/cuGraphLaunch call
+of the replay that ran them, and shown as "KERNEL (in a CUDA graph)": the
+agent gives each graph a stamp word in device memory and writes the launch's
+stamp there on the launch's stream just before the graph (one stream write
+per graph launch: at 300k replays/s of a tiny graph it halves the replay
+rate; docs/graphs.md). Their stream is not known (--stream shows them per
+process). A graph instantiated before launchlate came has its kernel nodes
+swapped for the probes at its next launch when the agent saw it
+instantiated (the agent preloaded); one made before an injected agent came
+is timed through CUPTI, turned on at its first launch. The account line
+says how many graph launches ran and why any were not instrumented. Replays
+it could not stamp (a graph launched inside another graph or into a
+capture) are counted, not timed.
 
 With --events: also one line per timed launch, under a header: TIME(s) of
 the launch call since tracing began (with -T, its wall-clock time first),

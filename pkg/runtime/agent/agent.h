@@ -259,6 +259,7 @@ extern int g_active; /* fast-path flags: */
 HIDDEN int kt_launch_begin(CUstream s);
 HIDDEN void kt_launch_end(int pushed);
 HIDDEN int kt_agent_launch_begin(void); /* around the agent's own launches */
+HIDDEN int kt_recording(void);          /* CUPTI's kernel records are on */
 static inline int kt_begin(CUstream s)
 {
 	return __builtin_expect(__atomic_load_n(&g_active, __ATOMIC_RELAXED) & ACTIVE_KTIMES, 0) ? kt_launch_begin(s)
@@ -289,6 +290,7 @@ HIDDEN void probe_flush(struct clone *c); /* the agent's thread; may switch cont
  * capture begins, after one ended (or failed to begin), before a stream
  * goes. */
 HIDDEN void probe_capture_begin(void);
+HIDDEN int probe_captures_active(void); /* a capture the wrappers saw begin has not ended */
 HIDDEN void probe_capture_end(void);
 HIDDEN void probe_stream_gone(CUstream s);
 /* The application made a blocking stream (or used the per-thread default
@@ -341,13 +343,19 @@ enum { GX_ORIGINAL = 0, GX_SWAPPED = 1 };
 /* why an exec runs its original kernel nodes */
 enum { GXW_NONE, GXW_BEFORE_AGENT, GXW_NO_SNAPSHOT, GXW_STALE, GXW_REFUSED, GXW_RESTORE_FAILED, GXW_NO_PROBE };
 extern int g_gx_on; /* graph launches take the counting path (atomic) */
-HIDDEN void gx_launch(CUgraphExec x, CUstream evs); /* before the launch reaches the driver */
+/* Before the launch reaches the driver; *cap: evs's capture status, -1
+ * until someone asked the driver (then filled in). */
+HIDDEN void gx_launch(CUgraphExec x, CUstream evs, int *cap);
+/* evs's capture status, asked of the driver only when a capture may be
+ * active (-1 when it cannot say) */
+HIDDEN int stream_capture_status(CUstream evs);
 HIDDEN void gx_instantiated(CUgraphExec x, CUgraph g);
 HIDDEN void gx_updated(CUgraphExec x, CUgraph g); /* the application's whole-graph update */
 HIDDEN void gx_kernel_node_set(CUgraphExec x, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p, int v2);
 HIDDEN void gx_changed(CUgraphExec x, const char *how); /* changed in place some other way */
 HIDDEN void gx_destroyed(CUgraphExec x);
 HIDDEN void gx_session(int delta); /* a tool came (1) or went (-1) */
+HIDDEN int gx_launched_under_cupti(void); /* a graph launch while CUPTI's records were on */
 HIDDEN void gx_reset(void);        /* fork child */
 /* interpose.c: points kernel node n (of a graph to update exec x from) at
  * its instrumented clone when a probe is active: 1 if it did, 2 if n runs

@@ -936,6 +936,25 @@ static void kt_fall_back(struct session *s)
 	pthread_mutex_unlock(&kt_life);
 }
 
+int kt_recording(void) { return __atomic_load_n(&kt_on, __ATOMIC_RELAXED); }
+
+/* Whether CUPTI must stay subscribed when the last tool lets go. Finalizing
+ * CUPTI while a CUDA graph it recorded kernels of is being replayed made
+ * the replay fail (a PyTorch torch.cuda.CUDAGraph under launchlate -p,
+ * H200, CUDA 13.0, 2026-11-29: "unspecified launch failure" within 64
+ * replays of the detach, twice): in a process that launched graphs while
+ * the records were on, CUPTI is kept with its records and callbacks off.
+ * GPUBPF_CUPTI_FINALIZE=1 finalizes anyway, =0 never. */
+static int kt_keep_subscribed(void)
+{
+	const char *e = getenv("GPUBPF_CUPTI_FINALIZE");
+	if (e && e[0] == '1')
+		return 0;
+	if (e && e[0] == '0')
+		return 1;
+	return gx_launched_under_cupti();
+}
+
 /* Turns the records off if s has them (NULL: whoever has them). */
 void kt_release(struct session *s)
 {
@@ -960,9 +979,16 @@ void kt_release(struct session *s)
 	kt_q = NULL;
 	kt_qn = kt_qcap = 0;
 	pthread_mutex_unlock(&kt_mu);
-	__atomic_store_n(&kt_finalize, 1, __ATOMIC_RELEASE);
-	/* the finalize waits for a launch callback's exit */
-	kt_enable_callbacks(1);
+	if (kt_keep_subscribed()) {
+		/* CUDA graphs ran with CUPTI's kernel records on: CUPTI stays
+		 * (records off, no callback) rather than finalize under them */
+		kt_enable_callbacks(0);
+		DBG("CUPTI kept, its records and callbacks off: graphs were launched while it recorded");
+	} else {
+		__atomic_store_n(&kt_finalize, 1, __ATOMIC_RELEASE);
+		/* the finalize waits for a launch callback's exit */
+		kt_enable_callbacks(1);
+	}
 	pthread_mutex_unlock(&kt_life);
 }
 

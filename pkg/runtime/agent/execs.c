@@ -54,7 +54,7 @@ struct gx {
 	uint32_t knodes;       /* kernel nodes of the snapshot (child graphs included); GX_UNKNOWN */
 	uint32_t inodes;       /* of which run instrumented code now (swapped, or captured so) */
 	int busy;              /* a launch is deciding x's nodes (gx_mu released) */
-	int noted;             /* the tools were told of this unknown exec */
+	int noted;             /* the tools attached were told of this unknown exec */
 	struct gx_counts c;
 	struct gx *next;
 };
@@ -65,6 +65,9 @@ static struct gx_counts gx_gone; /* execs destroyed: their counts live on here *
 static uint32_t gx_nexecs;
 int g_gx_on;      /* a tool is attached, or an exec is swapped (atomic) */
 static int gx_sessions, gx_swapped; /* gx_mu */
+static int gx_kt_seen; /* a graph was launched while CUPTI's kernel records were on (atomic) */
+
+int gx_launched_under_cupti(void) { return __atomic_load_n(&gx_kt_seen, __ATOMIC_RELAXED); }
 
 static size_t gx_hash(void *p) { return (size_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull) & (GX_BUCKETS - 1); }
 
@@ -247,21 +250,16 @@ static void gx_decide(CUgraphExec x, CUgraph snap, int *state, uint32_t *inodes,
 	    *why, *err, detail);
 }
 
-static int capturing(CUstream s)
-{
-	int st = CU_STREAM_CAPTURE_STATUS_NONE;
-	return D.cuStreamIsCapturing && D.cuStreamIsCapturing(s, &st) == CUDA_SUCCESS &&
-	       st != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
-void gx_launch(CUgraphExec x, CUstream evs)
+void gx_launch(CUgraphExec x, CUstream evs, int *capst)
 {
 	if (!x || drv_init() != 0)
 		return;
 	/* launched into a capture: the capture takes a copy of the exec's
 	 * graph; its nodes are the capture's business (captured while traced:
 	 * already instrumented) */
-	int cap = capturing(evs);
+	if (*capst < 0)
+		*capst = stream_capture_status(evs);
+	int cap = *capst != CU_STREAM_CAPTURE_STATUS_NONE;
 	uint32_t gen = probe_gen();
 	int note = 0;
 	pthread_mutex_lock(&gx_mu);
@@ -310,8 +308,10 @@ void gx_launch(CUgraphExec x, CUstream evs)
 				e->c.launches_instr++;
 				e->c.kruns_instr += e->inodes;
 			}
-			if (__atomic_load_n(&g_active, __ATOMIC_RELAXED) & ACTIVE_KTIMES)
+			if (kt_recording()) {
 				e->c.launches_kt++;
+				__atomic_store_n(&gx_kt_seen, 1, __ATOMIC_RELAXED);
+			}
 		}
 	}
 	pthread_mutex_unlock(&gx_mu);
@@ -446,6 +446,11 @@ void gx_destroyed(CUgraphExec x)
 void gx_session(int delta)
 {
 	pthread_mutex_lock(&gx_mu);
+	if (delta > 0)
+		/* a new tool hears of the execs it cannot reach too */
+		for (size_t b = 0; b < GX_BUCKETS; b++)
+			for (struct gx *e = gx_tab[b]; e; e = e->next)
+				e->noted = 0;
 	gx_sessions += delta;
 	gx_on_update();
 	pthread_mutex_unlock(&gx_mu);
@@ -515,5 +520,5 @@ void gx_reset(void)
 	memset(&gx_gone, 0, sizeof(gx_gone));
 	gx_nexecs = 0;
 	gx_sessions = gx_swapped = 0;
-	g_gx_on = 0;
+	g_gx_on = gx_kt_seen = 0;
 }

@@ -1180,18 +1180,34 @@ EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec x, CUgraph g, void *info)
  * way (a child graph, a clone) reads the graph's last stamp. Not into a
  * stream being captured (the write would be replayed with a stale stamp).
  * Never in the way: when the write fails the graph launches as asked. */
+int stream_capture_status(CUstream evs)
+{
+	/* preloaded, the wrappers see every capture begin and end: none
+	 * active, no stream is capturing (a driver call saved per launch) */
+	if (capture_wrapped() && !probe_captures_active())
+		return CU_STREAM_CAPTURE_STATUS_NONE;
+	int st = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+	if (!D.cuStreamIsCapturing || D.cuStreamIsCapturing(evs, &st) != CUDA_SUCCESS)
+		return -1;
+	return st;
+}
+
 static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_fn, int ptds, CUgraphExec x,
 							    CUstream s)
 {
 	drv_gate();
 	CUstream evs = ev_stream(s, ptds);
+	int cap = -1; /* asked once, when something needs it */
 	if (__atomic_load_n(&g_gx_on, __ATOMIC_ACQUIRE) && !g_agent_thread)
-		gx_launch(x, evs);
+		gx_launch(x, evs, &cap);
 	CUdeviceptr w = 0;
 	pthread_rwlock_rdlock(&g_rw);
-	if (probe_lw_on() && D.cuStreamWriteValue64 && D.cuStreamIsCapturing && (w = gw_exec_word(x)) != 0) {
-		int cap = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-		if (D.cuStreamIsCapturing(evs, &cap) != CUDA_SUCCESS || cap != CU_STREAM_CAPTURE_STATUS_NONE ||
+	if (probe_lw_on() && D.cuStreamWriteValue64 && (w = gw_exec_word(x)) != 0) {
+		if (cap < 0)
+			cap = stream_capture_status(evs);
+		/* fenced: without the fence (CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER)
+		 * the graph's kernels read no stamp at all (H200, CUDA 13.0) */
+		if (cap != CU_STREAM_CAPTURE_STATUS_NONE ||
 		    D.cuStreamWriteValue64(evs, w, probe_graph_stamp(), CU_STREAM_WRITE_VALUE_DEFAULT) != CUDA_SUCCESS)
 			w = 0;
 	}

@@ -157,6 +157,8 @@ void probe_pin(struct activation *a)
  * indefinitely). */
 static int g_defer;         /* launches may defer their records (atomic) */
 static int g_captures;      /* captures begun and not ended (atomic) */
+
+int probe_captures_active(void) { return __atomic_load_n(&g_captures, __ATOMIC_ACQUIRE) != 0; }
 static int g_blocking;      /* the application has made a blocking stream (atomic) */
 static struct clone *g_clones; /* g_capmu */
 /* Held by whoever records another thread's dirty entries, and while a

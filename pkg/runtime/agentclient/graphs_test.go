@@ -243,4 +243,20 @@ func TestGraphRefusedAndUnknown(t *testing.T) {
 		g.Launches != 2 || !strings.Contains(g.WhyText, "LD_PRELOAD") {
 		t.Fatalf("unknown exec: %+v", g)
 	}
+	// the next tool hears of it too (launchlate after threadhist)
+	cb.Close()
+	cb2, err := Dial(b.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cb2.Close()
+	b.graphRun(u)
+	for noted := false; !noted; {
+		select {
+		case n := <-cb2.Notifications():
+			noted = n.Graphs
+		case <-time.After(5 * time.Second):
+			t.Fatal("a second tool was not told of the exec the agent never saw made")
+		}
+	}
 }

@@ -92,8 +92,9 @@ type Group struct {
 
 // Sum adds up execs. A graph launched with its original nodes counts in a
 // group even when other launches of it were instrumented (before the
-// probes were ready, say); graphs whose kernels no probe targets (NoProbe)
-// are left out of the groups: the kernel account says why for each kernel.
+// probes were ready, say); graphs whose kernels no probe targets (NoProbe,
+// never instrumented) are left out of the groups: the kernel account says
+// why for each kernel.
 func Sum(execs []Exec) Totals {
 	var t Totals
 	groups := map[string]*Group{}
@@ -111,7 +112,7 @@ func Sum(execs []Exec) Totals {
 			t.LaunchesUnknown += x.Launches
 		}
 		orig := x.Launches - min(x.LaunchesInstrumented+x.Captured, x.Launches)
-		if orig == 0 || x.Exec == 0 || x.Why == agentproto.GraphNoProbe {
+		if orig == 0 || x.Exec == 0 || (x.Why == agentproto.GraphNoProbe && x.LaunchesInstrumented == 0) {
 			continue
 		}
 		why := reason(x.GraphExec)
@@ -164,10 +165,11 @@ func containsInt(s []int, v int) bool {
 func reason(x agentproto.GraphExec) string {
 	why := x.WhyText
 	switch x.Why {
-	case agentproto.GraphInstrumented:
-		// swapped later in the trace: the first launches came before
-		// the probes were ready
-		why = "launched before the probes were ready"
+	case agentproto.GraphInstrumented, agentproto.GraphNoProbe:
+		// instrumented for part of the trace (NoProbe: its probes went
+		// as the trace ended): the rest came before the probes were
+		// ready, or after they were taken down
+		why = ProbesNotReady
 	case agentproto.GraphRefused, agentproto.GraphRestoreFailed:
 		if x.Detail != "" {
 			why += fmt.Sprintf(" (%s, CUresult %d)", x.Detail, x.CUResult)
@@ -184,6 +186,10 @@ func reason(x agentproto.GraphExec) string {
 	}
 	return why
 }
+
+// ProbesNotReady is why the launches of a graph instrumented for part of
+// the trace ran its original nodes.
+const ProbesNotReady = "launched while the probes were being readied or taken down"
 
 // Clause is the account's graph clause, "" when no graph was launched:
 // "1 CUDA graph launched 2997 times: 5994 kernel-node runs, 5994

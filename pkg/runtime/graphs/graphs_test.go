@@ -69,18 +69,19 @@ func TestSumAndClause(t *testing.T) {
 			execs: []Exec{
 				{PID: 1, GraphExec: agentproto.GraphExec{Exec: 1, Launches: 3000, KernelNodes: unknown, Why: agentproto.GraphBeforeAgent,
 					WhyText: "instantiated before the gpubpf agent was loaded", LaunchesKernelTimes: 2990}},
+				// its probes taken down as the trace ended: decided again, no probe
 				{PID: 2, GraphExec: agentproto.GraphExec{Exec: 2, Launches: 10, LaunchesInstrumented: 8, KernelRuns: 20,
-					KernelRunsInstrumented: 16, KernelNodes: 2, InstrumentedNodes: 2}},
+					KernelRunsInstrumented: 16, KernelNodes: 2, Why: agentproto.GraphNoProbe}},
 			},
 			want: Totals{Execs: 2, Launches: 3010, LaunchesInstrumented: 8, LaunchesKernelTimes: 2990, KernelRuns: 20,
 				KernelRunsInstrumented: 16, LaunchesUnknown: 3000, NotInstrumented: []Group{
 					{Why: "instantiated before the gpubpf agent was loaded", Execs: 1, Launches: 3000, KernelNodes: -1, PIDs: []int{1}},
-					{Why: "launched before the probes were ready", Execs: 1, Launches: 2, KernelNodes: 2, PIDs: []int{2}},
+					{Why: ProbesNotReady, Execs: 1, Launches: 2, KernelNodes: 2, PIDs: []int{2}},
 				}},
 			say: []string{"2 CUDA graphs launched 3010 times: 20 kernel-node runs, 16 instrumented (+ the runs of 3000 launches of graphs whose nodes are not known)",
 				"2990 launches while CUPTI timed kernels",
 				"3000 launches of 1 graph (kernel nodes not known) not instrumented: instantiated before the gpubpf agent was loaded",
-				"2 launches of 1 graph (2 kernel nodes) not instrumented: launched before the probes were ready"},
+				"2 launches of 1 graph (2 kernel nodes) not instrumented: " + ProbesNotReady},
 		},
 		{
 			name: "refused, and no probe for its kernels (said per kernel elsewhere)",

@@ -241,6 +241,26 @@ int main(void)
 			void *g = NULL;
 			info(CAPTURE_STREAM, &st, &id, &g, NULL, NULL);
 			printf("CAPGRAPH %p\n", g);
+		} else if (!strncmp(line, "nap ", 4)) {
+			usleep((useconds_t)strtoul(line + 4, NULL, 0) * 1000); /* "nap MS" */
+		} else if (!strcmp(line, "gmade\n") || !strcmp(line, "glast\n")) {
+			/* "gmade": a graph of two vecAdd nodes made, instantiated
+			 * and destroyed (as PyTorch does); "glast": launch its exec
+			 * (for a script that cannot read handles back) */
+			static void *last;
+			if (line[1] == 'm') {
+				CUresult (*create)(void **, unsigned) = get("cuGraphCreate", 0);
+				CUresult (*destroy)(void *) = get("cuGraphDestroy", 0);
+				struct node_params np = {k, 1, 1, 1, 32, 1, 1, 0, kparams, NULL, NULL, NULL};
+				void *gr = NULL, *node;
+				create(&gr, 0);
+				graphadd(&node, gr, NULL, 0, &np);
+				graphadd(&node, gr, NULL, 0, &np);
+				printf("EXEC %d %p\n", instantiate(&last, gr, 0), last);
+				destroy(gr);
+			} else {
+				printf("GRAPHLAUNCHED %d\n", glaunch(last, APP_STREAM));
+			}
 		} else if (!strcmp(line, "mkgraph\n")) {
 			/* a graph of the driver's own (cuGraphCreate) */
 			CUresult (*create)(void **, unsigned) = get("cuGraphCreate", 0);
