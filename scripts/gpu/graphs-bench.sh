@@ -12,7 +12,9 @@
 #   preloaded  LD_PRELOAD'ed agent: the graph's nodes are swapped for probes
 #   plain      the tool injects the agent: the nodes are not known, launchlate
 #              times them through CUPTI
-# and "idle agent": preloaded untraced / plain untraced.
+# and "idle agent": preloaded untraced / plain untraced. Further rows take
+# launchlate's cost apart (no graph stamp words; a tool attached whose
+# probes match no kernel) and give the per-thread tools' cost.
 # Prints "SUMMARY: ..." last; logs under ${OUT:-/tmp}/gpu-check/graphs-bench.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,18 +33,21 @@ trap 'for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done' EXIT
 # replays LOG: the last "replays=N" the sample printed
 replays() { grep -ao 'replays=[0-9]*' "$1" | tail -1 | cut -d= -f2; }
 
-# rate MODE TOOL LOG: replays/s over a 3 s window (TOOL "-" for none)
+# rate MODE ENV TOOL ARGS ELEMENTS LOG: replays/s over a 3 s window (TOOL
+# "-" for none; ENV: the application's extra environment, "-" for none)
 rate() {
-	local mode=$1 tool=$2 log=$3 pre=()
-	[ "$mode" = preloaded ] && pre=(env "LD_PRELOAD=$AGENT")
-	"${pre[@]}" "$APP" 60 0 65536 >"$log" 2>&1 &
+	local mode=$1 env=$2 tool=$3 args=$4 elems=$5 log=$6 pre=(env)
+	[ "$mode" = preloaded ] && pre+=("LD_PRELOAD=$AGENT")
+	[ "$env" != - ] && pre+=($env)
+	"${pre[@]}" "$APP" 60 0 "$elems" >"$log" 2>&1 &
 	local app=$!
 	pids+=("$app")
 	local i
 	for i in $(seq 200); do grep -q 'ready' "$log" && break; sleep 0.1; done
 	local tpid=
 	if [ "$tool" != - ]; then
-		timeout 60 bin/"$tool" -p "$app" -d 9 -j >"$log.$tool.out" 2>"$log.$tool.err" &
+		# shellcheck disable=SC2086
+		timeout 60 bin/"$tool" -p "$app" -d 9 -j $args >"$log.$tool.out" 2>"$log.$tool.err" &
 		tpid=$!
 		sleep 3
 	else
@@ -61,30 +66,49 @@ rate() {
 	python3 -c "import sys; n0,n1,t0,t1=map(float,sys.argv[1:]); print(f'{(n1-n0)/(t1-t0):.0f}')" "$n0" "$n1" "$t0" "$t1"
 }
 
+# name | start | application env | tool | tool flags [| threads per kernel]:
+# the untraced run of a start mode (and size) is its baseline ("-" tool);
+# the rows after the first two of each mode take the cost apart (CONFIGS
+# overrides the list). The last two: the same graph with 4 M threads per
+# kernel (a replay of about 2 x 20 us of GPU work instead of 2 x 1.5 us).
+DEFAULT_CONFIGS="untraced|preloaded|-|-|-
+launchlate|preloaded|-|launchlate|-
+launchlate, no graph stamp words|preloaded|GPUBPF_AGENT_GRAPH_WORDS=0|launchlate|-
+tool attached, no probe|preloaded|-|launchlate|-k nomatch --timing probe
+threadhist|preloaded|-|threadhist|-
+kernelretsnoop|preloaded|-|kernelretsnoop|-
+untraced|plain|-|-|-
+launchlate (CUPTI)|plain|-|launchlate|-
+untraced, 4M threads|preloaded|-|-|-|4194304
+launchlate, 4M threads|preloaded|-|launchlate|-|4194304"
+CONFIGS=${CONFIGS:-$DEFAULT_CONFIGS}
+
 declare -A R
-for mode in preloaded plain; do
-	tools=(launchlate threadhist)
-	[ "$mode" = plain ] && tools=(launchlate)
-	for r in $(seq "$ROUNDS"); do
-		R[$mode,-]+=" $(rate "$mode" - "$LOGS/$mode-untraced-$r.log")"
-		for t in "${tools[@]}"; do
-			R[$mode,$t]+=" $(rate "$mode" "$t" "$LOGS/$mode-$t-$r.log")"
-		done
+mapfile -t cfgs <<<"$CONFIGS"
+for r in $(seq "$ROUNDS"); do
+	for i in "${!cfgs[@]}"; do
+		IFS='|' read -r name mode env tool args elems <<<"${cfgs[$i]}"
+		[ "$args" = - ] && args=
+		R[$i]+=" $(rate "$mode" "$env" "$tool" "$args" "${elems:-65536}" "$LOGS/$i-$r.log")"
 	done
 done
 
 echo
-echo "== graph replay rate (replays/s, median of $ROUNDS; ratio to untraced of the same start) =="
-printf '%-10s %-12s %12s %8s  %s\n' start tool median ratio rounds
+echo "== graph replay rate (replays/s, median of $ROUNDS, rounds alternating; ratio to untraced of the same start) =="
+printf '%-36s %-10s %12s %8s  %s\n' config start median ratio rounds
 summary=""
-for key in preloaded,- preloaded,launchlate preloaded,threadhist plain,- plain,launchlate; do
-	mode=${key%,*} tool=${key#*,}
-	m=$(med ${R[$key]})
-	base=$(med ${R[$mode,-]})
-	ratio=$(python3 -c "import sys; print(f'{float(sys.argv[1])/float(sys.argv[2]):.3f}')" "$m" "$base" 2>/dev/null || echo nan)
-	printf '%-10s %-12s %12s %8s  %s\n' "$mode" "${tool/-/untraced}" "$m" "$ratio" "${R[$key]}"
-	[ "$tool" != - ] && summary+="$mode/$tool x$ratio "
+declare -A BASE
+for i in "${!cfgs[@]}"; do
+	IFS='|' read -r name mode env tool args elems <<<"${cfgs[$i]}"
+	[ "$tool" = - ] && BASE[$mode,${elems:-65536}]=$(med ${R[$i]})
 done
-idle=$(python3 -c "import sys; print(f'{float(sys.argv[1])/float(sys.argv[2]):.3f}')" "$(med ${R[preloaded,-]})" "$(med ${R[plain,-]})" 2>/dev/null || echo nan)
+for i in "${!cfgs[@]}"; do
+	IFS='|' read -r name mode env tool args elems <<<"${cfgs[$i]}"
+	m=$(med ${R[$i]})
+	ratio=$(python3 -c "import sys; print(f'{float(sys.argv[1])/float(sys.argv[2]):.3f}')" "$m" "${BASE[$mode,${elems:-65536}]:-nan}" 2>/dev/null || echo nan)
+	printf '%-36s %-10s %12s %8s  %s\n' "$name" "$mode" "$m" "$ratio" "${R[$i]}"
+	[ "$tool" != - ] && summary+="$mode/$name x$ratio; "
+done
+idle=$(python3 -c "import sys; print(f'{float(sys.argv[1])/float(sys.argv[2]):.3f}')" "${BASE[preloaded,65536]:-nan}" "${BASE[plain,65536]:-nan}" 2>/dev/null || echo nan)
 echo "idle preloaded agent / no agent: x$idle"
-echo "SUMMARY: graph replays/s vs untraced: ${summary}idle-agent x$idle (goal launchlate >= 0.95)"
+echo "SUMMARY: graph replays/s vs untraced: ${summary}idle agent x$idle (goal: launchlate >= 0.95)"
