@@ -39,27 +39,46 @@ const sassPTX = `.version 7.8
 // stand-in libcupti: every launch timed from CUPTI's records, its run time
 // too, the last ones taken as the program exits, and no "no kernel
 // matched" for a trace that timed every kernel.
-func TestKernelsWithoutPTX(t *testing.T) {
+// cuptiRig is a temporary directory with the stand-in driver and app, a
+// stand-in libcupti, the tool next to the agent and sassPTX (k.ptx); run
+// runs a build step.
+type cuptiRig struct {
+	dir, cudaDir, cupti, tool, ptx string
+	fatbinary                      string
+	run                            func(name string, args ...string)
+}
+
+// newCUPTIRig builds a cuptiRig (root, ptxas and fatbinary needed).
+func newCUPTIRig(t *testing.T) cuptiRig {
+	t.Helper()
 	testenv.Root(t)
-	ptxas, fatbinary, gcc := testenv.Ptxas(t), testenv.Tool(t, "fatbinary"), testenv.Tool(t, "gcc")
-	dir := t.TempDir()
-	cudaDir := testenv.BuildStandIn(t, dir).CUDADir
-	run := func(name string, args ...string) {
+	testenv.Ptxas(t)
+	r := cuptiRig{dir: t.TempDir(), fatbinary: testenv.Tool(t, "fatbinary")}
+	gcc := testenv.Tool(t, "gcc")
+	r.cudaDir = testenv.BuildStandIn(t, r.dir).CUDADir
+	r.run = func(name string, args ...string) {
 		t.Helper()
 		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
 		}
 	}
-	ptx, cubin, fb := filepath.Join(dir, "k.ptx"), filepath.Join(dir, "k.cubin"), filepath.Join(dir, "k.fatbin")
-	os.WriteFile(ptx, []byte(sassPTX), 0o644)
-	run(ptxas, "-arch=sm_90", "-o", cubin, ptx)
-	run(fatbinary, "-64", "--create="+fb, "--image=profile=sm_90,file="+cubin)
+	r.ptx = filepath.Join(r.dir, "k.ptx")
+	os.WriteFile(r.ptx, []byte(sassPTX), 0o644)
 	_, self, _, _ := goruntime.Caller(0)
-	cupti := filepath.Join(dir, "libfakecupti.so")
-	run(gcc, "-O1", "-fPIC", "-shared", "-pthread", "-o", cupti,
+	r.cupti = filepath.Join(r.dir, "libfakecupti.so")
+	r.run(gcc, "-O1", "-fPIC", "-shared", "-pthread", "-o", r.cupti,
 		filepath.Join(filepath.Dir(self), "..", "..", "pkg", "runtime", "agent", "testdata", "fakecupti.c"))
-	tool := filepath.Join(dir, "launchlate") // next to libgpubpf-agent.so
-	run("go", "build", "-o", tool, ".")
+	r.tool = filepath.Join(r.dir, "launchlate") // next to libgpubpf-agent.so
+	r.run("go", "build", "-o", r.tool, ".")
+	return r
+}
+
+func TestKernelsWithoutPTX(t *testing.T) {
+	r := newCUPTIRig(t)
+	dir, cudaDir, cupti, tool, run, ptx, fatbinary := r.dir, r.cudaDir, r.cupti, r.tool, r.run, r.ptx, r.fatbinary
+	cubin, fb := filepath.Join(dir, "k.cubin"), filepath.Join(dir, "k.fatbin")
+	run(testenv.Ptxas(t), "-arch=sm_90", "-o", cubin, ptx)
+	run(fatbinary, "-64", "--create="+fb, "--image=profile=sm_90,file="+cubin)
 
 	// An OpenTelemetry collector's OTLP/HTTP endpoint: what the tool pushes.
 	pushed := make(chan *collpb.ExportMetricsServiceRequest, 16)
@@ -155,26 +174,10 @@ func TestKernelsWithoutPTX(t *testing.T) {
 // CUPTI on in a process whose kernels all have PTX, and the account says
 // why its nodes were not instrumented.
 func TestUnknownGraphBringsCUPTI(t *testing.T) {
-	testenv.Root(t)
-	ptxas, fatbinary, gcc := testenv.Ptxas(t), testenv.Tool(t, "fatbinary"), testenv.Tool(t, "gcc")
-	_ = ptxas
-	dir := t.TempDir()
-	cudaDir := testenv.BuildStandIn(t, dir).CUDADir
-	run := func(name string, args ...string) {
-		t.Helper()
-		if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
-			t.Fatalf("%s %v: %v\n%s", name, args, err, out)
-		}
-	}
-	ptx, fb := filepath.Join(dir, "k.ptx"), filepath.Join(dir, "ptx.fatbin")
-	os.WriteFile(ptx, []byte(sassPTX), 0o644)
-	run(fatbinary, "-64", "--create="+fb, "--image=profile=compute_90,file="+ptx)
-	_, self, _, _ := goruntime.Caller(0)
-	cupti := filepath.Join(dir, "libfakecupti.so")
-	run(gcc, "-O1", "-fPIC", "-shared", "-pthread", "-o", cupti,
-		filepath.Join(filepath.Dir(self), "..", "..", "pkg", "runtime", "agent", "testdata", "fakecupti.c"))
-	tool := filepath.Join(dir, "launchlate")
-	run("go", "build", "-o", tool, ".")
+	r := newCUPTIRig(t)
+	dir, cudaDir, cupti, tool := r.dir, r.cudaDir, r.cupti, r.tool
+	fb := filepath.Join(dir, "ptx.fatbin")
+	r.run(r.fatbinary, "-64", "--create="+fb, "--image=profile=compute_90,file="+r.ptx)
 	log := filepath.Join(dir, "cupti.log")
 	cmd := exec.Command(tool, "-j", "--", filepath.Join(dir, "app"))
 	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+cudaDir, "GPUBPF_TEST_FATBIN="+fb, "GPUBPF_CUPTI="+cupti,

@@ -108,8 +108,12 @@ static void counts_add(struct gx_counts *to, const struct gx_counts *c)
 	to->captured += c->captured;
 }
 
-/* Kernel nodes of g and its child graphs. */
-static uint32_t count_kernels(CUgraph g, int depth)
+/* Walks g's kernel nodes, its child graphs' too. With x: points each at its
+ * instrumented clone where a probe is active (node_instrument), returns how
+ * many it changed, and counts in *already the nodes that run a clone as
+ * they are (captured while a probe was active). Without: returns how many
+ * kernel nodes there are. */
+static uint32_t walk_kernels(CUgraph g, CUgraphExec x, int depth, uint32_t *already)
 {
 	size_t n = 0;
 	if (depth > GX_DEPTH || D.cuGraphGetNodes(g, NULL, &n) != CUDA_SUCCESS || n == 0)
@@ -124,42 +128,15 @@ static uint32_t count_kernels(CUgraph g, int depth)
 			CUgraph child = NULL;
 			if (D.cuGraphNodeGetType(nodes[i], &t) != CUDA_SUCCESS)
 				continue;
-			if (t == CU_GRAPH_NODE_TYPE_KERNEL)
+			if (t == CU_GRAPH_NODE_TYPE_KERNEL && !x) {
 				k++;
-			else if (t == CU_GRAPH_NODE_TYPE_GRAPH &&
-				 D.cuGraphChildGraphNodeGetGraph(nodes[i], &child) == CUDA_SUCCESS)
-				k += count_kernels(child, depth + 1);
-		}
-	free(nodes);
-	return k;
-}
-
-/* Points g's kernel nodes (child graphs' too) at their instrumented clones
- * where a probe is active (node_instrument); returns how many it changed,
- * and counts in *already the nodes that run a clone as they are (captured
- * while a probe was active). */
-static uint32_t instrument_graph(CUgraph g, CUgraphExec x, int depth, uint32_t *already)
-{
-	size_t n = 0;
-	if (depth > GX_DEPTH || D.cuGraphGetNodes(g, NULL, &n) != CUDA_SUCCESS || n == 0)
-		return 0;
-	CUgraphNode *nodes = malloc(n * sizeof(*nodes));
-	if (!nodes)
-		return 0;
-	uint32_t k = 0;
-	if (D.cuGraphGetNodes(g, nodes, &n) == CUDA_SUCCESS)
-		for (size_t i = 0; i < n; i++) {
-			int t = -1;
-			CUgraph child = NULL;
-			if (D.cuGraphNodeGetType(nodes[i], &t) != CUDA_SUCCESS)
-				continue;
-			if (t == CU_GRAPH_NODE_TYPE_KERNEL) {
+			} else if (t == CU_GRAPH_NODE_TYPE_KERNEL) {
 				int r = node_instrument(nodes[i], x);
 				k += r == 1;
 				*already += r == 2;
 			} else if (t == CU_GRAPH_NODE_TYPE_GRAPH &&
 				   D.cuGraphChildGraphNodeGetGraph(nodes[i], &child) == CUDA_SUCCESS) {
-				k += instrument_graph(child, x, depth + 1, already);
+				k += walk_kernels(child, x, depth + 1, already);
 			}
 		}
 	free(nodes);
@@ -214,7 +191,7 @@ static void gx_decide(CUgraphExec x, CUgraph snap, int *state, uint32_t *inodes,
 		*why = GXW_REFUSED;
 		*err = r;
 		snprintf(detail, GX_DETAIL, "cuGraphClone");
-	} else if ((k = instrument_graph(ig, x, 0, &already)) == 0) {
+	} else if ((k = walk_kernels(ig, x, 0, &already)) == 0) {
 		*why = already ? GXW_NONE : GXW_NO_PROBE;
 	} else if ((r = D.cuGraphExecUpdate(x, ig, &info)) == CUDA_SUCCESS) {
 		*state = GX_SWAPPED;
@@ -281,7 +258,7 @@ void gx_launch(CUgraphExec x, CUstream evs, int *capst)
 		char detail[GX_DETAIL] = "";
 		e->busy = 1;
 		if (e->knodes == GX_UNKNOWN)
-			e->knodes = count_kernels(snap, 0);
+			e->knodes = walk_kernels(snap, NULL, 0, NULL);
 		pthread_mutex_unlock(&gx_mu);
 		gx_decide(x, snap, &state, &inodes, &why, &err, detail);
 		pthread_mutex_lock(&gx_mu);

@@ -230,14 +230,7 @@ func TestGraphRefusedAndUnknown(t *testing.T) {
 	}
 	defer cb.Close()
 	wantRun(t, "unknown exec", b.graphRun(u), "_Z6vecAddPfi", 2)
-	for noted := false; !noted; {
-		select {
-		case n := <-cb.Notifications():
-			noted = n.Graphs
-		case <-time.After(5 * time.Second):
-			t.Fatal("no graphs notification for an exec the agent never saw made")
-		}
-	}
+	waitGraphsNote(t, cb, "for an exec the agent never saw made")
 	b.graphRun(u)
 	if g := graphOf(t, cb, u); g.Why != agentproto.GraphBeforeAgent || g.KernelNodes != agentproto.GraphNodesUnknown ||
 		g.Launches != 2 || !strings.Contains(g.WhyText, "LD_PRELOAD") {
@@ -251,12 +244,19 @@ func TestGraphRefusedAndUnknown(t *testing.T) {
 	}
 	defer cb2.Close()
 	b.graphRun(u)
+	waitGraphsNote(t, cb2, "for a second tool")
+}
+
+// waitGraphsNote waits for c's graphs notification (other notifications
+// may come first).
+func waitGraphsNote(t *testing.T, c *Conn, what string) {
+	t.Helper()
 	for noted := false; !noted; {
 		select {
-		case n := <-cb2.Notifications():
+		case n := <-c.Notifications():
 			noted = n.Graphs
 		case <-time.After(5 * time.Second):
-			t.Fatal("a second tool was not told of the exec the agent never saw made")
+			t.Fatal("no graphs notification " + what)
 		}
 	}
 }
