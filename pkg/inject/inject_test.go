@@ -240,6 +240,11 @@ func testLate(t *testing.T, global bool) {
 	tg.say("modload")
 	tg.expect("MODLOADED 0")
 	tg.expect("DONE")
+	// a CUDA graph made, instantiated and its graph destroyed before the
+	// agent came, as an inference server does at start-up
+	tg.say("gmade")
+	tg.expect("EXEC 0")
+	tg.expect("DONE")
 	if _, err := Inject(pid, filepath.Join(dir, "libgpubpf-agent.so"), Options{}); err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +277,29 @@ func testLate(t *testing.T, global bool) {
 	}
 	if got := launch(); got != "probe_vecAdd" {
 		t.Fatalf("with the probe active the app launched %q, want probe_vecAdd: its cached cuLaunchKernel was not swapped", got)
+	}
+	// The graph made before the agent runs its original nodes (nothing
+	// returns an executable graph's nodes); its launch is counted and the
+	// tool told why.
+	tg.say("glast")
+	if l := tg.expect("GRAPHRUN "); !strings.HasSuffix(l, " _Z6vecAddPfi") {
+		t.Fatalf("the graph made before the agent ran %q", l)
+	}
+	tg.expect("DONE")
+	awaitNote(t, c, "graphs", func(n agentclient.Notification) bool { return n.Graphs })
+	execs, err := c.Graphs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, x := range execs {
+		if x.Exec != 0 && x.Launches == 1 {
+			found = x.Why == agentproto.GraphBeforeAgent && x.KernelNodes == agentproto.GraphNodesUnknown &&
+				strings.Contains(x.WhyText, "LD_PRELOAD")
+		}
+	}
+	if !found {
+		t.Fatalf("graphs: %+v, want one exec launched once, made before the agent", execs)
 	}
 	// A CUDA runtime that starts after the attach (a shared library's
 	// static cudart) keeps driver pointers of its own: the agent's rescan

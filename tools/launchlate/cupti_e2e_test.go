@@ -169,8 +169,8 @@ func TestKernelsWithoutPTX(t *testing.T) {
 	}
 }
 
-// A CUDA graph whose nodes the agent does not know (made before it came;
-// here, snapshots off) is timed through CUPTI: its first launch brings
+// A CUDA graph whose nodes the agent does not know (made before it came,
+// or here: snapshots off) is timed through CUPTI: its first launch brings
 // CUPTI on in a process whose kernels all have PTX, and the account says
 // why its nodes were not instrumented.
 func TestUnknownGraphBringsCUPTI(t *testing.T) {
@@ -200,7 +200,7 @@ func TestUnknownGraphBringsCUPTI(t *testing.T) {
 	}
 	ni, _ := graphs["not_instrumented"].([]any)
 	if graphs == nil || graphs["launches"] != 2.0 || graphs["launches_unknown"] != 2.0 || len(ni) != 1 ||
-		!strings.Contains(ni[0].(map[string]any)["why"].(string), "before the gpubpf agent") {
+		!strings.Contains(ni[0].(map[string]any)["why"].(string), "keeps no copy of its graph") {
 		t.Errorf("graphs line %v:\n%s", graphs, stdout.String())
 	}
 }

@@ -236,13 +236,14 @@ void gx_launch(CUgraphExec x, CUstream evs, int *capst)
 	 * already instrumented) */
 	if (*capst < 0)
 		*capst = stream_capture_status(evs);
-	int cap = *capst != CU_STREAM_CAPTURE_STATUS_NONE;
+	int cap = *capst > CU_STREAM_CAPTURE_STATUS_NONE; /* unknown (-1): taken as not */
 	uint32_t gen = probe_gen();
 	int note = 0;
 	pthread_mutex_lock(&gx_mu);
 	struct gx *e = gx_find(x);
 	if (!e && (e = gx_add(x)) != NULL)
-		e->why = GXW_BEFORE_AGENT;
+		/* preloaded, the agent saw every instantiation: it kept no copy */
+		e->why = late_mode() ? GXW_BEFORE_AGENT : GXW_NO_SNAPSHOT;
 	if (!e) {
 		pthread_mutex_unlock(&gx_mu);
 		return;
@@ -321,6 +322,27 @@ static int snapshots_off(void)
 	return v;
 }
 
+/* e runs g's nodes now, the application's (an instantiation, a whole-graph
+ * update): its snapshot becomes a copy of g; gx_mu held. */
+static void resnapshot(struct gx *e, CUgraph g)
+{
+	if (e->busy) {
+		/* another thread launches it meanwhile, against CUDA's rules:
+		 * what it runs cannot be told; leave it alone */
+		e->why = GXW_STALE;
+		snprintf(e->detail, sizeof(e->detail), "changed while being launched");
+		return;
+	}
+	if (e->state == GX_SWAPPED) {
+		gx_swapped--;
+		gx_on_update();
+	}
+	e->state = GX_ORIGINAL;
+	e->inodes = 0;
+	e->noted = 0;
+	set_snapshot(e, g);
+}
+
 void gx_instantiated(CUgraphExec x, CUgraph g)
 {
 	if (!x || g_agent_thread || snapshots_off() || drv_init() != 0 || !gx_usable())
@@ -329,34 +351,21 @@ void gx_instantiated(CUgraphExec x, CUgraph g)
 	struct gx *e = gx_find(x);
 	if (!e)
 		e = gx_add(x);
-	if (e) {
-		/* a handle the driver hands out again: a new exec */
-		if (e->state == GX_SWAPPED) {
-			gx_swapped--;
-			gx_on_update();
-		}
-		e->state = GX_ORIGINAL;
-		e->noted = 0;
-		set_snapshot(e, g);
-	}
+	if (e) /* a handle the driver hands out again: a new exec */
+		resnapshot(e, g);
 	pthread_mutex_unlock(&gx_mu);
 }
 
 void gx_updated(CUgraphExec x, CUgraph g)
 {
-	if (!x || g_agent_thread || drv_init() != 0)
+	if (!x || g_agent_thread || drv_init() != 0 || !gx_usable())
 		return;
 	pthread_mutex_lock(&gx_mu);
 	struct gx *e = gx_find(x);
-	if (e && (e->snap || e->state == GX_SWAPPED)) {
-		/* x now runs g's nodes: the application's, not ours */
-		if (e->state == GX_SWAPPED) {
-			gx_swapped--;
-			gx_on_update();
-		}
-		e->state = GX_ORIGINAL;
-		set_snapshot(e, snapshots_off() ? NULL : g);
-	}
+	if (!e)
+		e = gx_add(x); /* made before the agent came: known from now on */
+	if (e)
+		resnapshot(e, snapshots_off() ? NULL : g);
 	pthread_mutex_unlock(&gx_mu);
 }
 
@@ -441,7 +450,8 @@ static const char *why_text(const struct gx *e)
 		       "no nodes to update): start the program with the agent preloaded, LD_PRELOAD=$(gpubpf agent-path), "
 		       "to trace graphs it makes at start-up";
 	case GXW_NO_SNAPSHOT:
-		return "the agent could not copy its graph at instantiation (cuGraphClone failed)";
+		return "the agent keeps no copy of its graph (GPUBPF_AGENT_GRAPH_SNAPSHOTS=0, a driver before CUDA 12.0, "
+		       "or cuGraphClone failed)";
 	case GXW_STALE:
 		return "the application changes this executable graph in place";
 	case GXW_REFUSED:

@@ -185,9 +185,8 @@ func TestGraphMadeBeforeAttach(t *testing.T) {
 
 // The driver refuses the update: the graph runs its original nodes and
 // the account says why; an exec the application changes in place is left
-// alone; one whose instantiation the agent did not see (snapshots off,
-// standing for one made before an injected agent) is counted, and the
-// tool told.
+// alone; one the agent keeps no copy of (snapshots off) is counted, and
+// every tool told (pkg/inject's late test has one made before the agent).
 func TestGraphRefusedAndUnknown(t *testing.T) {
 	f := build(t)
 	a := f.start(t, "FAKECUDA_GRAPH_UPDATE=refuse")
@@ -232,8 +231,8 @@ func TestGraphRefusedAndUnknown(t *testing.T) {
 	wantRun(t, "unknown exec", b.graphRun(u), "_Z6vecAddPfi", 2)
 	waitGraphsNote(t, cb, "for an exec the agent never saw made")
 	b.graphRun(u)
-	if g := graphOf(t, cb, u); g.Why != agentproto.GraphBeforeAgent || g.KernelNodes != agentproto.GraphNodesUnknown ||
-		g.Launches != 2 || !strings.Contains(g.WhyText, "LD_PRELOAD") {
+	if g := graphOf(t, cb, u); g.Why != agentproto.GraphNoSnapshot || g.KernelNodes != agentproto.GraphNodesUnknown ||
+		g.Launches != 2 || !strings.Contains(g.WhyText, "GPUBPF_AGENT_GRAPH_SNAPSHOTS=0") {
 		t.Fatalf("unknown exec: %+v", g)
 	}
 	// the next tool hears of it too (launchlate after threadhist)
