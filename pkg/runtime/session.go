@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"fmt"
-	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"io"
 	"maps"
 	"regexp"
@@ -17,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
 	"github.com/gpubpf/gpubpf/pkg/runtime/tritoncache"
 	"github.com/gpubpf/gpubpf/pkg/runtime/verify"

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"io"
 	"maps"
 	"os"
@@ -21,6 +20,7 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
+	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
 )
 

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"io"
 	"os"
 	"sort"
@@ -23,6 +22,7 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/btffmt"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
+	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
 	"github.com/gpubpf/gpubpf/pkg/toolkit"
 )
