@@ -519,6 +519,9 @@ func (o *runOutput) summary(st runtime.Stats) {
 	}
 	sort.Strings(skipped)
 	if o.json {
+		o.mu.Lock()
+		o.w.Write(toolkit.GraphsJSON(st))
+		o.mu.Unlock() // the summary's emit flushes both
 		o.emit(map[string]any{"type": "summary", "processes": st.Processes, "kernels_instrumented": matched,
 			"kernels_skipped": st.KernelsSkipped, "instrumented_launches": st.Launches, "launch_failures": st.LaunchFailures,
 			"records_produced": st.RecordsProduced, "records": st.Records, "printk_lines": st.PrintkLines, "records_dropped_gpu": st.RingDrops,
@@ -530,7 +533,6 @@ func (o *runOutput) summary(st runtime.Stats) {
 			"ring_drain_scan_ms": float64(st.DrainScan.Microseconds()) / 1000, "ring_drain_deliver_ms": float64(st.DrainDeliver.Microseconds()) / 1000,
 			"jit_ms": float64(st.JIT.Microseconds()) / 1000, "first_attach_ms": float64(st.FirstAttach.Microseconds()) / 1000,
 			"not_traced": st.NotTraced, "shared_maps_gathered": st.SharedMirrored, "shared_map_folds": st.SharedFolds})
-		o.w.Write(toolkit.GraphsJSON(st))
 		return
 	}
 	line := fmt.Sprintf("gpubpf: %d process(es); kernels instrumented: %s; skipped: %s; %d instrumented launches",
