@@ -33,7 +33,9 @@
 #      torch+CUDA): a torch.cuda.CUDAGraph replayed, plain and preloaded,
 #      under launchlate -p: graph launches > 0, cupti_timed > 0, RESULT ok;
 #      torch.compile(mode="reduce-overhead") preloaded under threadhist -p:
-#      graph launches > 0, RESULT ok (the numbers printed).
+#      graph launches > 0, RESULT ok (the numbers printed); under launchlate
+#      -p: its Triton kernels' probe-timed launches == kernel_runs_instrumented,
+#      graph kernels timed >= 0.97 * kernel_runs (the rest through CUPTI).
 # Every run is bounded by timeout, every background process is killed on
 # exit. Logs: ${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}/graphs/.
 # Prints a table, then "SUMMARY: N passed, M failed"; exits non-zero on any
@@ -180,7 +182,9 @@ try:
         try: o = json.loads(line)
         except ValueError: continue
         if not isinstance(o, dict) or o.get("type") != typ: continue
-        if kernel and kernel not in (o.get("kernel"), o.get("mangled")): continue
+        if kernel and kernel.endswith("*"):
+            if not str(o.get("kernel", "")).startswith(kernel[:-1]): continue
+        elif kernel and kernel not in (o.get("kernel"), o.get("mangled")): continue
         v = o.get(field)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             s += v; seen = True
@@ -398,6 +402,19 @@ run_torch() { # MODE(cudagraph|compile) HOW(plain|preloaded) TOOL READY_SECS
 		total="gt=$gt,ct=$ct,timed=$tm"
 		echo "  $case launchlate: cupti_timed=$ct graph_timed=$gt timed=$tm cupti_records=$(summary_field "$out" cupti_records) graph launches=$L"
 		{ isnum "$ct" && [ "$ct" -gt 0 ]; } || errs+=("cupti_timed=$ct (want > 0)")
+		# preloaded, the graph's nodes are known: (almost) every kernel-node
+		# run is timed (the replays before CUPTI came on are not)
+		if [ "$how" = preloaded ] && isnum "$KR" && isnum "$gt"; then
+			[ $((gt * 100)) -ge $((KR * 97)) ] || errs+=("graph_timed=$gt < 0.97*kernel_runs=$KR")
+		fi
+		# torch.compile: its Triton kernels (PTX from Triton's cache) run
+		# the probe inside the graph, the other nodes are timed by CUPTI
+		if [ "$tmode" = compile ]; then
+			local tri
+			tri=$(jsum "$out" kernel launches 'triton_*')
+			echo "  $case launchlate: Triton kernels' launches $tri, kernel_runs_instrumented $KRI"
+			[ "$tri" = "$KRI" ] && [ "$(num0 "$KRI")" -gt 0 ] || errs+=("Triton kernels' launches=$tri != kernel_runs_instrumented=$KRI")
+		fi
 	else
 		total="runs=$(jsum "$out" kernel runs)"
 		echo "  $case threadhist: thread runs $(jsum "$out" kernel runs) over $(grep -ac '"type":"kernel"' "$out") kernel line(s); kernel_runs_instrumented=$KRI (x threads per kernel varies)"
@@ -427,6 +444,7 @@ else
 	run_torch cudagraph plain launchlate 120
 	run_torch cudagraph preloaded launchlate 120
 	run_torch compile preloaded threadhist 300
+	run_torch compile preloaded launchlate 300
 fi
 [ -n "$torch_note" ] && echo "$torch_note"
 
