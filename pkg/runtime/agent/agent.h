@@ -29,6 +29,9 @@ extern int g_debug;
 		}                                                             \
 	} while (0)
 
+/* A handle's hash for the agent's tables (handles are aligned pointers). */
+static inline size_t ptr_hash(const void *p) { return (size_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull); }
+
 /* CLOCK_MONOTONIC in ns: the clock uprobes (bpf_ktime_get_ns) and tools read. */
 static inline uint64_t mono_ns(void)
 {

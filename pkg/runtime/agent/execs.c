@@ -69,7 +69,7 @@ static int gx_kt_seen; /* a graph was launched while CUPTI's kernel records were
 
 int gx_launched_under_cupti(void) { return __atomic_load_n(&gx_kt_seen, __ATOMIC_RELAXED); }
 
-static size_t gx_hash(void *p) { return (size_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull) & (GX_BUCKETS - 1); }
+static size_t gx_hash(void *p) { return ptr_hash(p) & (GX_BUCKETS - 1); }
 
 static void gx_on_update(void)
 {

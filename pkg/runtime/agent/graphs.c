@@ -44,13 +44,11 @@ static struct {
 	uint32_t used;
 } g_slabs[GW_CTXS];
 
-static size_t gw_hash(void *p) { return (size_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull); }
-
 static struct gw_ent *tab_find(struct gw_tab *t, void *key)
 {
 	if (!t->cap || !key)
 		return NULL;
-	size_t m = t->cap - 1, i = gw_hash(key) & m;
+	size_t m = t->cap - 1, i = ptr_hash(key) & m;
 	while (t->e[i].key) {
 		if (t->e[i].key == key)
 			return &t->e[i];
@@ -73,7 +71,7 @@ static struct gw_ent *tab_add(struct gw_tab *t, void *key)
 			return NULL;
 		for (size_t j = 0; j < t->cap; j++)
 			if (t->e[j].key) {
-				size_t i = gw_hash(t->e[j].key) & (cap - 1);
+				size_t i = ptr_hash(t->e[j].key) & (cap - 1);
 				while (e[i].key)
 					i = (i + 1) & (cap - 1);
 				e[i] = t->e[j];
@@ -82,7 +80,7 @@ static struct gw_ent *tab_add(struct gw_tab *t, void *key)
 		t->e = e;
 		t->cap = cap;
 	}
-	size_t m = t->cap - 1, i = gw_hash(key) & m;
+	size_t m = t->cap - 1, i = ptr_hash(key) & m;
 	while (t->e[i].key)
 		i = (i + 1) & m;
 	t->e[i].key = key;

@@ -1172,14 +1172,6 @@ EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec x, CUgraph g, void *info)
 
 #define CU_STREAM_WRITE_VALUE_DEFAULT 0
 
-/* A launch of an exec with a stamp word, while a probe with launch-word
- * slots is active: the stamp goes to the word in stream order right before
- * the graph. One stream write per graph launch (each is a stream operation
- * of its own: a second one to clear the word after the graph cost as much
- * again on back-to-back graphs), so a copy of the nodes launched another
- * way (a child graph, a clone) reads the graph's last stamp. Not into a
- * stream being captured (the write would be replayed with a stale stamp).
- * Never in the way: when the write fails the graph launches as asked. */
 int stream_capture_status(CUstream evs)
 {
 	/* preloaded, the wrappers see every capture begin and end: none
@@ -1192,6 +1184,14 @@ int stream_capture_status(CUstream evs)
 	return st;
 }
 
+/* A launch of an exec with a stamp word, while a probe with launch-word
+ * slots is active: the stamp goes to the word in stream order right before
+ * the graph. One stream write per graph launch (each is a stream operation
+ * of its own: a second one to clear the word after the graph cost as much
+ * again on back-to-back graphs), so a copy of the nodes launched another
+ * way (a child graph, a clone) reads the graph's last stamp. Not into a
+ * stream being captured (the write would be replayed with a stale stamp).
+ * Never in the way: when the write fails the graph launches as asked. */
 static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_fn, int ptds, CUgraphExec x,
 							    CUstream s)
 {

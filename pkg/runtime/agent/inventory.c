@@ -23,11 +23,9 @@ static uint64_t g_next_mod_id = 1;
 static uint32_t *g_khash;
 static size_t g_khcap;
 
-static size_t hptr(void *p) { return (size_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull); }
-
 static void khash_insert(size_t idx)
 {
-	size_t m = g_khcap - 1, i = hptr(g_kerns[idx].handle) & m;
+	size_t m = g_khcap - 1, i = ptr_hash(g_kerns[idx].handle) & m;
 	while (g_khash[i])
 		i = (i + 1) & m;
 	g_khash[i] = (uint32_t)(idx + 1);
@@ -51,7 +49,7 @@ struct kernel *inv_kernel_by_handle(void *h)
 {
 	if (!g_khcap)
 		return NULL;
-	size_t m = g_khcap - 1, i = hptr(h) & m;
+	size_t m = g_khcap - 1, i = ptr_hash(h) & m;
 	while (g_khash[i]) {
 		struct kernel *k = &g_kerns[g_khash[i] - 1];
 		if (k->handle == h)

@@ -22,11 +22,9 @@ struct slot {
 static struct slot *g_tab;
 static size_t g_tabcap;
 
-static size_t hptr(void *p) { return (size_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull); }
-
 static void tab_put(struct slot *t, size_t cap, void *h, struct activation *a)
 {
-	size_t m = cap - 1, i = hptr(h) & m;
+	size_t m = cap - 1, i = ptr_hash(h) & m;
 	while (t[i].h) {
 		if (t[i].h == h && t[i].ctx == a->ctx)
 			return; /* first activation wins */
@@ -107,7 +105,7 @@ CUfunction probe_lookup(void *f, struct activation **out)
 	CUcontext cur = NULL;
 	if (D.cuCtxGetCurrent(&cur) != CUDA_SUCCESS)
 		return NULL;
-	size_t m = g_tabcap - 1, i = hptr(f) & m;
+	size_t m = g_tabcap - 1, i = ptr_hash(f) & m;
 	while (g_tab[i].h) {
 		if (g_tab[i].h == f && g_tab[i].ctx == cur) {
 			struct activation *a = g_tab[i].a;
