@@ -11,7 +11,7 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 12u
+#define PROTO_VERSION 13u
 #define PROTO_MAX_FRAME (64u << 20)
 #define SNAPSHOT_LIVE 1u /* snapshot flag: do not wait for the application's launches */
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -246,6 +246,10 @@ struct activation {
 #define LW_KIND_GRAPH 0xFFull /* launched by a graph: no per-launch stamp */
 #define LW_KIND_GRAPH_WORD 0xFEull /* a graph's kernel node: the low 56 bits are
 				    * the device address of its graph's stamp word */
+#define LW_KIND_GRAPH_SEQ 0xFDull /* a kernel node of a graph the agent swapped:
+				   * the low 56 bits are the session's id of the
+				   * node, whose runs its probe counts (gxseq.c) */
+#define LW_SEQ_IDS (1u << 18) /* ids a session may have (launchlate's node_runs) */
 #define LW_KIND_PENDING 0x80ull /* in a slot's tag: a runtime-API stamp whose
 				 * driver call has not been reached yet */
 #define LW_MAX_AGE_NS 1000000ull /* an older stamp is not this launch's */
@@ -348,7 +352,8 @@ enum { GXW_NONE, GXW_BEFORE_AGENT, GXW_NO_SNAPSHOT, GXW_STALE, GXW_REFUSED, GXW_
 extern int g_gx_on; /* graph launches take the counting path (atomic) */
 /* Before the launch reaches the driver; *cap: evs's capture status, -1
  * until someone asked the driver (then filled in). */
-HIDDEN void gx_launch(CUgraphExec x, CUstream evs, int *cap);
+HIDDEN int gx_launch(CUgraphExec x, CUstream evs, int *cap); /* 1: its stamp was kept (gxseq.c) */
+HIDDEN void gx_launch_failed(CUgraphExec x);                  /* the driver refused it: the stamp goes */
 /* evs's capture status, asked of the driver only when a capture may be
  * active (-1 when it cannot say) */
 HIDDEN int stream_capture_status(CUstream evs);
@@ -357,15 +362,37 @@ HIDDEN void gx_updated(CUgraphExec x, CUgraph g); /* the application's whole-gra
 HIDDEN void gx_kernel_node_set(CUgraphExec x, CUgraphNode n, const CUDA_KERNEL_NODE_PARAMS_v2 *p, int v2);
 HIDDEN void gx_changed(CUgraphExec x, const char *how); /* changed in place some other way */
 HIDDEN void gx_destroyed(CUgraphExec x);
-HIDDEN void gx_session(int delta); /* a tool came (1) or went (-1) */
+struct session;
+HIDDEN void gx_session(struct session *s, int delta); /* a tool came (1) or went (-1) */
 HIDDEN int gx_launched_under_cupti(void); /* a graph launch while CUPTI's records were on */
 HIDDEN void gx_reset(void);        /* fork child */
 /* interpose.c: points kernel node n (of a graph to update exec x from) at
  * its instrumented clone when a probe is active: 1 if it did, 2 if n runs
  * an active clone already (captured so), 0 if no probe, -1 on an error */
-HIDDEN int node_instrument(CUgraphNode n, CUgraphExec x);
+struct gxs_epoch;
+HIDDEN int node_instrument(CUgraphNode n, CUgraphExec x, struct gxs_epoch *ep);
 /* probes.c: bumped whenever the active probes change */
 HIDDEN uint32_t probe_gen(void);
+
+/* ---- graph launch numbers (gxseq.c) ---- */
+/* A kernel node swapped into an exec for a tool with launch words gets an
+ * id of that tool (launch word 1: LW_KIND_GRAPH_SEQ | id) instead of a
+ * stamp word: its probe counts its runs, run k is the exec's launch
+ * base + k, and the agent keeps each exec's launch stamps by number.
+ * gxseq's lock is the innermost: taken under gx_mu, g_rw or g_mu, and
+ * nothing is taken under it. */
+struct gxs_ring;
+HIDDEN struct gxs_epoch *gxs_begin(struct gxs_ring **ring); /* from the exec's next launch; ring made when NULL */
+HIDDEN int gxs_used(struct gxs_epoch *ep);                  /* some node took an id of it */
+HIDDEN void gxs_end(struct gxs_epoch *ep);                  /* ends it at the ring's launch count, drops a ref */
+HIDDEN void gxs_ring_drop(struct gxs_ring *r);              /* the exec is gone */
+HIDDEN uint32_t gxs_id(struct session *s, struct gxs_epoch *ep); /* 0: none left (the caller falls back) */
+HIDDEN void gxs_put(struct gxs_ring *r, uint64_t stamp);    /* the next launch's stamp */
+HIDDEN void gxs_unput(struct gxs_ring *r);                  /* that launch failed */
+HIDDEN void gxs_session_end(struct session *s);
+HIDDEN void gxs_reset(void); /* fork child */
+enum { GXS_OFF, GXS_ON, GXS_HOST };
+HIDDEN int gxs_mode(void); /* GPUBPF_AGENT_GRAPH_SEQ */
 
 /* ---- control socket (server.h: session.c, context.c, ops.c, ...) ---- */
 struct session;

@@ -55,6 +55,8 @@ struct gx {
 	uint32_t inodes;       /* of which run instrumented code now (swapped, or captured so) */
 	int busy;              /* a launch is deciding x's nodes (gx_mu released) */
 	int noted;             /* the tools attached were told of this unknown exec */
+	struct gxs_ring *ring; /* its launch stamps by number (gxseq.c), once a node took an id */
+	struct gxs_epoch *ep;  /* the launches running the nodes swapped in now with ids */
 	struct gx_counts c;
 	struct gx *next;
 };
@@ -113,7 +115,7 @@ static void counts_add(struct gx_counts *to, const struct gx_counts *c)
  * many it changed, and counts in *already the nodes that run a clone as
  * they are (captured while a probe was active). Without: returns how many
  * kernel nodes there are. */
-static uint32_t walk_kernels(CUgraph g, CUgraphExec x, int depth, uint32_t *already)
+static uint32_t walk_kernels(CUgraph g, CUgraphExec x, struct gxs_epoch *ep, int depth, uint32_t *already)
 {
 	size_t n = 0;
 	if (depth > GX_DEPTH || D.cuGraphGetNodes(g, NULL, &n) != CUDA_SUCCESS || n == 0)
@@ -131,12 +133,12 @@ static uint32_t walk_kernels(CUgraph g, CUgraphExec x, int depth, uint32_t *alre
 			if (t == CU_GRAPH_NODE_TYPE_KERNEL && !x) {
 				k++;
 			} else if (t == CU_GRAPH_NODE_TYPE_KERNEL) {
-				int r = node_instrument(nodes[i], x);
+				int r = node_instrument(nodes[i], x, ep);
 				k += r == 1;
 				*already += r == 2;
 			} else if (t == CU_GRAPH_NODE_TYPE_GRAPH &&
 				   D.cuGraphChildGraphNodeGetGraph(nodes[i], &child) == CUDA_SUCCESS) {
-				k += walk_kernels(child, x, depth + 1, already);
+				k += walk_kernels(child, x, ep, depth + 1, already);
 			}
 		}
 	free(nodes);
@@ -175,8 +177,11 @@ static const char *update_result(int r)
  * on the application's thread with no agent lock held (e->busy keeps
  * other launches of x from deciding too). *state and *inodes come in as
  * they are and go out as they became; *why, *err and detail say why x
- * runs its original kernels. */
-static void gx_decide(CUgraphExec x, CUgraph snap, int *state, uint32_t *inodes, int *why, int *err, char *detail)
+ * runs its original kernels. Nodes for a tool with launch words take ids
+ * of epoch ep. restore: only put the original nodes back. Returns whether
+ * x's nodes changed. */
+static int gx_decide(CUgraphExec x, CUgraph snap, struct gxs_epoch *ep, int restore, int *state, uint32_t *inodes,
+		     int *why, int *err, char *detail)
 {
 	/* our calls run in relaxed capture mode: another thread's global
 	 * capture must neither fail them nor be broken by them */
@@ -186,14 +191,18 @@ static void gx_decide(CUgraphExec x, CUgraph snap, int *state, uint32_t *inodes,
 	CUgraph ig = NULL;
 	uint32_t k = 0, already = 0;
 	CUgraphExecUpdateResultInfo info = {0};
-	CUresult r = D.cuGraphClone(&ig, snap);
-	if (r != CUDA_SUCCESS) {
+	int changed = 0;
+	CUresult r = restore ? CUDA_SUCCESS : D.cuGraphClone(&ig, snap);
+	if (restore) {
+		*why = GXW_NONE;
+	} else if (r != CUDA_SUCCESS) {
 		*why = GXW_REFUSED;
 		*err = r;
 		snprintf(detail, GX_DETAIL, "cuGraphClone");
-	} else if ((k = walk_kernels(ig, x, 0, &already)) == 0) {
+	} else if ((k = walk_kernels(ig, x, ep, 0, &already)) == 0) {
 		*why = already ? GXW_NONE : GXW_NO_PROBE;
 	} else if ((r = D.cuGraphExecUpdate(x, ig, &info)) == CUDA_SUCCESS) {
+		changed = 1;
 		*state = GX_SWAPPED;
 		*inodes = k + already;
 		*why = GXW_NONE;
@@ -209,6 +218,7 @@ static void gx_decide(CUgraphExec x, CUgraph snap, int *state, uint32_t *inodes,
 		/* the probes went (or the new ones were refused): the
 		 * application's own nodes back */
 		if ((r = D.cuGraphExecUpdate(x, snap, &info)) == CUDA_SUCCESS) {
+			changed = 1;
 			*state = GX_ORIGINAL;
 			*inodes = already;
 		} else {
@@ -225,12 +235,20 @@ static void gx_decide(CUgraphExec x, CUgraph snap, int *state, uint32_t *inodes,
 		D.cuThreadExchangeStreamCaptureMode(&mode);
 	DBG("graph exec %p: %u kernel nodes instrumented (state %d, why %d, err %d %s)", (void *)x, *inodes, *state,
 	    *why, *err, detail);
+	return changed;
 }
 
-void gx_launch(CUgraphExec x, CUstream evs, int *capst)
+/* x's launches stop running the nodes of its epoch (gx_mu held). */
+static void end_epoch(struct gx *e)
+{
+	gxs_end(e->ep);
+	e->ep = NULL;
+}
+
+int gx_launch(CUgraphExec x, CUstream evs, int *capst)
 {
 	if (!x || drv_init() != 0)
-		return;
+		return 0;
 	/* launched into a capture: the capture takes a copy of the exec's
 	 * graph; its nodes are the capture's business (captured while traced:
 	 * already instrumented) */
@@ -238,7 +256,7 @@ void gx_launch(CUgraphExec x, CUstream evs, int *capst)
 		*capst = stream_capture_status(evs);
 	int cap = *capst > CU_STREAM_CAPTURE_STATUS_NONE; /* unknown (-1): taken as not */
 	uint32_t gen = probe_gen();
-	int note = 0;
+	int note = 0, stamped = 0;
 	pthread_mutex_lock(&gx_mu);
 	struct gx *e = gx_find(x);
 	if (!e && (e = gx_add(x)) != NULL)
@@ -246,25 +264,31 @@ void gx_launch(CUgraphExec x, CUstream evs, int *capst)
 		e->why = late_mode() ? GXW_BEFORE_AGENT : GXW_NO_SNAPSHOT;
 	if (!e) {
 		pthread_mutex_unlock(&gx_mu);
-		return;
+		return 0;
 	}
 	if (!e->snap && !e->noted && gx_sessions > 0) {
 		e->noted = 1;
 		note = 1;
 	}
-	if (e->snap && !cap && !e->busy && e->gen != gen && e->why != GXW_STALE && gx_usable()) {
+	/* Into a capture, nodes with ids would count runs that are not this
+	 * exec's launches (the captured copy's): the originals go back first,
+	 * and the next launch swaps again with new ids. */
+	int restore = cap && e->ep && e->state == GX_SWAPPED;
+	if (e->snap && !e->busy && gx_usable() &&
+	    (restore || (!cap && e->gen != gen && e->why != GXW_STALE))) {
 		CUgraph snap = e->snap;
 		int state = e->state, why = GXW_NONE, err = 0;
 		uint32_t inodes = e->inodes;
 		char detail[GX_DETAIL] = "";
+		struct gxs_epoch *ep = restore || gxs_mode() == GXS_OFF ? NULL : gxs_begin(&e->ring);
 		e->busy = 1;
 		if (e->knodes == GX_UNKNOWN)
-			e->knodes = walk_kernels(snap, NULL, 0, NULL);
+			e->knodes = walk_kernels(snap, NULL, NULL, 0, NULL);
 		pthread_mutex_unlock(&gx_mu);
-		gx_decide(x, snap, &state, &inodes, &why, &err, detail);
+		int changed = gx_decide(x, snap, ep, restore, &state, &inodes, &why, &err, detail);
 		pthread_mutex_lock(&gx_mu);
 		e->busy = 0;
-		e->gen = gen;
+		e->gen = restore ? 0 : gen;
 		e->inodes = inodes;
 		e->why = why;
 		e->err = err;
@@ -274,6 +298,16 @@ void gx_launch(CUgraphExec x, CUstream evs, int *capst)
 			gx_on_update();
 		}
 		e->state = state;
+		if (changed || restore) {
+			/* a refused restore still ends it: the captured copy
+			 * counts runs that are not this exec's launches */
+			end_epoch(e);
+			if (ep && gxs_used(ep)) {
+				e->ep = ep;
+				ep = NULL;
+			}
+		}
+		gxs_end(ep); /* no node took an id, or the update was refused */
 	}
 	if (gx_sessions > 0) {
 		e->c.launches++;
@@ -292,9 +326,34 @@ void gx_launch(CUgraphExec x, CUstream evs, int *capst)
 			}
 		}
 	}
+	int want = e->ep && !cap;
 	pthread_mutex_unlock(&gx_mu);
+	if (want) {
+		/* the stamp of the exec's next launch number: taken after any
+		 * swap above (its cost is ours), with g_rw but not gx_mu held
+		 * (g_rw comes before g_mu, and g_mu before gx_mu) */
+		pthread_rwlock_rdlock(&g_rw);
+		uint64_t t = probe_graph_stamp();
+		pthread_rwlock_unlock(&g_rw);
+		pthread_mutex_lock(&gx_mu);
+		if ((e = gx_find(x)) != NULL && e->ep) {
+			gxs_put(e->ring, t);
+			stamped = 1;
+		}
+		pthread_mutex_unlock(&gx_mu);
+	}
 	if (note)
 		server_note_graphs();
+	return stamped;
+}
+
+void gx_launch_failed(CUgraphExec x)
+{
+	pthread_mutex_lock(&gx_mu);
+	struct gx *e = gx_find(x);
+	if (e && e->ep)
+		gxs_unput(e->ring);
+	pthread_mutex_unlock(&gx_mu);
 }
 
 /* Replaces x's snapshot with a clone of g (NULL: none); gx_mu held. */
@@ -340,6 +399,7 @@ static void resnapshot(struct gx *e, CUgraph g)
 	e->state = GX_ORIGINAL;
 	e->inodes = 0;
 	e->noted = 0;
+	end_epoch(e);
 	set_snapshot(e, g);
 }
 
@@ -398,6 +458,7 @@ void gx_changed(CUgraphExec x, const char *how)
 	if (e && (e->snap || e->state == GX_SWAPPED)) {
 		e->why = GXW_STALE;
 		snprintf(e->detail, sizeof(e->detail), "%s", how);
+		end_epoch(e); /* a node disabled, say, would skip runs */
 	}
 	pthread_mutex_unlock(&gx_mu);
 }
@@ -422,6 +483,8 @@ void gx_destroyed(CUgraphExec x)
 		}
 		if (e->snap && D.ready)
 			D.cuGraphDestroy(e->snap);
+		end_epoch(e);
+		gxs_ring_drop(e->ring);
 		free(e);
 		gx_nexecs--;
 		break;
@@ -429,8 +492,10 @@ void gx_destroyed(CUgraphExec x)
 	pthread_mutex_unlock(&gx_mu);
 }
 
-void gx_session(int delta)
+void gx_session(struct session *s, int delta)
 {
+	if (delta < 0)
+		gxs_session_end(s);
 	pthread_mutex_lock(&gx_mu);
 	if (delta > 0)
 		/* a new tool hears of the execs it cannot reach too */
@@ -508,4 +573,5 @@ void gx_reset(void)
 	gx_nexecs = 0;
 	gx_sessions = gx_swapped = 0;
 	g_gx_on = gx_kt_seen = 0;
+	gxs_reset();
 }

@@ -973,14 +973,15 @@ struct graph_tmp {
 
 /* Copies params and swaps the function when the kernel has an active
  * probe; the clone is pinned (graphs may be relaunched at any time). A
- * clone with launch words gets its graph's stamp word (kind
- * LW_KIND_GRAPH_WORD): the node runs at every replay, long after this call,
- * and reads the stamp each graph launch writes there. The graph is g (a node
- * added), or x's (an exec's node set), or n's (a node set: known to CUDA
- * 13.1 drivers); without one the node gets "launched by a graph, no
- * stamp". */
+ * clone with launch words swapped into an exec by the agent (ep) gets an id
+ * of the tool's (kind LW_KIND_GRAPH_SEQ, gxseq.c); any other its graph's
+ * stamp word (kind LW_KIND_GRAPH_WORD): the node runs at every replay, long
+ * after this call, and reads the stamp each graph launch writes there. The
+ * graph is g (a node added), or x's (an exec's node set), or n's (a node
+ * set: known to CUDA 13.1 drivers); without one the node gets "launched by
+ * a graph, no stamp". */
 static const void *graph_params(const void *params, int v2, struct graph_tmp *tmp, CUgraph g, CUgraphNode n,
-				CUgraphExec x)
+				CUgraphExec x, struct gxs_epoch *ep)
 {
 	tmp->h.heap = NULL;
 	if (!params || LIKELY(!__atomic_load_n(&g_active, __ATOMIC_RELAXED)))
@@ -998,9 +999,12 @@ static const void *graph_params(const void *params, int v2, struct graph_tmp *tm
 	CUfunction c = probe_lookup(h, &a);
 	void **cp = c ? in->kernelParams : NULL, **ce = c ? in->extra : NULL;
 	if (c && a->hidden) {
-		CUdeviceptr gw = g ? gw_graph(g, a->ctx) : x ? gw_exec(x, a->ctx) : gw_node(n, a->ctx);
+		uint32_t id = ep ? gxs_id(a->owner, ep) : 0;
+		CUdeviceptr gw = id ? 0 : g ? gw_graph(g, a->ctx) : x ? gw_exec(x, a->ctx) : gw_node(n, a->ctx);
 		tmp->h.w[0] = 0;
-		tmp->h.w[1] = gw ? LW_KIND_GRAPH_WORD << 56 | (gw & LW_STREAM_MASK) : LW_KIND_GRAPH << 56;
+		tmp->h.w[1] = id && gxs_mode() == GXS_HOST ? LW_KIND_GRAPH << 56
+			      : id ? LW_KIND_GRAPH_SEQ << 56 | id
+			      : gw ? LW_KIND_GRAPH_WORD << 56 | (gw & LW_STREAM_MASK) : LW_KIND_GRAPH << 56;
 		if (hidden_args(a, in->kernelParams, in->extra, &tmp->h, &cp, &ce) != 0)
 			c = NULL; /* cannot pass the words: the node keeps the original */
 	}
@@ -1021,7 +1025,7 @@ static const void *graph_params(const void *params, int v2, struct graph_tmp *tm
 	return out;
 }
 
-int node_instrument(CUgraphNode n, CUgraphExec x)
+int node_instrument(CUgraphNode n, CUgraphExec x, struct gxs_epoch *ep)
 {
 	CUDA_KERNEL_NODE_PARAMS_v2 p;
 	memset(&p, 0, sizeof(p));
@@ -1030,13 +1034,13 @@ int node_instrument(CUgraphNode n, CUgraphExec x)
 	if (probe_is_clone(p.func))
 		return 2;
 	struct graph_tmp tmp;
-	const void *out = graph_params(&p, 1, &tmp, NULL, NULL, x);
+	const void *out = graph_params(&p, 1, &tmp, NULL, NULL, x, ep);
 	if (out == &p && p.func && p.kern) {
 		/* a CUfunction the inventory does not know: try the CUkernel */
 		free(tmp.h.heap);
 		CUfunction f = p.func;
 		p.func = NULL;
-		out = graph_params(&p, 1, &tmp, NULL, NULL, x);
+		out = graph_params(&p, 1, &tmp, NULL, NULL, x, ep);
 		p.func = f;
 	}
 	int done = 0;
@@ -1053,7 +1057,7 @@ int node_instrument(CUgraphNode n, CUgraphExec x)
 		if (!r)                                                                                         \
 			return NOFUNC;                                                                          \
 		struct graph_tmp tmp;                                                                           \
-		CUresult res = r(n, g, d, nd, graph_params(params, V2, &tmp, g, NULL, NULL));                   \
+		CUresult res = r(n, g, d, nd, graph_params(params, V2, &tmp, g, NULL, NULL, NULL));                   \
 		free(tmp.h.heap);                                                                               \
 		return res;                                                                                     \
 	}
@@ -1067,7 +1071,7 @@ GRAPH_ADD(cuGraphAddKernelNode_v2, 1)
 		if (!r)                                                                                         \
 			return NOFUNC;                                                                          \
 		struct graph_tmp tmp;                                                                           \
-		CUresult res = r(n, graph_params(params, V2, &tmp, NULL, n, NULL));                             \
+		CUresult res = r(n, graph_params(params, V2, &tmp, NULL, n, NULL, NULL));                             \
 		free(tmp.h.heap);                                                                               \
 		return res;                                                                                     \
 	}
@@ -1081,7 +1085,7 @@ GRAPH_SET(cuGraphKernelNodeSetParams_v2, 1)
 		if (!r)                                                                                         \
 			return NOFUNC;                                                                          \
 		struct graph_tmp tmp;                                                                           \
-		CUresult res = r(x, n, graph_params(params, V2, &tmp, NULL, n, x));                             \
+		CUresult res = r(x, n, graph_params(params, V2, &tmp, NULL, n, x, NULL));                             \
 		free(tmp.h.heap);                                                                               \
 		if (res == CUDA_SUCCESS)                                                                        \
 			gx_kernel_node_set(x, n, params, V2);                                                   \
@@ -1198,8 +1202,9 @@ static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_f
 	drv_gate();
 	CUstream evs = ev_stream(s, ptds);
 	int cap = -1; /* asked once, when something needs it */
+	int stamped = 0;
 	if (__atomic_load_n(&g_gx_on, __ATOMIC_ACQUIRE) && !g_agent_thread)
-		gx_launch(x, evs, &cap);
+		stamped = gx_launch(x, evs, &cap);
 	CUdeviceptr w = 0;
 	pthread_rwlock_rdlock(&g_rw);
 	if (probe_lw_on() && D.cuStreamWriteValue64 && (w = gw_exec_word(x)) != 0) {
@@ -1215,6 +1220,8 @@ static __attribute__((noinline)) CUresult graph_launch_slow(graphlaunch_t real_f
 	int kx = kt_begin(s);
 	CUresult r = real_fn(x, s);
 	kt_launch_end(kx);
+	if (UNLIKELY(stamped && r != CUDA_SUCCESS))
+		gx_launch_failed(x); /* its nodes never run: the next launch is this number */
 	return r;
 }
 

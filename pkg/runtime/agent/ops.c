@@ -31,7 +31,7 @@ static void op_hello(struct session *s, struct rbuf *r, struct wbuf *w)
 	 * what is new), and look again from time to time. */
 	late_rescan();
 	if (!s->hello)
-		gx_session(1); /* graph launches are counted from now on */
+		gx_session(s, 1); /* graph launches are counted from now on */
 	pthread_mutex_lock(&g_mu);
 	rescan_start();
 	s->hello = 1;
@@ -857,7 +857,7 @@ int op_dispatch(struct session *s, uint16_t type, uint32_t req, uint8_t *body, u
 		return send_error(s, type, req, ST_UNSUPPORTED, 0,
 				  "launch runs a tool's own kernels, which the agent does only as the host process of a "
 				  "direct run (gpubpf run --direct), never inside an application");
-	if (type != OP_HELLO && type != OP_LIST && type != OP_FETCH && type != OP_STATS && type != OP_GRAPHS && type != OP_CONTINUE && type != OP_DEVICE_READY &&
+	if (type != OP_HELLO && type != OP_LIST && type != OP_FETCH && type != OP_STATS && type != OP_GRAPHS && type != OP_GRAPH_STAMPS && type != OP_CONTINUE && type != OP_DEVICE_READY &&
 	    type != OP_RELEASE_UNLOAD &&
 	    type != OP_DEACTIVATE && type != OP_DETACH && type != OP_LAUNCH_EVENTS && type != OP_KERNEL_TIMES &&
 	    drv_init() != 0) {
@@ -927,6 +927,9 @@ int op_dispatch(struct session *s, uint16_t type, uint32_t req, uint8_t *body, u
 		break;
 	case OP_GRAPHS:
 		ret = op_graphs(s, &w);
+		break;
+	case OP_GRAPH_STAMPS:
+		ret = op_graph_stamps(s, &w);
 		break;
 	case OP_CONTINUE: {
 		uint64_t id = rb_u64(&r);

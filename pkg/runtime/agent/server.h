@@ -8,7 +8,8 @@
  *   launch.c   direct-mode launches (op 24)
  *   gate.c     the driver's lock: launches pause for a starved request
  *   cupti.c    kernel times from CUPTI (op 26)
- *   execs.c    executable graphs: counted, swapped, restored (op 27) */
+ *   execs.c    executable graphs: counted, swapped, restored (op 27)
+ *   gxseq.c    graph launch numbers: the stamps of swapped execs' launches (op 28) */
 #ifndef GPUBPF_SERVER_H
 #define GPUBPF_SERVER_H
 #include <errno.h>
@@ -59,6 +60,7 @@ enum {
 	OP_LAUNCH_EVENTS = 25,
 	OP_KERNEL_TIMES = 26,
 	OP_GRAPHS = 27,
+	OP_GRAPH_STAMPS = 28,
 	NOTE_MODULE = 0x40,
 	NOTE_PROBE_FAILED = 0x41,
 	NOTE_UNLOADING = 0x42,
@@ -205,7 +207,8 @@ int op_launch(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w);
 int op_kernel_times(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w);
 void kt_release(struct session *s); /* NULL: whoever has them */
 int kt_owned_by(struct session *s);
-int op_graphs(struct session *s, struct wbuf *w); /* execs.c */
+int op_graphs(struct session *s, struct wbuf *w);        /* execs.c */
+int op_graph_stamps(struct session *s, struct wbuf *w); /* gxseq.c */
 
 /* gate.c: a request in the driver */
 void req_begin(void);

@@ -637,7 +637,7 @@ static void *session_main(void *arg)
 		}
 	int last = g_sessions == NULL;
 	if (s->hello)
-		gx_session(-1);
+		gx_session(s, -1);
 	if (last)
 		g_rescan_at = g_rescan_every = 0; /* no rescans without a tool */
 	pthread_cond_broadcast(&g_cond);

@@ -2,6 +2,8 @@ package agentclient
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,8 +22,15 @@ type graphRun struct {
 
 func (a *app) graphRun(exec string) graphRun {
 	a.t.Helper()
+	return a.graphRunCmd("gl " + exec)
+}
+
+// graphRunCmd is graphRun for any of the app's graph launch commands
+// ("glc EXEC": into the capturing stream).
+func (a *app) graphRunCmd(cmd string) graphRun {
+	a.t.Helper()
 	var r graphRun
-	for _, l := range a.output("gl " + exec) {
+	for _, l := range a.output(cmd) {
 		f := strings.Fields(l)
 		switch {
 		case len(f) == 3 && f[0] == "GRAPHRUN":
@@ -36,7 +45,7 @@ func (a *app) graphRun(exec string) graphRun {
 		case len(f) == 3 && f[0] == "EXECUPDATE":
 			r.update = f[2]
 		case len(f) == 2 && f[0] == "GRAPHLAUNCHED" && f[1] != "0":
-			a.t.Fatalf("gl %s: the graph launch returned %s", exec, f[1])
+			a.t.Fatalf("%s: the graph launch returned %s", cmd, f[1])
 		}
 	}
 	return r
@@ -257,5 +266,123 @@ func waitGraphsNote(t *testing.T, c *Conn, what string) {
 		case <-time.After(5 * time.Second):
 			t.Fatal("no graphs notification " + what)
 		}
+	}
+}
+
+// A tool with launch words (launchlate) gets no stamp word per exec the
+// agent swaps: each swapped kernel node takes an id of the tool's, and the
+// agent keeps the exec's launch stamps by number (run k of a node is the
+// exec's launch base + k). A launch the driver refuses gives its number
+// back; a launch into a capture puts the originals back first (the
+// captured copy would count runs that are not the exec's launches), and the
+// next launch swaps again with new ids; a deactivate ends the ids' epoch.
+func TestGraphLaunchNumbers(t *testing.T) {
+	f := build(t)
+	a := f.start(t, "FAKECUDA_GRAPH_LAUNCH_FAIL=3")
+	x := a.madeGraph(2)
+	c, err := Dial(a.cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	k, lr := loadVecAddProbe(t, c, ".visible .entry probe_lw (.param .u64 a, .param .u32 n, .param .u64 h0, .param .u64 h1)\n{\n}\n", "probe_lw")
+	mf := newMemfd(t, 4096)
+	reg, err := c.RegisterMemfd(OnDevice(0), mf, 4096, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw := agentproto.LaunchWords{Hidden: agentproto.LaunchHiddenWords, Params: 2, BufOffset: 16,
+		Region: reg.RegionID, Offset: 256, Slots: 64}
+	if err := c.ActivateWith(k.Handle, lr.CloneID, lr.Functions[0].Handle, lw); err != nil {
+		t.Fatal(err)
+	}
+	// nodeIDs checks a launch ran the clone in both nodes with ids, and
+	// returns them
+	nodeIDs := func(what string, r graphRun) []uint64 {
+		t.Helper()
+		wantRun(t, what, r, "probe_lw", 2)
+		var ids []uint64
+		for _, args := range r.args {
+			if args[0] != 0x1234 || args[1] != 77 || args[2] != 0 || args[3]>>56 != agentproto.LaunchKindGraphSeq {
+				t.Fatalf("%s: node arguments %v, want the application's, 0 and kind %#x with an id", what, args,
+					agentproto.LaunchKindGraphSeq)
+			}
+			ids = append(ids, args[3]&agentproto.LaunchStreamMask)
+		}
+		return ids
+	}
+
+	t0 := agentproto.MonoNow()
+	first := nodeIDs("first launch", a.graphRun(x))
+	if first[0] == first[1] || min(first[0], first[1]) != 1 || max(first[0], first[1]) != 2 {
+		t.Fatalf("ids %v, want 1 and 2 (one per node)", first)
+	}
+	if got := nodeIDs("second launch", a.graphRun(x)); !slices.Equal(got, first) {
+		t.Fatalf("second launch: ids %v, want %v", got, first)
+	}
+	if l := a.output("gl " + x); !slices.Contains(l, "GRAPHLAUNCHED 700") {
+		t.Fatalf("the third launch should fail: %v", l)
+	}
+	nodeIDs("after a failed launch", a.graphRun(x))
+	t1 := agentproto.MonoNow()
+
+	gs, err := c.GraphStamps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gs.IDs) != 2 || len(gs.Runs) != 1 {
+		t.Fatalf("stamps %+v: want 2 ids and 1 ring", gs)
+	}
+	ring := gs.IDs[0].Ring
+	for _, id := range gs.IDs {
+		if id.Ring != ring || id.Base != 0 || id.End != agentproto.GraphSeqOpen || (id.ID != 1 && id.ID != 2) {
+			t.Fatalf("ids %+v: want 1 and 2 on one ring from launch 0, open", gs.IDs)
+		}
+	}
+	run := gs.Runs[0]
+	if run.Ring != ring || run.First != 0 || run.Lost != 0 || len(run.Stamps) != 3 {
+		t.Fatalf("ring %+v: want the 3 launches that ran (the refused one gave its number back)", run)
+	}
+	for i, v := range run.Stamps {
+		if v < t0 || v > t1 || (i > 0 && v < run.Stamps[i-1]) {
+			t.Fatalf("stamps %v: want times in order between %d and %d", run.Stamps, t0, t1)
+		}
+	}
+	if again, err := c.GraphStamps(); err != nil || len(again.IDs)+len(again.Runs) != 0 {
+		t.Fatalf("a second read: %+v %v, want nothing new", again, err)
+	}
+
+	// into a capture: the originals are back in the captured copy
+	if l := a.output("capbegin v2 0xca970000"); !slices.Contains(l, "CAPBEGUN 0") {
+		t.Fatalf("capbegin: %v", l)
+	}
+	r := a.graphRunCmd("glc " + x)
+	wantRun(t, "launched into a capture", r, "_Z6vecAddPfi", 2)
+	if r.update != "ok" {
+		t.Fatalf("into a capture: update %q, want the originals put back", r.update)
+	}
+	a.output("capend v2 0xca970000")
+	next := nodeIDs("after the capture", a.graphRun(x))
+	if min(next[0], next[1]) != 3 || max(next[0], next[1]) != 4 {
+		t.Fatalf("after the capture: ids %v, want new ones (3 and 4)", next)
+	}
+	if _, err := c.Deactivate(k.Handle); err != nil {
+		t.Fatal(err)
+	}
+	wantRun(t, "after deactivate", a.graphRun(x), "_Z6vecAddPfi", 2)
+	gs, err = c.GraphStamps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ends := map[uint32][2]uint64{}
+	for _, id := range gs.IDs {
+		ends[id.ID] = [2]uint64{id.Base, id.End}
+	}
+	want := map[uint32][2]uint64{1: {0, 3}, 2: {0, 3}, 3: {3, 4}, 4: {3, 4}}
+	if !maps.Equal(ends, want) {
+		t.Fatalf("epochs %v, want %v (the capture ended the first at launch 3, the deactivate the second at 4)", ends, want)
+	}
+	if len(gs.Runs) != 1 || gs.Runs[0].First != 3 || len(gs.Runs[0].Stamps) != 1 {
+		t.Fatalf("runs %+v: want the one launch after the capture (neither the captured nor the restoring one)", gs.Runs)
 	}
 }

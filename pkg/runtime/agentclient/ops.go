@@ -248,6 +248,15 @@ func (c *Conn) Graphs() ([]agentproto.GraphExec, error) {
 	return r.Execs, nil
 }
 
+// GraphStamps returns the graph launch numbers new since the last call
+// (agentproto.GraphStamps): the ids this session's swapped kernel nodes
+// took, and the stamps of their execs' launches not read yet.
+func (c *Conn) GraphStamps() (agentproto.GraphStamps, error) {
+	var r agentproto.GraphStamps
+	err := c.call(agentproto.OpGraphStamps, nil, &r, nil)
+	return r, err
+}
+
 // Continue lets a module load held for this session (Options.Hold) return
 // to the application; ids up to moduleID are released.
 func (c *Conn) Continue(moduleID uint64) error {

@@ -1096,6 +1096,78 @@ func (m *Graphs) Decode(d *Decoder) {
 	}
 }
 
+// Graph launch numbers (agent gxseq.c, docs/graphs.md). A kernel node the
+// agent swapped into an executable graph for a tool with launch words gets
+// an id of that tool's session instead of a stamp: launch word 1 is
+// LaunchKindGraphSeq<<56 | id, and the node's probe counts its runs in a
+// counter of that id (launchlate's node_runs). Run k of id is launch
+// number Base+k of the exec's ring when Base+k < End; the agent keeps the
+// launches' stamps by number and hands them out with OpGraphStamps.
+const (
+	LaunchKindGraphSeq = 0xFD
+	GraphSeqIDs        = 1 << 18 // ids a session may have (0 is none)
+	GraphSeqOpen       = ^uint64(0)
+)
+
+// GraphSeqID is one id's epoch: the exec's ring, the launch number its
+// node's first run belongs to, and the one its runs stop at (GraphSeqOpen
+// while the exec runs the node).
+type GraphSeqID struct {
+	ID, Ring  uint32
+	Base, End uint64
+}
+
+// GraphStampRun is a ring's stamps (CLOCK_MONOTONIC ns) of launches First,
+// First+1, ...; Lost launches before First were overwritten unread.
+type GraphStampRun struct {
+	Ring        uint32
+	First, Lost uint64
+	Stamps      []uint64
+}
+
+// GraphStamps is the reply to OpGraphStamps: what is new since the
+// session's last call (ids new or ended since, stamps not read yet).
+type GraphStamps struct {
+	IDs  []GraphSeqID
+	Runs []GraphStampRun
+}
+
+func (m *GraphStamps) Encode(e *Encoder) {
+	e.U32(uint32(len(m.IDs)))
+	for _, x := range m.IDs {
+		e.U32(x.ID)
+		e.U32(x.Ring)
+		e.U64(x.Base)
+		e.U64(x.End)
+	}
+	e.U32(uint32(len(m.Runs)))
+	for _, r := range m.Runs {
+		e.U32(r.Ring)
+		e.U64(r.First)
+		e.U64(r.Lost)
+		e.U32(uint32(len(r.Stamps)))
+		for _, v := range r.Stamps {
+			e.U64(v)
+		}
+	}
+}
+
+func (m *GraphStamps) Decode(d *Decoder) {
+	m.IDs = make([]GraphSeqID, d.Count(24))
+	for i := range m.IDs {
+		m.IDs[i] = GraphSeqID{ID: d.U32(), Ring: d.U32(), Base: d.U64(), End: d.U64()}
+	}
+	m.Runs = make([]GraphStampRun, d.Count(24))
+	for i := range m.Runs {
+		r := GraphStampRun{Ring: d.U32(), First: d.U64(), Lost: d.U64()}
+		r.Stamps = make([]uint64, d.Count(8))
+		for j := range r.Stamps {
+			r.Stamps[j] = d.U64()
+		}
+		m.Runs[i] = r
+	}
+}
+
 // ProbeFailed notifies that an instrumented launch failed; the original
 // kernel ran instead and the probe was switched off.
 type ProbeFailed struct {
@@ -1151,6 +1223,8 @@ func ReplyFor(op Op) Message {
 		return &KernelTimesReply{}
 	case OpGraphs:
 		return &Graphs{}
+	case OpGraphStamps:
+		return &GraphStamps{}
 	}
 	return nil
 }

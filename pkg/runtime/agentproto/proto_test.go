@@ -9,7 +9,7 @@ import (
 
 var allOps = []Op{OpHello, OpList, OpFetch, OpGlobals, OpLoad, OpUnload, OpAlloc, OpFree, OpMemset,
 	OpWrite, OpRead, OpRegisterHost, OpUnregisterHost, OpSnapshot, OpActivate, OpDeactivate, OpDetach,
-	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock, OpLaunch, OpLaunchEvents, OpKernelTimes, OpGraphs}
+	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock, OpLaunch, OpLaunchEvents, OpKernelTimes, OpGraphs, OpGraphStamps}
 
 func TestRoundTrip(t *testing.T) {
 	msgs := []Message{
@@ -49,6 +49,9 @@ func TestRoundTrip(t *testing.T) {
 			{Exec: 0x55aa, Launches: 3000, LaunchesInstrumented: 2990, LaunchesKernelTimes: 7, KernelRuns: 6000,
 				KernelRunsInstrumented: 5980, Captured: 1, KernelNodes: 2, InstrumentedNodes: 2, State: GraphSwapped,
 				Why: GraphRefused, CUResult: 801, WhyText: "the driver refused", Detail: "topology changed"}}},
+		&GraphStamps{IDs: []GraphSeqID{{ID: 1, Ring: 3, Base: 0, End: GraphSeqOpen}, {ID: 2, Ring: 3, Base: 7, End: 9}},
+			Runs: []GraphStampRun{{Ring: 3, First: 5, Lost: 2, Stamps: []uint64{10, 20, 1 << 60}}, {Ring: 4, Stamps: []uint64{}}}},
+		&GraphStamps{IDs: []GraphSeqID{}, Runs: []GraphStampRun{}},
 		&LaunchRequest{Target: Target{Device: 1}, Function: 0x55aa, Grid: [3]uint32{4096, 2, 1}, Block: [3]uint32{256, 1, 1},
 			SharedBytes: 48 << 10, Params: []byte{1, 2, 3, 4, 5, 6, 7, 8}, TimeoutMs: 10_000},
 		&LaunchRequest{Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}},
@@ -113,6 +116,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(MarshalReply(&Hello{Direct: true, CUDAError: "no libcuda"}))
 	f.Add(MarshalReply(&KernelTimesReply{Names: []KernelTimeName{{1, "k"}}, Records: []KernelTime{{CPU: 1, Name: 1}}}))
 	f.Add(MarshalReply(&Graphs{Execs: []GraphExec{{Exec: 1, Launches: 2, KernelNodes: 2, WhyText: "w", Detail: "d"}}}))
+	f.Add(MarshalReply(&GraphStamps{IDs: []GraphSeqID{{ID: 1, Ring: 1, End: GraphSeqOpen}},
+		Runs: []GraphStampRun{{Ring: 1, First: 3, Stamps: []uint64{4}}}}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, op := range allOps {

@@ -18,8 +18,9 @@ import (
 // 3: launch words in ActivateRequest, OpClock. 5: OpLaunch, Hello.Direct
 // and Hello.CUDAError. 8: SnapshotRequest.Flags. 9: Module.Device and
 // Module.Primary, NoteLateTables. 10: OpKernelTimes. 11:
-// RingDrainRequest.CopyFrom. 12: OpGraphs, NoteGraphs.
-const Version = 12
+// RingDrainRequest.CopyFrom. 12: OpGraphs, NoteGraphs. 13: OpGraphStamps,
+// launch word kind LaunchKindGraphSeq.
+const Version = 13
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12
@@ -59,6 +60,7 @@ const (
 	OpLaunchEvents   Op = 25
 	OpKernelTimes    Op = 26 // version 10
 	OpGraphs         Op = 27 // version 12
+	OpGraphStamps    Op = 28 // version 13
 
 	// Notifications (request id 0), sent by the agent after Hello.
 	NoteModuleLoaded Op = 0x40
@@ -79,6 +81,7 @@ var opNames = map[Op]string{
 	OpDeviceReady: "device-ready", NoteDeviceUsed: "device-used", OpRingDrain: "ring-drain",
 	OpClock: "clock", OpLaunch: "launch", OpLaunchEvents: "launch-events", NoteLateTables: "late-tables",
 	OpKernelTimes: "kernel-times", OpGraphs: "graphs", NoteGraphs: "graphs-note",
+	OpGraphStamps: "graph-stamps",
 }
 
 func (o Op) String() string {

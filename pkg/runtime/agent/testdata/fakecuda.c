@@ -952,9 +952,14 @@ CUresult cuGraphInstantiateWithFlags(void **x, void *g, unsigned long long flags
 	return 0;
 }
 CUresult cuGraphInstantiate_v2(void **x, void *g, void **en, char *log, size_t n) { return cuGraphInstantiateWithFlags(x, g, 0); }
+/* FAKECUDA_GRAPH_LAUNCH_FAIL=N: the Nth graph launch fails (700), runs nothing */
 CUresult cuGraphLaunch(void *x, void *s)
 {
 	struct fexec *e = x;
+	static int launches;
+	const char *fail = getenv("FAKECUDA_GRAPH_LAUNCH_FAIL");
+	if (fail && ++launches == atoi(fail))
+		return 700;
 	printf("GRAPHLAUNCH %p %p\n", x, s);
 	for (int i = 0; i < e->n; i++) {
 		printf("GRAPHRUN %p %s\n", x, ((obj *)e->nodes[i].func)->name);
