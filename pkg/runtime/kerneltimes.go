@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
+	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 )
 
 // KernelTime is one kernel execution in a traced process, from CUPTI's
@@ -109,15 +110,7 @@ func (p *Process) readKernelTimes(final bool) error {
 	}
 	rep, err := p.conn.KernelTimes(final)
 	if err != nil {
-		select {
-		case <-p.conn.Done():
-			return nil // gone: its last look took the rest
-		default:
-		}
-		if errors.Is(err, os.ErrClosed) {
-			return nil
-		}
-		return fmt.Errorf("process %d: reading kernel times: %w", p.PID, err)
+		return p.readFailed(err, "kernel times")
 	}
 	p.mu.Lock()
 	for _, n := range rep.Names {
@@ -178,4 +171,80 @@ func (s *Session) Instrumented(kernel string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.stats.KernelsMatched[kernel]
+}
+
+// readFailed is a failed read of what from p's agent as the tool sees it:
+// nothing when the process has gone (its last look took the rest).
+func (p *Process) readFailed(err error, what string) error {
+	select {
+	case <-p.conn.Done():
+		return nil
+	default:
+	}
+	if errors.Is(err, os.ErrClosed) {
+		return nil
+	}
+	return fmt.Errorf("process %d: reading %s: %w", p.PID, what, err)
+}
+
+// readGraphStamps takes p's graph launch stamps new since the last read
+// (agentproto.GraphStamps).
+func (p *Process) readGraphStamps() error {
+	if p.conn == nil {
+		return nil
+	}
+	rep, err := p.conn.GraphStamps()
+	if err != nil {
+		return p.readFailed(err, "graph launch stamps")
+	}
+	p.mu.Lock()
+	if p.stamps == nil {
+		p.stamps = graphs.NewStamps()
+	}
+	p.stamps.Add(rep)
+	p.mu.Unlock()
+	return nil
+}
+
+// ReadGraphStamps takes every traced process's graph launch stamps new
+// since the last call: the stamps of the graph launches that ran kernel
+// nodes the agent swapped into executable graphs made before the probes
+// (their probes record a node id and run index, launch word kind
+// agentproto.LaunchKindGraphSeq, instead of a stamp). Call it after reading
+// the runs and before GraphLaunchStamp: a run's launch was stamped before
+// the run began. A process that has exited gave its last at its last look.
+func (s *Session) ReadGraphStamps() error {
+	s.mu.Lock()
+	procs := s.everyProcessLocked()
+	s.mu.Unlock()
+	var errs []error
+	for _, p := range procs {
+		if err := p.readGraphStamps(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// GraphLaunchStamps returns the lookup of process pid's graph launch
+// stamps: the CLOCK_MONOTONIC stamp of the graph launch that ran run idx of
+// its swapped kernel node id (graphs.Stamps.Stamp); nil when pid is not
+// one of the session's.
+func (s *Session) GraphLaunchStamps(pid int) func(id uint32, idx uint64) (uint64, bool) {
+	s.mu.Lock()
+	procs := s.everyProcessLocked()
+	s.mu.Unlock()
+	for _, p := range procs {
+		if p.PID == pid {
+			return func(id uint32, idx uint64) (uint64, bool) {
+				p.mu.Lock()
+				defer p.mu.Unlock()
+				if p.stamps == nil {
+					return 0, false
+				}
+				return p.stamps.Stamp(id, idx)
+			}
+		}
+	}
+	return nil
 }

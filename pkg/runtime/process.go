@@ -50,6 +50,7 @@ type Process struct {
 	launches map[probeKey]uint64 // agent counters, cached (see refreshLaunches)
 	failures map[probeKey]uint64
 	graphs   *graphs.Tracker // the executable graphs launched since the attach (refreshGraphs)
+	stamps   *graphs.Stamps  // graph launch stamps for swapped nodes' runs (readGraphStamps)
 	// used: the devices the application uses (hello, then device-used
 	// notifications); maps and clones of context-independent modules go
 	// there and nowhere else, so attaching never opens contexts on GPUs

@@ -751,6 +751,9 @@ func (p *Process) lastLook() {
 	})
 	p.refreshLaunches()
 	p.refreshGraphs()
+	if err := p.readGraphStamps(); err != nil {
+		p.s.logf("%v", err)
+	}
 	p.mu.Lock()
 	if p.final == nil {
 		p.final = map[agentproto.Target]map[string][]byte{}
