@@ -10,8 +10,12 @@
 // with %globaltimer, per launch, in device memory. Kernels of CUDA graphs
 // get the address of their graph's stamp word instead (kind LL_GRAPH_WORD):
 // the agent writes the graph launch's stamp there in stream order just
-// before each graph launch. The tool reads the starts, converts globaltimer
-// to the CPU clock with its calibration and keeps the histograms.
+// before each graph launch; nodes the agent swapped into an executable
+// graph made before the probes get an id (kind LL_GRAPH_SEQ) whose runs
+// the probe counts, and the tool joins run k with the stamp of the graph's
+// launch k since the swap, which the agent kept (no stream operation per
+// graph launch). The tool reads the starts, converts globaltimer to the
+// CPU clock with its calibration and keeps the histograms.
 #include "types.h"
 #include <bpf/bpf_helpers.h>
 #include "gpu.h"
@@ -41,6 +45,9 @@ GPUBPF_MAP(graph_seq, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, 1);
  * stamp), per kernel index: counted, not timed. */
 #define LL_KERNELS 256
 GPUBPF_MAP(graph_starts, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, LL_KERNELS);
+/* Runs of each swapped graph kernel node so far, by its id (LL_GRAPH_SEQ):
+ * a node's runs follow its exec's launches one for one. */
+GPUBPF_MAP(node_runs, BPF_MAP_TYPE_GPU_ARRAY_MAP, u32, u64, LL_SEQ_IDS);
 
 static __always_inline void count(u32 i)
 {
@@ -95,19 +102,24 @@ int launchlate_entry(void *ctx)
 	u64 cpu, grid = bpf_gpu_grid_id();
 	u32 zero = 0, slot;
 
-	if (kind == LL_GRAPH_NODE || kind == LL_GRAPH_WORD) {
+	if (kind == LL_GRAPH_NODE || kind == LL_GRAPH_WORD || kind == LL_GRAPH_SEQ) {
 		/* The graph launch's stamp, which the agent wrote to the
-		 * graph's word in stream order before the launch. The word's
-		 * address is a number to the verifier: read it with the
-		 * helper (a failed read leaves 0, no stamp). */
+		 * graph's word in stream order before the launch, or the run's
+		 * index (LL_GRAPH_SEQ). The word's address is a number to the
+		 * verifier: read it with the helper (a failed read leaves 0,
+		 * no stamp). */
 		u64 word = 0; /* its own variable: the read takes its address,
 			       * which keeps it in local memory, and the
 			       * common path's cpu stays in a register */
+		u32 id = info & (LL_SEQ_IDS - 1);
+		u64 *runs = 0;
 
+		if (kind == LL_GRAPH_SEQ && id && (info & ((1ULL << 56) - 1)) < LL_SEQ_IDS)
+			runs = bpf_map_lookup_elem(&node_runs, &id);
 		if (kind == LL_GRAPH_WORD && (info & ((1ULL << 56) - 1)))
 			bpf_probe_read_kernel(&word, sizeof(word), (void *)(info & ((1ULL << 56) - 1)));
 		cpu = word;
-		if (!cpu) {
+		if (!cpu && !runs) {
 			u32 k = kernel < LL_KERNELS ? kernel : LL_KERNELS - 1;
 			u64 *g = bpf_map_lookup_elem(&graph_starts, &k);
 
@@ -119,8 +131,16 @@ int launchlate_entry(void *ctx)
 
 		if (!q)
 			return 0;
+		/* Both atomics go out before either answer is used: the
+		 * launch's first thread waits one round trip to L2, not two
+		 * (the kernel's end waits for that thread). */
+		if (runs) {
+			cpu = __sync_fetch_and_add(runs, 1);
+			info = (u64)LL_GRAPH_SEQ << 56 | id;
+		} else {
+			info = (u64)LL_GRAPH_WORD << 56; /* the stream is not known */
+		}
 		slot = LL_STARTS + (__sync_fetch_and_add(q, 1) & (LL_GRAPH_STARTS - 1));
-		info = (u64)LL_GRAPH_WORD << 56; /* the stream is not known */
 	} else {
 		cpu = bpf_gpu_launch_word(0);
 		slot = grid & (LL_STARTS - 1);

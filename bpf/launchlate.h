@@ -14,6 +14,13 @@
 			    * word, which the agent sets before each graph launch
 			    * (0: no stamp) */
 #define LL_GRAPH_NODE 0xFF /* a kernel node of a graph, no stamp word (the agent's mark) */
+#define LL_GRAPH_SEQ 0xFD /* a kernel node the agent swapped into an executable
+			   * graph: the low bits of launch word 1 are the node's
+			   * id (below LL_SEQ_IDS); the probe counts the node's
+			   * runs and records the run's index in place of the
+			   * stamp, which the tool finds by that index among the
+			   * graph launches' stamps the agent kept */
+#define LL_SEQ_IDS (1 << 18) /* the agent's LW_SEQ_IDS */
 /* A runtime-API stamp the agent has not taken yet: the driver launch that
  * cudart makes underneath takes it (and clears the mark). */
 #define LL_PENDING 0x80
@@ -37,8 +44,8 @@ struct ll_stamp {
 struct ll_start {
 	__u64 grid;  /* grid id (low 48 bits) | kernel index << 48; written last */
 	__u64 gpu;   /* %globaltimer as the first thread started */
-	__u64 cpu;   /* the launch call's CLOCK_MONOTONIC time, 0: none */
-	__u64 info;  /* stream (low 56 bits; 0 for graph kernels) | kind << 56 */
+	__u64 cpu;   /* the launch call's CLOCK_MONOTONIC time, 0: none (LL_GRAPH_SEQ: the run's index) */
+	__u64 info;  /* stream (low 56 bits; 0 for graph kernels, the id for LL_GRAPH_SEQ) | kind << 56 */
 };
 
 #endif

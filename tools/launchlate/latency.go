@@ -24,6 +24,7 @@ const (
 	kindGraphRT   = 3
 	kindGraphDrv  = 4
 	kindGraphWord = 0xFE // a graph's kernel, timed from its graph launch (stream unknown)
+	kindGraphSeq  = 0xFD // a kernel node the agent swapped in: its run index, joined with its launch's stamp
 	kindGraphNode = 0xFF // a graph's kernel without a stamp (counted in graph_starts only)
 	kindPending   = 0x80
 )
@@ -45,6 +46,11 @@ type start struct {
 	cpu    uint64 // the launch call's CLOCK_MONOTONIC time, 0: none
 	stream uint64
 	kind   uint8
+	// a swapped graph kernel node's (LL_GRAPH_SEQ) id and run index: its
+	// cpu is the stamp of the graph launch that ran it, found by them
+	// (seqID 0: not one, or joined)
+	seqID  uint32
+	seqIdx uint64
 }
 
 // source is one context the starts come from: the clocks and grid ids
@@ -68,6 +74,10 @@ type tracker struct {
 	read    uint64                           // starts taken from the table
 	torn    uint64                           // slots held back because they changed as they were read
 	stale   uint64                           // starts no calibration came after within staleAfter
+	// stampOf finds the stamp of a swapped graph node's run (nil: none
+	// known); noStamp counts the runs it did not find
+	stampOf func(src source, id uint32, idx uint64) (uint64, bool)
+	noStamp uint64
 }
 
 // A context's calibrations kept: the starts waiting are never older than
@@ -112,14 +122,19 @@ func (t *tracker) ingest(src source, vals, again []byte) {
 		}
 		seen[i] = gpu
 		info := binary.LittleEndian.Uint64(rec[24:])
-		t.pending[src] = append(t.pending[src], start{
+		s := start{
 			grid:   w & gridMask,
 			kernel: uint32(w >> 48),
 			gpu:    gpu,
 			cpu:    binary.LittleEndian.Uint64(rec[16:]),
 			stream: info & streamMask,
 			kind:   uint8(info >> 56),
-		})
+		}
+		if s.kind == kindGraphSeq {
+			s.seqID, s.seqIdx = uint32(s.stream), s.cpu
+			s.kind, s.stream, s.cpu = kindGraphWord, 0, 0
+		}
+		t.pending[src] = append(t.pending[src], s)
 		t.read++
 	}
 }
@@ -215,6 +230,17 @@ func (t *tracker) resolve(final bool, now uint64, timed func(source, latency), u
 	for src, ps := range t.pending {
 		keep := ps[:0]
 		for _, s := range ps {
+			if s.seqID != 0 {
+				// joined once: its launch was stamped before it ran,
+				// and the stamps were read after it
+				if t.stampOf != nil {
+					s.cpu, _ = t.stampOf(src, s.seqID, s.seqIdx)
+				}
+				s.seqID = 0
+				if s.cpu == 0 {
+					t.noStamp++
+				}
+			}
 			if s.cpu == 0 {
 				untimed(src, s)
 				continue

@@ -281,3 +281,37 @@ func TestForgetProcess(t *testing.T) {
 		t.Errorf("pid 2 lost its state when pid 1 went")
 	}
 }
+
+// TestResolveJoinsGraphRuns: a swapped graph node's start carries its id
+// and run index (kind LL_GRAPH_SEQ); resolve finds its graph launch's stamp
+// once, times it as a graph kernel, and counts the runs it cannot join.
+func TestResolveJoinsGraphRuns(t *testing.T) {
+	tr := newTracker()
+	src := source{pid: 4}
+	var asked [][2]uint64
+	tr.stampOf = func(s source, id uint32, idx uint64) (uint64, bool) {
+		asked = append(asked, [2]uint64{uint64(id), idx})
+		if s != src || id != 5 || idx > 1 {
+			return 0, false
+		}
+		return 10_000 + idx*1000, true
+	}
+	tr.addClock(src, runtime.ClockSample{At: 5_000, Offset: 1_000_000})
+	tr.addClock(src, runtime.ClockSample{At: 50_000, Offset: 1_000_000})
+	tab := make([]byte, 4*startSize)
+	putStart(tab, 0, 1, 2, 1_000_000+11_000+3_000, 1, 5, kindGraphSeq) // run 1 of node 5: launch at 11,000, 3 us
+	putStart(tab, 1, 1, 2, 1_000_000+20_000, 9, 5, kindGraphSeq)       // run 9: no stamp
+	tr.ingest(src, tab, tab)
+	var lats []latency
+	var un []start
+	tr.resolve(false, 60_000, func(_ source, l latency) { lats = append(lats, l) }, func(_ source, s start) { un = append(un, s) })
+	if len(lats) != 1 || lats[0].ns != 3_000 || !lats[0].s.isGraph() || lats[0].s.stream != 0 {
+		t.Fatalf("timed %+v; want run 1 at 3 us, a graph kernel with no stream", lats)
+	}
+	if len(un) != 1 || !un[0].isGraph() || tr.noStamp != 1 {
+		t.Fatalf("untimed %+v, noStamp %d; want run 9, counted", un, tr.noStamp)
+	}
+	if want := [][2]uint64{{5, 1}, {5, 9}}; !slices.Equal(asked, want) {
+		t.Fatalf("asked %v, want %v (each run once)", asked, want)
+	}
+}

@@ -35,6 +35,7 @@ const (
 	launchlateMapGraphSeq                       = "graph_seq"
 	launchlateMapGraphStarts                    = "graph_starts"
 	launchlateMapLaunchStamps                   = "launch_stamps"
+	launchlateMapNodeRuns                       = "node_runs"
 	launchlateMapNstarts                        = "nstarts"
 	launchlateMapStarts                         = "starts"
 	launchlateProgLaunchlateEntry               = "launchlate_entry"
@@ -103,6 +104,7 @@ type launchlateMapSpecs struct {
 	GraphSeq     *ebpf.MapSpec `ebpf:"graph_seq"`
 	GraphStarts  *ebpf.MapSpec `ebpf:"graph_starts"`
 	LaunchStamps *ebpf.MapSpec `ebpf:"launch_stamps"`
+	NodeRuns     *ebpf.MapSpec `ebpf:"node_runs"`
 	Nstarts      *ebpf.MapSpec `ebpf:"nstarts"`
 	Starts       *ebpf.MapSpec `ebpf:"starts"`
 }
@@ -137,6 +139,7 @@ type launchlateMaps struct {
 	GraphSeq     *ebpf.Map `ebpf:"graph_seq"`
 	GraphStarts  *ebpf.Map `ebpf:"graph_starts"`
 	LaunchStamps *ebpf.Map `ebpf:"launch_stamps"`
+	NodeRuns     *ebpf.Map `ebpf:"node_runs"`
 	Nstarts      *ebpf.Map `ebpf:"nstarts"`
 	Starts       *ebpf.Map `ebpf:"starts"`
 }
@@ -147,6 +150,7 @@ func (m *launchlateMaps) Close() error {
 		m.GraphSeq,
 		m.GraphStarts,
 		m.LaunchStamps,
+		m.NodeRuns,
 		m.Nstarts,
 		m.Starts,
 	)

@@ -201,6 +201,7 @@ func run(c *cli.Context) error {
 		cur: map[key]*stats{}, events: c.Bool("events"), uprobes: uprobes, timing: timing, cupti: timing != timingProbe,
 		patterns: c.StringSlice(toolkit.FlagKernel),
 	}
+	l.tr.stampOf = graphStamps(sess)
 	if l.events {
 		l.ev = eventFormat{json: jsonOut, stamp: l.stamp, ms: l.ms, t0: agentproto.MonoNow(), wall: time.Now().UnixNano() - int64(agentproto.MonoNow()), dur: l.cupti}
 		if !jsonOut {
@@ -474,6 +475,11 @@ func (l *launchlate) read(all bool) {
 			l.tr.ingest(src, mc.Values(), b)
 		}
 	}
+	// the stamps of the graph launches that ran the swapped nodes just
+	// read (their starts carry a run index, tracker.stampOf)
+	if err := l.sess.ReadGraphStamps(); err != nil {
+		fmt.Fprintf(os.Stderr, "launchlate: %v\n", err)
+	}
 	if !all {
 		return
 	}
@@ -561,8 +567,12 @@ func (l *launchlate) account(a *toolkit.Account) {
 	if l.graphN > 0 {
 		a.Add(l.graphN, "starts of CUDA graph kernels not timed", "counted: a node made before the trace began, or a replay with no stamp (a graph inside another, or launched into a capture)")
 	}
-	if n := l.untimedN - l.tr.stale; n > 0 {
+	if n := l.untimedN - l.tr.stale - l.tr.noStamp; n > 0 {
 		a.Add(n, "starts without a CPU stamp", "launched by a path no stamp reached (--uprobe: a runtime call stamped more than 1 ms before the driver got it)")
+	}
+	if l.tr.noStamp > 0 {
+		a.Add(l.tr.noStamp, "starts of CUDA graph kernels without their graph launch's stamp",
+			"the agent let the stamp go before the tool read it, or the graph changed in place after the run's launch")
 	}
 	if l.tr.stale > 0 {
 		a.Add(l.tr.stale, "starts not timed: no clock calibration of their context came after them", fmt.Sprintf("within %v; counted, not held", staleAfter))
@@ -583,6 +593,24 @@ func (l *launchlate) account(a *toolkit.Account) {
 	}
 	if l.clockErr != "" {
 		a.Note("last clock calibration failed: " + l.clockErr)
+	}
+}
+
+// graphStamps is the tracker's join of swapped graph nodes' runs with their
+// graph launches' stamps (runtime.Session.ReadGraphStamps), one lookup per
+// process.
+func graphStamps(sess *runtime.Session) func(source, uint32, uint64) (uint64, bool) {
+	byPID := map[int]func(uint32, uint64) (uint64, bool){}
+	return func(src source, id uint32, idx uint64) (uint64, bool) {
+		f, ok := byPID[src.pid]
+		if !ok {
+			f = sess.GraphLaunchStamps(src.pid)
+			byPID[src.pid] = f
+		}
+		if f == nil {
+			return 0, false
+		}
+		return f(id, idx)
 	}
 }
 

@@ -226,8 +226,12 @@ func (l *launchlate) rowJSON(now time.Time, r row) {
 
 func (l *launchlate) summaryJSON(st runtime.Stats) {
 	lost := int64(l.produced) - int64(l.tr.read)
-	b := fmt.Appendf(nil, `{"type":"summary","timed":%d,"untimed":%d,"graph_kernel_starts":%d,"graph_timed":%d,"graph_untimed":%d,"lost":%d,"calls_runtime":%d,"calls_graph":%d,"clock_bound_ns":%d,"calibrations":%d`,
-		l.timedN, l.untimedN, l.graphT+l.graphN, l.graphT, l.graphN, max(lost, 0), l.calls[kindRuntime], l.calls[kindGraphRT], l.maxBound, l.clocks)
+	// graph_untimed: counted on the GPU without a stamp, or a swapped
+	// node's run whose launch stamp was not found (graph_no_stamp, also in
+	// untimed)
+	graphUntimed := l.graphN + l.tr.noStamp
+	b := fmt.Appendf(nil, `{"type":"summary","timed":%d,"untimed":%d,"graph_kernel_starts":%d,"graph_timed":%d,"graph_untimed":%d,"graph_no_stamp":%d,"lost":%d,"calls_runtime":%d,"calls_graph":%d,"clock_bound_ns":%d,"calibrations":%d`,
+		l.timedN, l.untimedN, l.graphT+graphUntimed, l.graphT, graphUntimed, l.tr.noStamp, max(lost, 0), l.calls[kindRuntime], l.calls[kindGraphRT], l.maxBound, l.clocks)
 	if l.cupti {
 		b = fmt.Appendf(b, `,"cupti_records":%d,"cupti_timed":%d,"cupti_untimed":%d,"cupti_dropped":%d,"cupti_off":{`,
 			l.ktRecords, l.ktTimed, l.ktUntimed, st.KernelTimesDropped)
