@@ -13,8 +13,11 @@
 #   plain      the tool injects the agent: the nodes are not known, launchlate
 #              times them through CUPTI
 # and "idle agent": preloaded untraced / plain untraced. Further rows take
-# launchlate's cost apart (no graph stamp words; a tool attached whose
-# probes match no kernel) and give the per-thread tools' cost.
+# launchlate's cost apart (the agent's share alone: launch numbers and
+# stamps kept, the probes' untimed path; graph kernels timed through a stamp
+# word written per graph launch, the way before launch numbers; a tool
+# attached whose probes match no kernel) and give the per-thread tools'
+# cost.
 # Prints "SUMMARY: ..." last; logs under ${OUT:-/tmp}/gpu-check/graphs-bench.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -69,16 +72,20 @@ rate() {
 # name | start | application env | tool | tool flags [| threads per kernel]:
 # the untraced run of a start mode (and size) is its baseline ("-" tool);
 # the rows after the first two of each mode take the cost apart (CONFIGS
-# overrides the list). The last two: the same graph with 4 M threads per
-# kernel (a replay of about 2 x 20 us of GPU work instead of 2 x 1.5 us).
+# overrides the list). The last five: the same graph with 1 M and 4 M
+# threads per kernel (a replay of about 8 us and 23 us instead of 3.2 us).
 DEFAULT_CONFIGS="untraced|preloaded|-|-|-
 launchlate|preloaded|-|launchlate|-
-launchlate, no graph stamp words|preloaded|GPUBPF_AGENT_GRAPH_WORDS=0|launchlate|-
+launchlate, agent's bookkeeping only|preloaded|GPUBPF_AGENT_GRAPH_SEQ=host|launchlate|-
+launchlate, stamp words (the old way)|preloaded|GPUBPF_AGENT_GRAPH_SEQ=0|launchlate|-
 tool attached, no probe|preloaded|-|launchlate|-k nomatch --timing probe
 threadhist|preloaded|-|threadhist|-
 kernelretsnoop|preloaded|-|kernelretsnoop|-
 untraced|plain|-|-|-
 launchlate (CUPTI)|plain|-|launchlate|-
+untraced, 1M threads|preloaded|-|-|-|1048576
+launchlate, 1M threads|preloaded|-|launchlate|-|1048576
+threadhist, 1M threads|preloaded|-|threadhist|-|1048576
 untraced, 4M threads|preloaded|-|-|-|4194304
 launchlate, 4M threads|preloaded|-|launchlate|-|4194304"
 CONFIGS=${CONFIGS:-$DEFAULT_CONFIGS}

@@ -23,7 +23,10 @@
 #          threadhist: sum of "runs" of its kernel lines == kernel_runs_instrumented*65536
 #          kernelretsnoop: sum of "exits" of its kernel lines == kernel_runs_instrumented*65536
 #          kernel_trace: grInc's and grMix's launches == launches_instrumented each
-#          launchlate: graph_timed == kernel_runs_instrumented
+#          launchlate: graph_timed == kernel_runs_instrumented, every run
+#            joined with its own graph launch (graph_no_stamp 0, the graph
+#            kernels' p50 latency under 200 us: a neighbour's would read
+#            about 1 ms)
 #        plain: launches >= 1500;
 #          threadhist, kernelretsnoop, kernel_trace: not_instrumented
 #            non-empty, its first "why" non-empty
@@ -172,6 +175,19 @@ PY
 
 # jsum FILE TYPE FIELD [KERNEL]: FIELD summed over FILE's {"type":TYPE}
 # lines (only KERNEL's: its "kernel" or "mangled" name); "missing" if none.
+# graph_p50 FILE: the largest p50_ns of launchlate's graph kernel rows
+graph_p50() { python3 - "$@" <<'PY'
+import json, sys
+v = None
+for line in open(sys.argv[1], errors="replace"):
+    try: o = json.loads(line)
+    except ValueError: continue
+    if o.get("type") == "kernel" and o.get("graph") and o.get("launches", 0) > 0:
+        v = max(v or 0, o.get("p50_ns", 0))
+print("missing" if v is None else v)
+PY
+}
+
 jsum() { python3 - "$@" <<'PY'
 import json, sys
 f, typ, field = sys.argv[1:4]
@@ -265,6 +281,14 @@ judge() {
 			if isnum "$L"; then
 				[ "$gt" = "$KRI" ] || errs+=("graph_timed=$gt != kernel_runs_instrumented=$KRI")
 				echo "  $case launchlate: graph_timed=$gt cupti_timed=$ct timed=$tm graph_untimed=$(summary_field "$out" graph_untimed) vs 2*launches=$((2 * L))"
+				# the join of each run with its own graph launch: the sample
+				# replays every millisecond, so a run joined with the launch
+				# before or after its own would read about 1 ms (or 0)
+				local p50 nost
+				p50=$(graph_p50 "$out") nost=$(summary_field "$out" graph_no_stamp)
+				echo "  $case launchlate: graph kernels' p50 latency ${p50} ns, runs without their launch's stamp $nost"
+				{ isnum "$p50" && [ "$p50" -gt 0 ] && [ "$p50" -lt 200000 ]; } || errs+=("graph kernels' p50 latency $p50 ns (want 0 < p50 < 200 us: each run joined with its own launch)")
+				[ "$nost" = 0 ] || errs+=("graph_no_stamp=$nost (want 0)")
 			fi
 			;;
 		esac
