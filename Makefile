@@ -2,7 +2,9 @@
 # files run on the GPU machine, which has no Go toolchain.
 
 GO       ?= go
-TOOLS    := gpubpf gpuevent_snoop kernel_trace kernelretsnoop launchlate threadhist
+# One binary (tools/gpubpf); the tools are links to it that it runs under
+# their own names (busybox style), and its subcommands too.
+TOOLS    := gpuevent_snoop kernel_trace kernelretsnoop launchlate threadhist
 VERSION  ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS  := -s -w -X github.com/gpubpf/gpubpf/pkg/toolkit.Version=$(VERSION)
 GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
@@ -14,7 +16,8 @@ export GPUBPF_CUDA_BIN ?= /opt/cudadeb/root/usr/bin
 
 all: agent tools samples
 
-tools: embed-agent $(addprefix bin/,$(TOOLS))
+tools: embed-agent bin/gpubpf
+	@for t in $(TOOLS); do ln -sfn gpubpf bin/$$t; done
 
 # Tools carry the agent inside them (go:embed) when it has been built.
 embed-agent: agent
@@ -22,10 +25,10 @@ embed-agent: agent
 
 # Without Go (the GPU machine) the binaries carried from a build machine are used.
 HAVE_GO  := $(shell command -v $(GO) 2>/dev/null)
-bin/%: FORCE
+bin/gpubpf: FORCE
 	@mkdir -p bin
 ifneq ($(HAVE_GO),)
-	$(GOBUILD) -o $@ ./tools/$*
+	$(GOBUILD) -o $@ ./tools/gpubpf
 else
 	@test -x $@ || { echo "$@: no Go toolchain here and no prebuilt binary: run 'make gpu-bundle' on a build machine and carry bin/"; exit 1; }
 	@echo "$@: no Go here, using the prebuilt binary"
@@ -33,23 +36,35 @@ endif
 
 FORCE:
 
-# make install [PREFIX=/usr/local] [DESTDIR=...]: the six tools (each with
-# the agent embedded) into PREFIX/bin and the agent into PREFIX/lib/gpubpf,
-# where the tools look first (relative to themselves, so DESTDIR works);
-# executable, as gpubpf run --direct runs it as its host process.
+# make install [PREFIX=/usr/local] [DESTDIR=...]: gpubpf (the agent
+# embedded) and a link to it per tool into PREFIX/bin, and the agent into
+# PREFIX/lib/gpubpf, where the tools look first (relative to themselves, so
+# DESTDIR works); executable, as gpubpf run --direct runs it as its host
+# process.
 PREFIX  ?= /usr/local
 install: tools
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/gpubpf
-	install -m 0755 $(addprefix bin/,$(TOOLS)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 bin/gpubpf $(DESTDIR)$(PREFIX)/bin/
+	for t in $(TOOLS); do ln -sfn gpubpf $(DESTDIR)$(PREFIX)/bin/$$t; done
 	@if [ -f bin/libgpubpf-agent.so ]; then install -m 0755 bin/libgpubpf-agent.so $(DESTDIR)$(PREFIX)/lib/gpubpf/; fi
 
 # What a fresh machine gets from make install: every tool answers --help
-# and finds its agent from there.
+# under its own name and as a subcommand, finds its agent from there, and
+# all of it fits INSTALL_BUDGET bytes. The budget: the 30 MB issue 57 set
+# against 125 MB of six binaries (Debian's bpftrace is 3.9 MB, bpfcc-tools
+# 2.8 MB, but they lean on a system libbpf, LLVM and Python); on 2026-11-29
+# the install was about 24.3 MB (gpubpf 23.0 MB stripped, of which the
+# embedded agent 0.65 MB, and the agent again in lib). Past it, look at what
+# grew with `go tool nm -size -sort size bin/gpubpf | head`.
+INSTALL_BUDGET ?= 30000000
 check-install:
 	@d=$$(mktemp -d) && $(MAKE) --no-print-directory install DESTDIR=$$d >/dev/null && \
-	for t in $(TOOLS); do $$d$(PREFIX)/bin/$$t --help >/dev/null || { echo "check-install: $$t --help failed"; exit 1; }; done && \
+	for t in $(TOOLS); do $$d$(PREFIX)/bin/$$t --help >/dev/null && $$d$(PREFIX)/bin/gpubpf $$t --help >/dev/null || \
+		{ echo "check-install: $$t --help failed"; exit 1; }; done && \
 	p=$$($$d$(PREFIX)/bin/gpubpf agent-path) && case "$$p" in $$d$(PREFIX)/*) ;; *) echo "check-install: gpubpf agent-path gave $$p, not the installed agent"; exit 1;; esac && \
-	echo "check-install: $(words $(TOOLS)) tools in $$d$(PREFIX)/bin, agent $$p" && rm -rf $$d
+	size=$$(du -sb --apparent-size $$d | cut -f1) && \
+	if [ "$$size" -gt $(INSTALL_BUDGET) ]; then echo "check-install: make install takes $$size bytes, past the budget of $(INSTALL_BUDGET) (see the Makefile)"; exit 1; fi && \
+	echo "check-install: gpubpf and $(words $(TOOLS)) tool links in $$d$(PREFIX)/bin, agent $$p, $$size bytes in all (budget $(INSTALL_BUDGET))" && rm -rf $$d
 
 # The in-process agent (C, gcc only). Skipped with a message until its
 # sources exist.
@@ -86,7 +101,7 @@ vet:
 # Unit tests and root-only kernel eBPF tests (CI runs as root); then the
 # performance table's renderer, table-bench.sh's plumbing and the launch-rate
 # statistics (no GPU).
-test: fmt vet agent
+test: fmt vet agent check-install
 	$(GO) test -count=1 ./...
 	PYTHONDONTWRITEBYTECODE=1 python3 -m unittest scripts/gpu/test_bench_table.py scripts/gpu/test_launchrate_stats.py scripts/gpu/test_soak_util.py
 

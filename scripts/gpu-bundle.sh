@@ -10,8 +10,10 @@ mkdir -p .gpu/bin .gpu/agent .gpu/jit .gpu/ptx
 ver=$(git describe --always --dirty 2>/dev/null || echo dev)
 ld="-s -w -X github.com/gpubpf/gpubpf/pkg/toolkit.Version=$ver"
 export CGO_ENABLED=0
-for t in gpubpf gpuevent_snoop threadhist kernelretsnoop kernel_trace launchlate; do
-	go build -trimpath -ldflags "$ld" -o .gpu/bin/$t ./tools/$t
+# one binary; the tools are links to it (as make install puts them)
+go build -trimpath -ldflags "$ld" -o .gpu/bin/gpubpf ./tools/gpubpf
+for t in gpuevent_snoop threadhist kernelretsnoop kernel_trace launchlate; do
+	ln -sfn gpubpf .gpu/bin/$t
 done
 go build -trimpath -ldflags "-s -w" -o .gpu/agent/agentcheck ./pkg/runtime/agent/gputest/agentcheck
 go build -trimpath -ldflags "-s -w" -o .gpu/ptx/ptxinst ./pkg/runtime/instrument/gputest/ptxinst

@@ -28,7 +28,7 @@ if [ -f .gpupack/gpu.tgz ] && { [ ! -d .gpu/bin ] || [ .gpupack/gpu.tgz -nt .gpu
 	rm -rf .gpu && tar xzf .gpupack/gpu.tgz && touch .gpu/bin
 fi
 if [ -d .gpu/bin ] && ! command -v go >/dev/null; then
-	mkdir -p bin && cp -f .gpu/bin/* bin/
+	mkdir -p bin && cp -fP .gpu/bin/* bin/ # -P: the tools stay links to gpubpf
 fi
 
 LOGDIR=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}

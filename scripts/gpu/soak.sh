@@ -57,7 +57,7 @@ bad() { echo "FAIL $*" | tee -a "$SUM"; fail=$((fail + 1)); }
 if [ -f .gpupack/gpu.tgz ] && { [ ! -d .gpu/bin ] || [ .gpupack/gpu.tgz -nt .gpu/bin ]; }; then
 	rm -rf .gpu && tar xzf .gpupack/gpu.tgz && touch .gpu/bin
 fi
-[ -d .gpu/bin ] && ! command -v go >/dev/null && mkdir -p bin && cp -f .gpu/bin/* bin/
+[ -d .gpu/bin ] && ! command -v go >/dev/null && mkdir -p bin && cp -fP .gpu/bin/* bin/
 [ -f bin/libgpubpf-agent.so ] || make agent >/dev/null 2>&1
 [ -x samples/bin/launch_heavy ] || make -C samples >/dev/null 2>&1
 for t in "${TOOLS[@]}"; do [ -x "bin/$t" ] || { echo "missing bin/$t (make gpu-bundle)"; exit 1; }; done

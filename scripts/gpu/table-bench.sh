@@ -132,7 +132,7 @@ done
 if [ "$STUBS" != 1 ]; then
 	# Go binaries come from a build machine (make gpu-bundle), as for gpu-check.
 	if [ ! -d .gpu/bin ] && [ -f .gpupack/gpu.tgz ]; then tar xzf .gpupack/gpu.tgz; fi
-	if [ -d .gpu/bin ] && ! command -v go >/dev/null; then mkdir -p bin && cp -f .gpu/bin/* bin/; fi
+	if [ -d .gpu/bin ] && ! command -v go >/dev/null; then mkdir -p bin && cp -fP .gpu/bin/* bin/; fi
 	# make is a no-op for what is built and current (compute_bound.cu and
 	# the new samples rebuild once).
 	mapfile -t build_targets < <(printf 'bin/%s\n' "${need_samples[@]}" | sort -u)

@@ -1,4 +1,4 @@
-package main
+package gpuevent_snoop
 
 import (
 	"bufio"

@@ -1,4 +1,4 @@
-package main
+package gpuevent_snoop
 
 import (
 	"bufio"
@@ -50,7 +50,10 @@ func build(t testing.TB) {
 		agentSrc, _ := filepath.Abs("../../pkg/runtime/agent")
 		toolBin = filepath.Join(workDir, "gpuevent_snoop")
 		steps := [][]string{
-			{"go", "build", "-o", toolBin, "."},
+			// the one binary, linked under the tool's name, as make
+			// installs it
+			{"go", "build", "-o", filepath.Join(workDir, "gpubpf"), "../gpubpf"},
+			{"ln", "-s", "gpubpf", toolBin},
 			// The agent next to the tool, as make installs them: a command
 			// the tool starts runs with it preloaded (agentswitch.go).
 			{"make", "-s", "-C", agentSrc, "AGENT_BIN_DIR=" + workDir, "CC=" + gcc},

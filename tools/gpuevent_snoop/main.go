@@ -1,12 +1,13 @@
-// Command gpuevent_snoop streams the CUDA API calls of processes: device
-// allocations and frees, copies, memsets, kernel and graph launches, with
-// sizes, directions, durations, failures (by CUDA error name), kernel names
-// and call sites, and reports the allocations never freed. It uses real
-// kernel uprobes on libcudart, libcuda or the executable (static cudart); it
-// needs no GPU agent, and takes kernel launches from one where a -p process
-// has it (agentfeed.go) and, once it is up, from the one it preloads into a
-// command it starts (agentswitch.go).
-package main
+// Package gpuevent_snoop is the gpuevent_snoop tool of the gpubpf binary: it
+// streams the CUDA API calls of processes: device allocations and frees,
+// copies, memsets, kernel and graph launches, with sizes, directions,
+// durations, failures (by CUDA error name), kernel names and call sites, and
+// reports the allocations never freed. It uses real kernel uprobes on
+// libcudart, libcuda or the executable (static cudart); it needs no GPU
+// agent, and takes kernel launches from one where a -p process has it
+// (agentfeed.go) and, once it is up, from the one it preloads into a command
+// it starts (agentswitch.go).
+package gpuevent_snoop
 
 import (
 	"errors"
@@ -110,9 +111,9 @@ gpuevent_snoop -e launch -k 'vec*' -a 4 -- ./vec_add   # launches of matching ke
 gpuevent_snoop --summary -i 5 -p 4242   # per-API tables every 5 s
 gpuevent_snoop -j -d 10 > calls.jsonl   # JSON lines for 10 s`
 
-func main() { toolkit.Run(newApp()) }
-
-func newApp() *cli.App {
+// App is the gpuevent_snoop command (run by the gpubpf binary under its
+// name, or as gpubpf gpuevent_snoop).
+func App() *cli.App {
 	app := toolkit.NewApp("gpuevent_snoop", usageText, examples)
 	app.UsageText = "gpuevent_snoop [flags] [-p PID | -- CMD [ARGS...]]"
 	app.Description = description

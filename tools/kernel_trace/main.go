@@ -1,7 +1,8 @@
-// Command kernel_trace: one line per GPU thread entering a kernel (capped),
-// then a summary per launch: threads seen, when they started, how the
-// blocks spread over the SMs and how late the last SM started.
-package main
+// Package kernel_trace is the kernel_trace tool of the gpubpf binary: one
+// line per GPU thread entering a kernel (capped), then a summary per launch:
+// threads seen, when they started, how the blocks spread over the SMs and
+// how late the last SM started.
+package kernel_trace
 
 import (
 	"bufio"
@@ -22,7 +23,9 @@ kernel_trace --max-events 0 -- ./app      # summaries only
 kernel_trace --block 0-0 --thread 0-31 -k vectorAdd -- ./app
 kernel_trace --sample 1024 -p 4242 -d 5   # one thread in 1024 of a running process`
 
-func main() {
+// App is the kernel_trace command (run by the gpubpf binary under its name, or as
+// gpubpf kernel_trace).
+func App() *cli.App {
 	app := toolkit.NewApp("kernel_trace", "per-thread GPU kernel entry events: block, thread, SM, warp, lane, globaltimer", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
 	app.Flags = append(append(append(toolkit.GPUFlags(), toolkit.PromFlags()...), toolkit.RingFlags()...),
@@ -39,7 +42,7 @@ thread=(x,y,z)) up to --max-events, then per launch: threads seen, first and
 last start, start spread, blocks per SM and how late the last SM started.
 With -j: {"type":"thread",...} lines and {"type":"launch",...} summaries.`
 	app.Action = run
-	toolkit.Run(app)
+	return app
 }
 
 // parseRange reads "A-B" or "A" (inclusive).

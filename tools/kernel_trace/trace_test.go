@@ -1,4 +1,4 @@
-package main
+package kernel_trace
 
 import (
 	"bufio"

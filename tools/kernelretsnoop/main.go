@@ -1,6 +1,7 @@
-// Command kernelretsnoop: when each GPU thread exits, relative to its warp
-// and its launch, aggregated on the GPU; with --events, every exit.
-package main
+// Package kernelretsnoop is the kernelretsnoop tool of the gpubpf binary:
+// when each GPU thread exits, relative to its warp and its launch,
+// aggregated on the GPU; with --events, every exit.
+package kernelretsnoop
 
 import (
 	"bufio"
@@ -21,7 +22,9 @@ kernelretsnoop -k laneSlow -- ./lane_slow
 kernelretsnoop -p 4242 -d 5            # a running process for five seconds
 kernelretsnoop --events -- ./app       # one line per thread exit`
 
-func main() {
+// App is the kernelretsnoop command (run by the gpubpf binary under its name, or as
+// gpubpf kernelretsnoop).
+func App() *cli.App {
 	app := toolkit.NewApp("kernelretsnoop", "GPU thread exit times: per-lane lateness and launch exit spread, aggregated on the GPU", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
 	app.Flags = append(append(append(toolkit.GPUFlags(), toolkit.PromFlags()...), toolkit.RingFlags()...), toolkit.PerDeviceFlag(),
@@ -35,7 +38,7 @@ With -j: {"type":"kernel","kernel","mangled","exits","spread_p50_ns",
 "spread_p99_ns","spread_max_ns","lanes":[{"lane","exits","p50_ns","p99_ns",
 "late"}]} per kernel and interval; with --events also {"type":"exit",...}.`
 	app.Action = run
-	toolkit.Run(app)
+	return app
 }
 
 func run(c *cli.Context) error {

@@ -1,4 +1,4 @@
-package main
+package launchlate
 
 import (
 	"bytes"
@@ -68,8 +68,11 @@ func newCUPTIRig(t *testing.T) cuptiRig {
 	r.cupti = filepath.Join(r.dir, "libfakecupti.so")
 	r.run(gcc, "-O1", "-fPIC", "-shared", "-pthread", "-o", r.cupti,
 		filepath.Join(filepath.Dir(self), "..", "..", "pkg", "runtime", "agent", "testdata", "fakecupti.c"))
-	r.tool = filepath.Join(r.dir, "launchlate") // next to libgpubpf-agent.so
-	r.run("go", "build", "-o", r.tool, ".")
+	// the one binary, linked under the tool's name as make installs it,
+	// next to libgpubpf-agent.so
+	r.tool = filepath.Join(r.dir, "launchlate")
+	r.run("go", "build", "-o", filepath.Join(r.dir, "gpubpf"), "../gpubpf")
+	r.run("ln", "-s", "gpubpf", r.tool)
 	return r
 }
 

@@ -1,8 +1,8 @@
-// Command launchlate: how long after the CPU called a launch API each CUDA
-// kernel started on the GPU, per kernel (and stream), as bcc log2
-// histograms and percentiles, with the error bound of the clock
-// calibration it rests on.
-package main
+// Package launchlate is the launchlate tool of the gpubpf binary: how long
+// after the CPU called a launch API each CUDA kernel started on the GPU, per
+// kernel (and stream), as bcc log2 histograms and percentiles, with the
+// error bound of the clock calibration it rests on.
+package launchlate
 
 import (
 	"context"
@@ -52,7 +52,9 @@ const (
 	graphSlots   = 1 << 14 // LL_GRAPH_STARTS
 )
 
-func main() {
+// App is the launchlate command (run by the gpubpf binary under its name, or as
+// gpubpf launchlate).
+func App() *cli.App {
 	app := toolkit.NewApp("launchlate", "CPU launch call to GPU kernel start latency of CUDA kernels", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
 	app.Flags = append(append(toolkit.GPUFlags(), toolkit.PromFlags()...),
@@ -135,7 +137,7 @@ untimed, cupti, and with CUPTI's run times dur_launches, dur_p50_ns ...
 dur_p999_ns, dur_max_ns; hist_us: [[low, high, count], ...]), then
 {"type":"summary",...}.`
 	app.Action = run
-	toolkit.Run(app)
+	return app
 }
 
 func run(c *cli.Context) error {

@@ -1,7 +1,7 @@
-// Command threadhist: how often each GPU thread runs and how long it is
-// busy, counted on the GPU, to find the threads that do more (or less)
-// work than the others.
-package main
+// Package threadhist is the threadhist tool of the gpubpf binary: how often
+// each GPU thread runs and how long it is busy, counted on the GPU, to find
+// the threads that do more (or less) work than the others.
+package threadhist
 
 import (
 	"fmt"
@@ -17,7 +17,9 @@ threadhist --by global -- ./imbalance  # one line per global thread id
 threadhist -k vectorAdd -i 1 -p 4242   # a running process, print every second
 threadhist --by warp -j -- ./app       # JSON lines, one object per kernel`
 
-func main() {
+// App is the threadhist command (run by the gpubpf binary under its name, or as
+// gpubpf threadhist).
+func App() *cli.App {
 	app := toolkit.NewApp("threadhist", "per-thread run counts and busy time of GPU kernels, counted on the GPU", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
 	app.Flags = append(append(toolkit.GPUFlags(), toolkit.PromFlags()...), toolkit.PerDeviceFlag(),
@@ -33,7 +35,7 @@ interval (fields: time, kernel, mangled, by, keys, runs, busy_ns, busy_min_ns,
 busy_mean_ns, busy_max_ns, max_over_mean, below_80pct, runs_min, runs_max,
 busiest, idlest), then {"type":"summary",...}.`
 	app.Action = run
-	toolkit.Run(app)
+	return app
 }
 
 func run(c *cli.Context) error {
