@@ -2,9 +2,12 @@ package promexport
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,11 +38,30 @@ func (e *Exporter) Resource(attrs ...attribute.KeyValue) *resource.Resource {
 	return resource.NewSchemaless(append(base, attrs...)...)
 }
 
+// CheckOTLPEndpoint says what is wrong with an --otlp endpoint (nil: it is
+// one PushOTLP takes): grpc://HOST:PORT or HOST:PORT, http(s)://HOST:PORT[/PATH].
+func CheckOTLPEndpoint(endpoint string) error {
+	hostPort := strings.TrimPrefix(endpoint, "grpc://")
+	if u, err := url.Parse(endpoint); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
+		hostPort = u.Host
+	} else if i := strings.Index(hostPort, "://"); i >= 0 {
+		return fmt.Errorf("scheme %q: want grpc://HOST:PORT (or HOST:PORT) for OTLP/gRPC, http://HOST:PORT for OTLP/HTTP", hostPort[:i])
+	}
+	host, port, err := net.SplitHostPort(hostPort)
+	if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+		return errors.New("want grpc://HOST:PORT (or HOST:PORT) for OTLP/gRPC, http://HOST:PORT for OTLP/HTTP (a collector listens on 4317 and 4318)")
+	}
+	return nil
+}
+
 // PushOTLP sends the metrics to an OpenTelemetry collector every interval
 // (--otlp ENDPOINT): grpc://HOST:PORT (or HOST:PORT) for OTLP/gRPC,
 // http(s)://HOST:PORT[/PATH] for OTLP/HTTP. Close pushes once more and
 // stops.
 func (e *Exporter) PushOTLP(endpoint string, every time.Duration, attrs ...attribute.KeyValue) error {
+	if err := CheckOTLPEndpoint(endpoint); err != nil {
+		return fmt.Errorf("--otlp %s: %w", endpoint, err)
+	}
 	ctx := context.Background()
 	var exp sdkmetric.Exporter
 	var err error

@@ -83,13 +83,30 @@ type NoCUDAError struct {
 }
 
 func (e *NoCUDAError) Error() string {
-	switch {
-	case e.PID != 0:
+	if e.PID != 0 {
 		return fmt.Sprintf("%s (PID %d) loaded no CUDA kernel before the trace ended: nothing was traced, and it runs on untraced; give it longer with -d, or attach later with -p %d", e.Command, e.PID, e.PID)
-	case e.Before:
-		return fmt.Sprintf("%s exited (status %d) before it used CUDA: nothing was traced; is it the CUDA program you meant? (gpubpf kernels %s lists the kernels a binary holds)", e.Command, e.Code, e.Command)
 	}
-	return fmt.Sprintf("%s exited (status %d) without loading any CUDA kernel: nothing was traced; is it the CUDA program you meant? (gpubpf kernels %s lists the kernels a binary holds)", e.Command, e.Code, e.Command)
+	what := "without loading any CUDA kernel"
+	if e.Before {
+		what = "before it used CUDA"
+	}
+	hint := fmt.Sprintf("is it the CUDA program you meant? (gpubpf kernels %s lists the kernels a binary holds)", e.Command)
+	if !driverPresent() {
+		// the usual reason on a machine without a GPU: say that
+		hint = "this machine has no NVIDIA driver (no /dev/nvidiactl): the GPU tools need one; gpubpf kernels, ptx and verify work without"
+	}
+	return fmt.Sprintf("%s exited (status %d) %s: nothing was traced; %s", e.Command, e.Code, what, hint)
+}
+
+// driverPresent says whether the machine has an NVIDIA driver's device
+// nodes (/dev/dxg: WSL's).
+func driverPresent() bool {
+	for _, p := range []string{"/dev/nvidiactl", "/dev/dxg"} {
+		if _, err := os.Stat(p); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // agentWait bounds how long a started command may take to bring its agent up.

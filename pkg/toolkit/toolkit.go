@@ -59,10 +59,10 @@ const (
 // CommonFlags returns the flags every tool accepts (CLI.md "Invocation").
 func CommonFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntSliceFlag{Name: FlagPID, Aliases: []string{"p"}, Usage: "trace this process (may repeat)"},
-		&cli.StringSliceFlag{Name: FlagKernel, Aliases: []string{"k"}, Usage: "only kernels matching `PATTERN` (mangled, demangled or glob; may repeat)"},
-		&cli.Float64Flag{Name: FlagInterval, Aliases: []string{"i"}, Usage: "print and reset every `SECONDS`"},
-		&cli.Float64Flag{Name: FlagDuration, Aliases: []string{"d"}, Usage: "stop after `SECONDS`"},
+		&cli.IntSliceFlag{Name: FlagPID, Aliases: []string{"p"}, Usage: "trace this process (may repeat)", Action: checkPIDs},
+		&cli.StringSliceFlag{Name: FlagKernel, Aliases: []string{"k"}, Usage: "only kernels matching `PATTERN` (mangled, demangled or glob; may repeat)", Action: checkPatterns},
+		&cli.Float64Flag{Name: FlagInterval, Aliases: []string{"i"}, Usage: "print and reset every `SECONDS`", Action: positiveSeconds(FlagInterval)},
+		&cli.Float64Flag{Name: FlagDuration, Aliases: []string{"d"}, Usage: "stop after `SECONDS`", Action: positiveSeconds(FlagDuration)},
 		&cli.BoolFlag{Name: FlagTimestamp, Aliases: []string{"T"}, Usage: "print HH:MM:SS on each output line"},
 		&cli.BoolFlag{Name: FlagJSON, Aliases: []string{"j"}, Usage: "one JSON object per line, no decoration"},
 		&cli.BoolFlag{Name: FlagVerbose, Aliases: []string{"v"}, Usage: "say more about what the tool does"},
@@ -75,7 +75,7 @@ func CommonFlags() []cli.Flag {
 func GPUFlags() []cli.Flag {
 	return append(CommonFlags(),
 		&cli.BoolFlag{Name: FlagNoInject, Usage: "with -p, refuse a process started without the gpubpf agent instead of loading the agent into it (ptrace)"},
-		&cli.IntSliceFlag{Name: FlagDevice, Usage: "trace only the kernels on GPU `ORDINAL` (may repeat; default: every GPU the program uses)"},
+		&cli.IntSliceFlag{Name: FlagDevice, Usage: "trace only the kernels on GPU `ORDINAL` (may repeat; default: every GPU the program uses)", Action: checkDevices},
 		&cli.BoolFlag{Name: FlagAll, Usage: "trace every CUDA process of this host, those running and each new one as it initialises CUDA (the agent is loaded into each, as with -p)"})
 }
 
@@ -92,9 +92,10 @@ const (
 // RingFlags are --ring-mb, --no-drop and --no-drop-wait.
 func RingFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.UintFlag{Name: FlagRingMB, Usage: "data size of each GPU ring buffer per device in `MiB`, a power of two (default: the map's max_entries, at least 32); a larger ring holds a longer burst of records"},
+		&cli.UintFlag{Name: FlagRingMB, Usage: "data size of each GPU ring buffer per device in `MiB`, a power of two (default: the map's max_entries, at least 32); a larger ring holds a longer burst of records",
+			Action: func(c *cli.Context, _ uint) error { _, err := RingBytesOf(c); return err }},
 		&cli.BoolFlag{Name: FlagNoDrop, Usage: "when a GPU ring is full, the kernel's threads wait for the tool to make room instead of dropping records (the kernel runs slower; the waits are counted)"},
-		&cli.DurationFlag{Name: FlagNoDropWait, Value: 100 * time.Millisecond, Usage: "with --no-drop: wait at most `DURATION` for room for one record, then drop it (counted)"},
+		&cli.DurationFlag{Name: FlagNoDropWait, Value: 100 * time.Millisecond, Usage: "with --no-drop: wait at most `DURATION` for room for one record, then drop it (counted)", Action: nonNegativeDuration(FlagNoDropWait)},
 	}
 }
 
@@ -132,9 +133,9 @@ const (
 // PromFlags are --prometheus, --otlp and --max-series.
 func PromFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: FlagOTLP, Usage: "push the numbers to an OpenTelemetry collector every 10 s and at the end: `ENDPOINT` grpc://HOST:4317 (or HOST:4317) for OTLP/gRPC, http://HOST:4318 for OTLP/HTTP"},
-		&cli.StringFlag{Name: FlagPrometheus, Usage: "serve the numbers for Prometheus at `ADDR`/metrics (\":9400\", \"127.0.0.1:9400\") while tracing"},
-		&cli.IntFlag{Name: FlagMaxSeries, Value: 1000, Usage: "with --prometheus: at most `N` label sets per metric; more are folded into one \"other\" series, and counted"},
+		&cli.StringFlag{Name: FlagOTLP, Usage: "push the numbers to an OpenTelemetry collector every 10 s and at the end: `ENDPOINT` grpc://HOST:4317 (or HOST:4317) for OTLP/gRPC, http://HOST:4318 for OTLP/HTTP", Action: checkOTLP},
+		&cli.StringFlag{Name: FlagPrometheus, Usage: "serve the numbers for Prometheus at `ADDR`/metrics (\":9400\", \"127.0.0.1:9400\") while tracing", Action: checkListen},
+		&cli.IntFlag{Name: FlagMaxSeries, Value: 1000, Usage: "with --prometheus: at most `N` label sets per metric; more are folded into one \"other\" series, and counted", Action: atLeastOne(FlagMaxSeries)},
 	}
 }
 

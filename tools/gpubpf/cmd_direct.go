@@ -268,6 +268,9 @@ func runDirect(c *cli.Context, obj string, cmdArgs []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkPrograms(c, obj, spec); err != nil {
+		return err
+	}
 	order := c.StringSlice("program")
 	if len(order) == 0 {
 		order = programOrder(obj, spec)

@@ -43,12 +43,24 @@ original (scripts/gpu/ptxab):
 
     gpubpf ptx -p launchlate_entry --into ./app launchlate.bpf.o > clone.ptx`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "program", Aliases: []string{"p"}, Usage: "only the GPU program named `NAME`"},
-			&cli.StringFlag{Name: "sm", Value: "sm_90", Usage: "PTX .target `ARCH`"},
+			programFlag(), oldProgramFlag(),
+			&cli.StringFlag{Name: "sm", Value: "sm_90", Usage: "PTX .target `ARCH`", Action: checkSM},
 			&cli.StringFlag{Name: "into", Usage: "print `FILE`'s kernels with the --program pasted in (executable, library, fatbin or .ptx)"},
 		},
 		Action: ptxCmd,
 	})
+}
+
+// checkSM refuses an --sm the PTX would not assemble for: sm_50 (Maxwell,
+// the oldest the driver's PTX JIT still takes) and later, as sm_NN[a|f].
+func checkSM(_ *cli.Context, v string) error {
+	var n int
+	var rest string
+	if k, _ := fmt.Sscanf(v, "sm_%d%s", &n, &rest); k < 1 || n < 50 || n > 999 || (rest != "" && rest != "a" && rest != "f") ||
+		v != fmt.Sprintf("sm_%d%s", n, rest) {
+		return toolkit.Usagef("--sm %s: want a GPU architecture sm_50 or later, as sm_80, sm_90 or sm_90a (nvidia-smi --query-gpu=compute_cap: 9.0 is sm_90)", v)
+	}
+	return nil
 }
 
 // placeholderBase is where ptx's placeholder map addresses start.
@@ -62,7 +74,7 @@ func ptxCmd(c *cli.Context) error {
 	if err := runtime.CheckGPUMaps(spec, gpu); err != nil {
 		return fmt.Errorf("%s: %w", file, err)
 	}
-	want := c.String("program")
+	want := programOf(c)
 	budget := map[string]uint64{} // the programs a run gives the loop budget
 	for _, g := range gpu {
 		if want != "" && g.Spec.Name != want {
@@ -170,7 +182,7 @@ func sanitize(s string) string {
 // ptxInto prints the clone of into's kernels that --program's section
 // selects, the program pasted at its site.
 func ptxInto(c *cli.Context, file string, gpu []runtime.GPUProgram, into string, opts jit.Options, budget map[string]uint64) error {
-	want := c.String("program")
+	want := programOf(c)
 	if want == "" {
 		return toolkit.Usagef("gpubpf ptx --into needs --program NAME: the entry or exit program to paste in")
 	}

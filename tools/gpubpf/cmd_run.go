@@ -8,7 +8,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -78,9 +80,6 @@ func runAction(c *cli.Context) error {
 	if err := notDirect(c); err != nil {
 		return err
 	}
-	if len(cmdArgs) > 0 && len(c.IntSlice(toolkit.FlagPID)) > 0 {
-		return toolkit.Usagef("give either -p PID or -- CMD, not both")
-	}
 	ringBytes, err := toolkit.RingBytesOf(c)
 	if err != nil {
 		return err
@@ -92,10 +91,16 @@ func runAction(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := toolkit.CheckTimes(c); err != nil {
+	spec, err := loadObject(obj)
+	if err != nil {
 		return err
 	}
-	spec, err := loadObject(obj)
+	if err := checkPrograms(c, obj, spec); err != nil {
+		return err
+	}
+	// -p, -- CMD or --all, as in the tools (after the object: a bad one is
+	// said first)
+	targets, err := toolkit.TargetsOf(c, cmdArgs)
 	if err != nil {
 		return err
 	}
@@ -122,7 +127,6 @@ func runAction(c *cli.Context) error {
 			return err
 		}
 	}
-	targets := runtime.Targets{PIDs: c.IntSlice(toolkit.FlagPID), Command: cmdArgs}
 	if err := sess.CheckTargets(targets); err != nil {
 		return err
 	}
@@ -192,6 +196,17 @@ func runAction(c *cli.Context) error {
 	}
 	out.summary(st)
 	return toolkit.Finish("gpubpf", targets, sess, st, code, traceErr, closeErr)
+}
+
+// checkPrograms refuses a --program the object does not have.
+func checkPrograms(c *cli.Context, obj string, spec *ebpf.CollectionSpec) error {
+	for _, name := range c.StringSlice("program") {
+		if spec.Programs[name] == nil {
+			return toolkit.Usagef("--program %s: %s has no program %s; its programs are %s", name, obj, name,
+				strings.Join(slices.Sorted(maps.Keys(spec.Programs)), ", "))
+		}
+	}
+	return nil
 }
 
 // parseAttach reads --attach PROG=SYMBOL[@PATH] values.

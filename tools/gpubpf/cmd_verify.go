@@ -25,7 +25,7 @@ arguments of the right kind, and no pointer stored where the host reads it.
 Prints one line per program; a refused program gets the instruction, the
 source line (objects built with clang -g) and what to change. Needs root.`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "program", Aliases: []string{"p"}, Usage: "only the GPU program named `NAME`"},
+			programFlag(), oldProgramFlag(),
 			&cli.BoolFlag{Name: toolkit.FlagVerbose, Aliases: []string{"v"}, Usage: "print the verifier's log of a refused program"},
 		},
 		Action: verifyCmd,
@@ -37,7 +37,7 @@ func verifyCmd(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	w, want, refused, n := c.App.Writer, c.String("program"), 0, 0
+	w, want, refused, n := c.App.Writer, programOf(c), 0, 0
 	for _, g := range gpu {
 		if want != "" && g.Spec.Name != want {
 			continue
@@ -63,13 +63,48 @@ func verifyCmd(c *cli.Context) error {
 	}
 	switch {
 	case n == 0 && want != "":
-		return fmt.Errorf("%s has no GPU program named %q", file, want)
+		return toolkit.Usagef("%s has no GPU program named %q (%s)", file, want, gpuNames(gpu))
 	case n == 0:
 		return fmt.Errorf("%s has no GPU programs (sections kprobe/KERNEL, kretprobe/KERNEL, gpu/entry/KERNEL, gpu/exit/KERNEL, gpu/direct)", file)
 	case refused > 0:
 		return fmt.Errorf("%s: %d of %d GPU programs refused", file, refused, n)
 	}
 	return nil
+}
+
+// programFlag is --program NAME, -P as in gpubpf run (-p is a process id in
+// every command).
+func programFlag() cli.Flag {
+	return &cli.StringFlag{Name: "program", Aliases: []string{"P"}, Usage: "only the GPU program named `NAME`"}
+}
+
+// oldProgramFlag keeps -p NAME (what --program was before -p meant a PID
+// everywhere) working, with a notice.
+func oldProgramFlag() cli.Flag {
+	return &cli.StringFlag{Name: "p", Hidden: true, Action: func(c *cli.Context, _ string) error {
+		fmt.Fprintf(c.App.ErrWriter, "gpubpf %s: -p NAME is --program (-P) here only for old command lines: write -P NAME (-p is a process id in every other command)\n", c.Command.Name)
+		return nil
+	}}
+}
+
+// programOf is --program, or the old -p.
+func programOf(c *cli.Context) string {
+	if v := c.String("program"); v != "" {
+		return v
+	}
+	return c.String("p")
+}
+
+// gpuNames lists an object's GPU programs, for a message.
+func gpuNames(gpu []runtime.GPUProgram) string {
+	if len(gpu) == 0 {
+		return "it has none"
+	}
+	names := make([]string, len(gpu))
+	for i, g := range gpu {
+		names[i] = g.Spec.Name
+	}
+	return "its GPU programs: " + strings.Join(names, ", ")
 }
 
 // gpuObject reads the one eBPF object a command names and sorts its

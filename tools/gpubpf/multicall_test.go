@@ -92,3 +92,33 @@ func TestToolOf(t *testing.T) {
 		}
 	}
 }
+
+// Values out of range are usage errors (status 2) naming the flag, before
+// anything starts, in every tool (issue 57's list).
+func TestBadValues(t *testing.T) {
+	bin := gpubpfTool(t)
+	for _, c := range []struct {
+		args []string
+		says string
+	}{
+		{[]string{"threadhist", "--max-keys", "4294967297"}, "--max-keys 4294967297: want 0 to 67108864"},
+		{[]string{"threadhist", "--top", "0"}, "--top 0"},
+		{[]string{"threadhist", "--device", "-1"}, "--device -1"},
+		{[]string{"kernel_trace", "--max-events", "-5"}, "--max-events -5"},
+		{[]string{"kernel_trace", "--no-drop-wait", "-1s"}, "--no-drop-wait -1s"},
+		{[]string{"kernelretsnoop", "-k", "["}, `--kernel "["`},
+		{[]string{"launchlate", "--timing", "foo"}, `--timing "foo"`},
+		{[]string{"launchlate", "--otlp", "notaurl"}, "--otlp notaurl"},
+		{[]string{"gpuevent_snoop", "--ring-mb", "3"}, "--ring-mb 3"},
+		{[]string{"ptx", "--sm", "sm_1", "x.o"}, "--sm sm_1"},
+		{[]string{"run", "--device", "99", "x.o"}, "--device 99"},
+		// --all is read by run as by the tools (it was ignored)
+		{[]string{"run", "--all", "-p", "1", "../../bpf/examples/counter_bpfel.o"}, "--all traces every CUDA process of the host"},
+	} {
+		out, err := exec.Command(bin, c.args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), c.says) {
+			t.Errorf("gpubpf %v: %v, want status 2 saying %q; got:\n%s", c.args, err, c.says, out)
+		}
+	}
+}

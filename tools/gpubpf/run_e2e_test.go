@@ -187,7 +187,7 @@ func TestRunCommandEndToEnd(t *testing.T) {
 		}
 	}
 	if !hostMaps["shared_counter[0]=2"] || !hostMaps["shared_counter[1]=0"] || len(hostMaps) != 4 {
-		t.Errorf("host-backed maps: %v, want shared_counter[0] up to 2 (one per launch), [1]=0, no per-thread slot\nstderr:\n%s", hostMaps, stderr.String())
+		t.Errorf("host-backed maps: %v, want shared_counter[0] up to 2 (one per launch), [1]=0, no per-thread slot\nstderr:\n%s\nstdout:\n%s", hostMaps, stderr.String(), stdout.String())
 	}
 	// 1 shows only between the launches: the map was read while the
 	// program ran.

@@ -835,7 +835,7 @@ func TestTraceAll(t *testing.T) {
 func TestRingBufferDropsCounted(t *testing.T) {
 	build(t)
 	const calls = 100000
-	tool := exec.Command(toolBin, "-j", "-b", "1", "--", "./app_static", "loop", fmt.Sprint(calls))
+	tool := exec.Command(toolBin, "-j", "--ring-mb", "1", "--", "./app_static", "loop", fmt.Sprint(calls))
 	tool.Dir = workDir
 	pr, pw, err := os.Pipe()
 	if err != nil {

@@ -118,7 +118,9 @@ func App() *cli.App {
 	app.UsageText = "gpuevent_snoop [flags] [-p PID | -- CMD [ARGS...]]"
 	app.Description = description
 	app.Flags = append(append(toolkit.CommonFlags(), toolkit.PromFlags()...),
-		&cli.StringFlag{Name: "events", Aliases: []string{"e"}, Value: "all", Usage: "event kinds: `LIST` of malloc,free,memcpy,memset,launch,graph"},
+		&cli.StringFlag{Name: "kinds", Aliases: []string{"e"}, Value: "all", Usage: "call kinds: `LIST` of malloc,free,memcpy,memset,launch,graph"},
+		// --events is a switch in the other tools ("print every event")
+		toolkit.Renamed(&cli.StringFlag{Name: "events"}, "kinds"),
 		&cli.StringFlag{Name: "min-size", Usage: "only sized calls of at least `BYTES` (suffix K, M, G: powers of 1024)"},
 		&cli.IntFlag{Name: "args", Aliases: []string{"a"}, Usage: "copy the first `N` kernel argument words (max 8)"},
 		&cli.BoolFlag{Name: "stack", Aliases: []string{"s"}, Usage: "capture and symbolise the user stack of each call"},
@@ -127,7 +129,14 @@ func App() *cli.App {
 		&cli.BoolFlag{Name: "launch-entry", Usage: "never take a launch's return: no return code or duration for any launch (RET shows -); by default the first launch of each kernel configuration, launches after a failure and one in 64 are checked"},
 		&cli.BoolFlag{Name: "no-agent", Usage: "probe launches with uprobes only: not from the gpubpf agent of a -p process, and -- CMD starts without it (by default the agent reports them: no trap per launch)"},
 		&cli.BoolFlag{Name: "driver-launches", Usage: "probe the driver's launch functions in every traced process, not only in those that call them outside cudart (costs a probe hit per runtime launch)"},
-		&cli.IntFlag{Name: "buffer-mb", Aliases: []string{"b"}, Value: 16, Usage: "ring buffer size in `MiB` (rounded up to a power of two)"},
+		&cli.UintFlag{Name: toolkit.FlagRingMB, Value: 16, Usage: "ring buffer size in `MiB`, a power of two of at most 1024",
+			Action: func(_ *cli.Context, mb uint) error {
+				if mb == 0 || mb&(mb-1) != 0 || mb > 1024 {
+					return toolkit.Usagef("--%s %d: want a power of two of at most 1024", toolkit.FlagRingMB, mb)
+				}
+				return nil
+			}},
+		toolkit.Renamed(&cli.IntFlag{Name: "buffer-mb", Aliases: []string{"b"}}, toolkit.FlagRingMB),
 	)
 	app.Action = run
 	return app
@@ -162,7 +171,11 @@ func run(c *cli.Context) error {
 	if len(pids) > 0 && len(argv) > 0 {
 		return toolkit.Usagef("give either -p PID or -- CMD, not both")
 	}
-	kinds, err := kindList(c.String("events"))
+	list := c.String("kinds")
+	if c.IsSet("events") {
+		list = c.String("events")
+	}
+	kinds, err := kindList(list)
 	if err != nil {
 		return err
 	}
@@ -174,9 +187,11 @@ func run(c *cli.Context) error {
 	if nargs < 0 || nargs > maxArgs {
 		return toolkit.Usagef("-a %d: give 0 to %d kernel argument words", nargs, maxArgs)
 	}
-	bufMB := c.Int("buffer-mb")
-	if bufMB < 1 || bufMB > 1024 {
-		return toolkit.Usagef("-b %d: give a ring buffer size of 1 to 1024 MiB", bufMB)
+	bufMB := int(c.Uint(toolkit.FlagRingMB))
+	if c.IsSet("buffer-mb") { // the old name: any size, rounded up
+		if bufMB = c.Int("buffer-mb"); bufMB < 1 || bufMB > 1024 {
+			return toolkit.Usagef("--buffer-mb %d: give a ring buffer size of 1 to 1024 MiB", bufMB)
+		}
 	}
 	if c.Float64(toolkit.FlagInterval) < 0 || c.Float64(toolkit.FlagDuration) < 0 {
 		return toolkit.Usagef("-i and -d take a positive number of seconds")
@@ -648,6 +663,7 @@ func trace(stdout, stderr io.Writer, cfg traceConfig) error {
 	var readErr error
 	readerExited := false
 	childStatus := ""
+	childCode := -1 // the command's exit status, once it exited
 loop:
 	for {
 		select {
@@ -656,7 +672,7 @@ loop:
 		case <-durC:
 			break loop
 		case err := <-childDone:
-			childStatus = describeExit(err)
+			childStatus, childCode = describeExit(err), exitCode(err)
 			break loop
 		case readErr = <-readerDone:
 			readerExited = true
@@ -796,7 +812,33 @@ loop:
 			}
 		}
 	}
-	return readErr
+	if readErr != nil {
+		return readErr
+	}
+	if childCode >= 0 && tr.Seen == 0 {
+		// CLI.md: a trace of nothing is an error that says why
+		return fmt.Errorf("%s exited (status %d) without a CUDA call the tool saw: nothing was traced; is it the CUDA program you meant?", cfg.argv[0], childCode)
+	}
+	if childCode > 0 {
+		return cli.Exit("", childCode) // the command's status, as every tool passes it on
+	}
+	return nil
+}
+
+// exitCode is a finished command's exit status (128+signal when a signal
+// ended it, as the shell says).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if err == nil {
+		return 0
+	}
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return 1
 }
 
 // readerPoll bounds how long an event waits in the ring buffer when too few

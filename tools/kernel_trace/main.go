@@ -31,8 +31,14 @@ func App() *cli.App {
 	app.Flags = append(append(append(toolkit.GPUFlags(), toolkit.PromFlags()...), toolkit.RingFlags()...),
 		&cli.StringFlag{Name: "block", Usage: "only blocks in `RANGE` (linear block index, A-B or A)"},
 		&cli.StringFlag{Name: "thread", Usage: "only threads in `RANGE` (linear index in the block, A-B or A)"},
-		&cli.UintFlag{Name: "sample", Value: 1, Usage: "trace one thread in `N` (by global thread id)"},
-		&cli.Int64Flag{Name: "max-events", Value: 32, Usage: "print at most `N` thread lines (-1: all); summaries count every thread"},
+		&cli.UintFlag{Name: "sample", Value: 1, Usage: "trace one thread in `N` (by global thread id)", Action: toolkit.UintRange("sample", 1, 1<<31)},
+		&cli.Int64Flag{Name: "max-events", Value: 32, Usage: "print at most `N` thread lines (-1: all); summaries count every thread",
+			Action: func(_ *cli.Context, n int64) error {
+				if n < -1 {
+					return toolkit.Usagef("--max-events %d: want -1 (all), 0 or more", n)
+				}
+				return nil
+			}},
 		&cli.UintFlag{Name: "launches", Value: 10, Usage: "print summaries of the last `N` launches of each kernel"},
 	)
 	app.Description = `Records every selected GPU thread's entry (or its call of a stub hook:

@@ -157,7 +157,7 @@ func run(c *cli.Context) error {
 	gone := make(chan int, 64)
 	timing := c.String("timing")
 	if timing != timingAuto && timing != timingProbe && timing != timingBoth {
-		return fmt.Errorf("--timing %q: want auto, probe or both", timing)
+		return toolkit.Usagef("--timing %q: want auto, probe or both", timing)
 	}
 	uprobes := c.Bool("uprobe")
 	if !uprobes {

@@ -24,8 +24,8 @@ func App() *cli.App {
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
 	app.Flags = append(append(toolkit.GPUFlags(), toolkit.PromFlags()...), toolkit.PerDeviceFlag(),
 		&cli.StringFlag{Name: "by", Value: "thread.x", Usage: "key threads by `KEY`: thread.x (threadIdx.x, summed over blocks), global (global thread id), block, warp (global warp id)"},
-		&cli.UintFlag{Name: "max-keys", Usage: "table size per kernel in `KEYS` (default: 1024 for thread.x, 1M for global, 64K for block, 256K for warp); keys beyond are counted as lost"},
-		&cli.UintFlag{Name: "top", Value: 5, Usage: "show the `N` busiest and idlest keys"},
+		&cli.UintFlag{Name: "max-keys", Usage: "table size per kernel in `KEYS` (default: 1024 for thread.x, 1M for global, 64K for block, 256K for warp); keys beyond are counted as lost", Action: toolkit.UintRange("max-keys", 0, 1<<26)},
+		&cli.UintFlag{Name: "top", Value: 5, Usage: "show the `N` busiest and idlest keys", Action: toolkit.UintRange("top", 1, 1<<20)},
 	)
 	app.Description = `Counts, for every thread key of every instrumented kernel, the runs (kernel
 exits) and the nanoseconds from the thread's entry to its exit. Prints per
