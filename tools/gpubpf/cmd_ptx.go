@@ -41,7 +41,7 @@ pasted in as a run pastes it (same placeholder addresses): the clone the
 driver would compile, to read, to feed ptxas, or to time against the
 original (scripts/gpu/ptxab):
 
-    gpubpf ptx -p launchlate_entry --into ./app launchlate.bpf.o > clone.ptx`,
+    gpubpf ptx -P launchlate_entry --into ./app launchlate.bpf.o > clone.ptx`,
 		Flags: []cli.Flag{
 			programFlag(), oldProgramFlag(),
 			&cli.StringFlag{Name: "sm", Value: "sm_90", Usage: "PTX .target `ARCH`", Action: checkSM},

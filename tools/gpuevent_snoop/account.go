@@ -41,7 +41,7 @@ func countedAccount(tr *Tracer, cnt [numCounters]uint64, att *Attacher) *toolkit
 	if tr.Shown != tr.Seen-tr.Internal {
 		acc.Add(tr.Shown, "shown", "the rest filtered by -k/--min-size")
 	}
-	acc.Add(cnt[cntRingbufFull], "dropped", "ring buffer full: raise -b")
+	acc.Add(cnt[cntRingbufFull], "dropped", "ring buffer full: raise --ring-mb")
 	acc.Add(cnt[cntInflightFull], "lost", "in-flight call table full")
 	acc.Add(cnt[cntNested], "nested calls folded", "driver calls made by a traced runtime call")
 	if tr.Internal > 0 {

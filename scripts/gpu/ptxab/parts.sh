@@ -13,10 +13,10 @@ trap 'rm -rf "$T"' EXIT
 (cd "$T" && cuobjdump -xptx all "$OLDPWD/samples/bin/vec_add" >/dev/null)
 orig=$(ls "$T"/*.ptx | head -1)
 O=bpf/bench/parts_launchlate.bpf.o
-bin/gpubpf ptx -p empty_entry --into samples/bin/vec_add bpf/bench/bench_empty.bpf.o >"$T/empty.ptx"
+bin/gpubpf ptx -P empty_entry --into samples/bin/vec_add bpf/bench/bench_empty.bpf.o >"$T/empty.ptx"
 V="orig=$orig empty=$T/empty.ptx"
 for p in ll_first ll_never ll_const ll_store ll_hstore; do
-	bin/gpubpf ptx -p $p --into samples/bin/vec_add $O >"$T/$p.ptx"
+	bin/gpubpf ptx -P $p --into samples/bin/vec_add $O >"$T/$p.ptx"
 	V+=" ${p#ll_}=$T/$p.ptx"
 done
 declare -A P=([tiny]="32 5000 32 1" [small]="1000 5000 256 4" [medium]="10000 5000 256 40" [large]="100000 1000 512 196" [xlarge]="1000000 1000 512 1954")

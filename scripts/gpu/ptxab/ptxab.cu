@@ -8,7 +8,7 @@
 //
 //   ptxab ELEMENTS ITERATIONS THREADS BLOCKS REPS NAME=FILE.ptx...
 //
-// The variants: `gpubpf ptx -p PROG --into samples/bin/vec_add OBJ` (the
+// The variants: `gpubpf ptx -P PROG --into samples/bin/vec_add OBJ` (the
 // clone a run loads), and the original module (cuobjdump -ptx).
 //
 // Probes compiled with placeholder map addresses (gpubpf ptx, the JIT's
