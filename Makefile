@@ -11,7 +11,7 @@ GOBUILD  := CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)'
 # Where Debian's nvidia-cuda-toolkit is unpacked (ptxas, cuobjdump for tests).
 export GPUBPF_CUDA_BIN ?= /opt/cudadeb/root/usr/bin
 
-.PHONY: all tools embed-agent agent samples generate check-generated fmt vet test test-unit \
+.PHONY: all tools embed-agent agent samples generate check-generated man check-man fmt vet test test-unit \
         test-gpu bench bench-cpu bench-host demo gpu-bundle clean install check-install
 
 all: agent tools samples
@@ -47,6 +47,14 @@ install: tools
 	install -m 0755 bin/gpubpf $(DESTDIR)$(PREFIX)/bin/
 	for t in $(TOOLS); do ln -sfn gpubpf $(DESTDIR)$(PREFIX)/bin/$$t; done
 	@if [ -f bin/libgpubpf-agent.so ]; then install -m 0755 bin/libgpubpf-agent.so $(DESTDIR)$(PREFIX)/lib/gpubpf/; fi
+	install -d $(DESTDIR)$(PREFIX)/share/man/man8 $(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	install -m 0644 man/*.8 $(DESTDIR)$(PREFIX)/share/man/man8/
+	bin/gpubpf completion bash >$(DESTDIR)$(PREFIX)/share/bash-completion/completions/gpubpf
+	bin/gpubpf completion zsh >$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_gpubpf
+	bin/gpubpf completion fish >$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/gpubpf.fish
+	for t in $(TOOLS); do ln -sfn gpubpf $(DESTDIR)$(PREFIX)/share/bash-completion/completions/$$t; \
+		ln -sfn gpubpf.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/$$t.fish; done
 
 # What a fresh machine gets from make install: every tool answers --help
 # under its own name and as a subcommand, finds its agent from there, and
@@ -62,6 +70,9 @@ check-install:
 	for t in $(TOOLS); do $$d$(PREFIX)/bin/$$t --help >/dev/null && $$d$(PREFIX)/bin/gpubpf $$t --help >/dev/null || \
 		{ echo "check-install: $$t --help failed"; exit 1; }; done && \
 	p=$$($$d$(PREFIX)/bin/gpubpf agent-path) && case "$$p" in $$d$(PREFIX)/*) ;; *) echo "check-install: gpubpf agent-path gave $$p, not the installed agent"; exit 1;; esac && \
+	for t in gpubpf $(TOOLS); do [ -s $$d$(PREFIX)/share/man/man8/$$t.8 ] && [ -s $$d$(PREFIX)/share/bash-completion/completions/$$t ] || \
+		{ echo "check-install: no man page or bash completion for $$t"; exit 1; }; done && \
+	bash -n $$d$(PREFIX)/share/bash-completion/completions/gpubpf && \
 	size=$$(du -sb --apparent-size $$d | cut -f1) && \
 	if [ "$$size" -gt $(INSTALL_BUDGET) ]; then echo "check-install: make install takes $$size bytes, past the budget of $(INSTALL_BUDGET) (see the Makefile)"; exit 1; fi && \
 	echo "check-install: gpubpf and $(words $(TOOLS)) tool links in $$d$(PREFIX)/bin, agent $$p, $$size bytes in all (budget $(INSTALL_BUDGET))" && rm -rf $$d
@@ -90,6 +101,16 @@ check-generated: generate
 	fi
 	@echo "generated files are current"
 
+# The man pages (man/, section 8) are made from the commands' own flag
+# definitions and committed; CI checks they are current.
+man:
+	$(GO) run ./tools/gpubpf man man
+
+check-man:
+	@d=$$(mktemp -d) && $(GO) run ./tools/gpubpf man $$d && \
+	if ! diff -r man $$d >/dev/null; then diff -r man $$d | head -20; rm -rf $$d; \
+		echo "man pages are stale: run 'make man' and commit man/"; exit 1; fi; rm -rf $$d; echo "man pages are current"
+
 fmt:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then \
 		echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -101,7 +122,7 @@ vet:
 # Unit tests and root-only kernel eBPF tests (CI runs as root); then the
 # performance table's renderer, table-bench.sh's plumbing and the launch-rate
 # statistics (no GPU).
-test: fmt vet agent check-install
+test: fmt vet agent check-install check-man
 	$(GO) test -count=1 ./...
 	PYTHONDONTWRITEBYTECODE=1 python3 -m unittest scripts/gpu/test_bench_table.py scripts/gpu/test_launchrate_stats.py scripts/gpu/test_soak_util.py
 

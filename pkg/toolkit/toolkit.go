@@ -59,7 +59,7 @@ const (
 // CommonFlags returns the flags every tool accepts (CLI.md "Invocation").
 func CommonFlags() []cli.Flag {
 	return []cli.Flag{
-		&cli.IntSliceFlag{Name: FlagPID, Aliases: []string{"p"}, Usage: "trace this process (may repeat)", Action: checkPIDs},
+		&cli.IntSliceFlag{Name: FlagPID, Aliases: []string{"p"}, Usage: "trace process `PID` (may repeat)", Action: checkPIDs},
 		&cli.StringSliceFlag{Name: FlagKernel, Aliases: []string{"k"}, Usage: "only kernels matching `PATTERN` (mangled, demangled or glob; may repeat)", Action: checkPatterns},
 		&cli.Float64Flag{Name: FlagInterval, Aliases: []string{"i"}, Usage: "print and reset every `SECONDS`", Action: positiveSeconds(FlagInterval)},
 		&cli.Float64Flag{Name: FlagDuration, Aliases: []string{"d"}, Usage: "stop after `SECONDS`", Action: positiveSeconds(FlagDuration)},
@@ -194,8 +194,9 @@ func NewApp(name, usage, examples string) *cli.App {
 			return &UsageError{Msg: err.Error()}
 		},
 	}
+	app.CustomAppHelpTemplate = appHelpTemplate
 	if examples != "" {
-		app.CustomAppHelpTemplate = cli.AppHelpTemplate + "\nEXAMPLES:\n" + indent(strings.TrimSpace(examples)) + "\n"
+		app.Metadata = map[string]any{"examples": indent(strings.TrimSpace(examples)) + "\n"}
 	}
 	return app
 }

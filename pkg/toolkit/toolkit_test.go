@@ -71,16 +71,29 @@ func TestCommonFlagsShortForms(t *testing.T) {
 	}
 }
 
-func TestHelpEndsWithExamples(t *testing.T) {
+// -h is bcc's shape: what the tool does, usage, EXAMPLES, the everyday
+// flags, then the others named on a line and the man page.
+func TestHelpShape(t *testing.T) {
 	app := NewApp("t", "test", "t -p 4242   # trace a process")
+	app.Flags = append(GPUFlags(), PromFlags()...)
 	var out bytes.Buffer
 	app.Writer = &out
 	if code := RunArgs(app, []string{"t", "--help"}, &bytes.Buffer{}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	s := strings.TrimSpace(out.String())
-	if !strings.HasSuffix(s, "t -p 4242   # trace a process") || !strings.Contains(s, "EXAMPLES:") {
-		t.Fatalf("help does not end with EXAMPLES:\n%s", s)
+	s := out.String()
+	order := []string{"t - test\n", "USAGE: t [FLAGS]", "EXAMPLES:\n   t -p 4242   # trace a process", "FLAGS:\n   -p, --pid PID",
+		"More flags: --timestamp --no-inject --device --all --otlp --prometheus --max-series", "man 8 t"}
+	at := 0
+	for _, w := range order {
+		i := strings.Index(s[at:], w)
+		if i < 0 {
+			t.Fatalf("help lacks %q after byte %d:\n%s", w, at, s)
+		}
+		at += i + len(w)
+	}
+	if strings.Contains(s, "--otlp ENDPOINT") || strings.Contains(s, "--help") {
+		t.Errorf("a --more flag described, or --help listed:\n%s", s)
 	}
 }
 

@@ -19,6 +19,8 @@ func init() {
 		Name:      "kernels",
 		Usage:     "list the CUDA kernels of executables or libraries, with PTX/SASS availability",
 		ArgsUsage: "FILE... | -p PID",
+		CustomHelpTemplate: toolkit.CommandHelp(`gpubpf kernels ./vec_add                # its kernels, PTX or SASS only
+gpubpf kernels -p 4242                  # the modules a running process has loaded`),
 		Description: `Reads every fatbin in FILE's .nv_fatbin and __nv_relfatbin sections (or a raw
 fatbin), or with -p every module a running process has loaded (through its
 gpubpf agent: what the driver really got, PyTorch's libraries included), and

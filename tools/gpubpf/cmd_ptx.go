@@ -22,6 +22,8 @@ func init() {
 		Name:      "ptx",
 		Usage:     "print the PTX the compiler makes for each GPU program of an eBPF object",
 		ArgsUsage: "PROG.bpf.o",
+		CustomHelpTemplate: toolkit.CommandHelp(`gpubpf ptx prog.bpf.o > p.ptx                         # the PTX the driver's JIT gets
+gpubpf ptx -P launchlate_entry --into ./app ll.bpf.o  # ./app's kernels, the probe in`),
 		Description: `Compiles every GPU program of the object (sections kprobe/KERNEL,
 kretprobe/KERNEL, with or without bpftime's cuda_ prefix, gpu/entry/KERNEL,
 gpu/exit/KERNEL, the memory-access sections kprobe/__memcapture and

@@ -32,8 +32,12 @@ import (
 func init() {
 	register(&cli.Command{
 		Name:      "run",
-		Usage:     "run a GPU eBPF object: attach every program, print records and trace_printk lines, dump maps at the end",
+		Usage:     "run a GPU eBPF object against a program: its records, trace_printk lines and maps",
 		ArgsUsage: "PROG.bpf.o [-- CMD [ARGS...]] | --direct PROG.bpf.o",
+		CustomHelpTemplate: toolkit.CommandHelp(`sudo gpubpf run counter.bpf.o -- ./vec_add     # the object's probes in ./vec_add's kernels
+sudo gpubpf run -k vectorAdd -i 1 prog.bpf.o -p 4242  # a running process, maps every second
+sudo gpubpf run -P count_entry -j prog.bpf.o -- ./app  # one program of the object, JSON lines
+gpubpf run --direct --threads 1048576 --map 'vec_N=[1048576]' direct.bpf.o  # kernels of its own`),
 		Description: `Programs in kprobe/KERNEL, kretprobe/KERNEL (optionally cuda_-prefixed) and
 gpu/entry|exit/KERNEL sections run inside the named CUDA kernels; programs in
 kprobe/__memcapture (every kernel) and gpu/mem/KERNEL run after every global
@@ -52,7 +56,7 @@ final {"type":"summary",...}.` + directHelp,
 			&cli.UintFlag{Name: "threads", Usage: "per-GPU-thread array capacity in `THREADS` (default: as many as fit in 1 GiB, at most 1M); with --direct: run THREADS threads, a 1-D grid of ceil(THREADS/block) blocks"},
 			&cli.BoolFlag{Name: "summary", Usage: "count ring-buffer records instead of printing them (maps, printk lines and the record account still print)"},
 			&cli.StringSliceFlag{Name: "attach", Usage: "attach the bare uprobe/uretprobe program PROG to function SYMBOL of PATH (absolute or a library name; default: the traced executable) as `PROG=SYMBOL[@PATH]` (may repeat)"},
-			&cli.Uint64Flag{Name: "loop-budget", Usage: "iterations a probe's thread may run in one function call through loops whose bounds come from data (a map value); past it the call returns 0 and the kernel goes on, counted", Value: runtime.DefaultLoopBudget},
+			&cli.Uint64Flag{Name: "loop-budget", Usage: "`N` iterations a probe's thread may run in one function call through loops whose bounds come from data (a map value); past it the call returns 0 and the kernel goes on, counted", Value: runtime.DefaultLoopBudget},
 		), directFlags()...),
 		Action: runAction,
 	})

@@ -18,6 +18,8 @@ func init() {
 		Name:      "verify",
 		Usage:     "check every GPU program of an eBPF object with the kernel's verifier",
 		ArgsUsage: "PROG.bpf.o",
+		CustomHelpTemplate: toolkit.CommandHelp(`sudo gpubpf verify prog.bpf.o         # one line per GPU program: ok, or what to change
+sudo gpubpf verify -v -P probe prog.bpf.o  # the verifier's log of a refused program`),
 		Description: `Loads a CPU twin of each GPU program into the Linux kernel's verifier, the
 check every run makes before a program reaches the GPU: bounded loops, stack,
 map value and ctx accesses in bounds, lookups checked for NULL, helper

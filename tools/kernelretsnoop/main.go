@@ -25,7 +25,7 @@ kernelretsnoop --events -- ./app       # one line per thread exit`
 // App is the kernelretsnoop command (run by the gpubpf binary under its name, or as
 // gpubpf kernelretsnoop).
 func App() *cli.App {
-	app := toolkit.NewApp("kernelretsnoop", "GPU thread exit times: per-lane lateness and launch exit spread, aggregated on the GPU", examples)
+	app := toolkit.NewApp("kernelretsnoop", "GPU thread exit times: per-lane lateness and exit spread, aggregated on the GPU", examples)
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
 	app.Flags = append(append(append(toolkit.GPUFlags(), toolkit.PromFlags()...), toolkit.RingFlags()...), toolkit.PerDeviceFlag(),
 		&cli.BoolFlag{Name: "events", Usage: "also print every thread exit (Thread (x, y, z) timestamp: N)"},

@@ -59,10 +59,10 @@ func App() *cli.App {
 	app.ArgsUsage = "[-- CMD [ARGS...]]"
 	app.Flags = append(append(toolkit.GPUFlags(), toolkit.PromFlags()...),
 		&cli.BoolFlag{Name: "stream", Usage: "one histogram per kernel and stream"},
-		&cli.BoolFlag{Name: "milliseconds", Aliases: []string{"m"}, Usage: "histogram (and --events' LAT column) in milliseconds (default microseconds)"},
+		&cli.BoolFlag{Name: "milliseconds", Aliases: []string{"m"}, Usage: "histograms in milliseconds, not microseconds (also --events' LAT column)"},
 		&cli.BoolFlag{Name: "events", Usage: "also print one line per timed launch as it is resolved (before the summary)"},
 		&cli.BoolFlag{Name: "uprobe", Usage: "stamp runtime-API launches as the application calls them, with a Linux uprobe (adds cudart's own time; costs one trap per launch)"},
-		&cli.StringFlag{Name: "timing", Value: timingAuto, Usage: "where kernel starts come from: auto (the GPU probe where a kernel has PTX; CUPTI's records, turned on at a process's first kernel without one, for the rest), probe (probes only: no CUPTI in the process), both (CUPTI from the start, and with --events a CUPTI line for each probed launch too: a cross-check)"},
+		&cli.StringFlag{Name: "timing", Value: timingAuto, Usage: "kernel starts from `MODE`: auto (the GPU probe where a kernel has PTX; CUPTI's records, turned on at a process's first kernel without one, for the rest), probe (probes only: no CUPTI in the process), both (CUPTI from the start, and with --events a CUPTI line for each probed launch too: a cross-check)"},
 	)
 	app.Description = `The gpubpf agent in the traced process stamps each launch with the CPU clock
 as the launch reaches the driver (cuLaunchKernel(Ex), cuGraphLaunch: the call
