@@ -25,6 +25,9 @@ func TestObjectsKeepBpftimeConventions(t *testing.T) {
 		{"host_map", loadHostMap,
 			map[string]string{"host_map_entry": "_Z9vectorAddPKfS0_Pfi", "host_map_exit": "_Z9vectorAddPKfS0_Pfi"},
 			map[string]ebpf.MapType{"thread_start": 1512, "per_thread": 1512, "shared_counter": 1513}},
+		{"refused", loadRefused, // loads; the verifier refuses it (make demo)
+			map[string]string{"vectorAdd_entry": "_Z9vectorAddPKfS0_Pfi"},
+			map[string]ebpf.MapType{"calls": 1503}},
 		{"mem_trace", loadMem_trace,
 			map[string]string{"mem_trace": "__memcapture"},
 			map[string]ebpf.MapType{"accesses": 1501, "sizes": 1501}},

@@ -8,3 +8,4 @@ package examples
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -I.. -I../include" -target bpfel -output-stem host_map hostMap ../host_map.bpf.c
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -I.. -I../include" -target bpfel -output-stem mem_trace mem_trace ../mem_trace.bpf.c
 //go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -I.. -I../include" -target bpfel -output-stem direct_run directRun ../direct_run.bpf.c
+//go:generate go tool bpf2go -cc clang -cflags "-O2 -g -Wall -I.. -I../include" -target bpfel -output-stem refused refused ../refused.bpf.c
