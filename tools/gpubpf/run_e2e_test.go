@@ -193,6 +193,12 @@ func TestRunCommandEndToEnd(t *testing.T) {
 		}
 		scraped = scrape(t, promAddr)
 	}
+	// a real Prometheus server scrapes the tool; PromQL through its HTTP
+	// API gives the tool's own numbers (those it prints: 2 and 2)
+	prom := startPrometheus(t, promAddr)
+	waitQuery(t, prom, `gpubpf_run_map_value{map="shared_counter",key="0"}`, "2")
+	waitQuery(t, prom, `gpubpf_run_account{what="instrumented launches"}`, "2")
+	waitQuery(t, prom, `count(gpubpf_run_process_info{comm="app"})`, "1")
 	io.WriteString(in, "quit\n")
 	in.Close()
 	if err := cmd.Wait(); err != nil {
