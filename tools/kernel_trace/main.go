@@ -42,7 +42,7 @@ func App() *cli.App {
 		&cli.UintFlag{Name: "launches", Value: 10, Usage: "print summaries of the last `N` launches of each kernel"},
 	)
 	app.Description = `Records every selected GPU thread's entry (or its call of a stub hook:
-__bpftime_cuda__kernel_trace() or __gpubpf_hook_NAME(), see the README) in a GPU
+__bpftime_cuda__kernel_trace() or __gpubpf_hook_NAME(), docs/tools/threadhist.md) in a GPU
 ring buffer. Prints the seed's lines ([kernel_trace] ts=... block=(x,y,z)
 thread=(x,y,z)) up to --max-events, then per launch: threads seen, first and
 last start, start spread, blocks per SM and how late the last SM started.
