@@ -203,7 +203,8 @@ func TestAcceptsRepositoryPrograms(t *testing.T) {
 }
 
 // refusedOnPurpose are test objects of programs the GPU must refuse.
-var refusedOnPurpose = map[string]bool{"unsafe.bpf.o": true, "tailcall.bpf.o": true, "loops.bpf.o": true}
+var refusedOnPurpose = map[string]bool{"unsafe.bpf.o": true, "tailcall.bpf.o": true, "loops.bpf.o": true,
+	"refused_bpfel.o": true} // bpf/refused.bpf.c: make demo's refused example
 
 func TestRefusesTailCall(t *testing.T) {
 	needRoot(t)
