@@ -19,7 +19,8 @@ import (
 // CLI.md describes them: RunGPU, launchlate and gpubpf run share them.
 
 // TargetsOf reads what to trace from -p and command (what follows --),
-// refusing contradictory or negative flags, and checks that the targets can
+// refusing contradictory flags (their values were checked as they were
+// parsed: checks.go), and checks that the targets can
 // be traced before any banner is printed (runtime.Targets.Check).
 func TargetsOf(c *cli.Context, command []string) (runtime.Targets, error) {
 	t := runtime.Targets{PIDs: c.IntSlice(FlagPID), Command: command, CUDA: c.Bool(FlagAll)}
@@ -29,21 +30,7 @@ func TargetsOf(c *cli.Context, command []string) (runtime.Targets, error) {
 	if t.CUDA && (len(t.Command) > 0 || len(t.PIDs) > 0) {
 		return t, Usagef("--all traces every CUDA process of the host: drop -p or -- CMD, or drop --all")
 	}
-	if err := CheckTimes(c); err != nil {
-		return t, err
-	}
 	return t, t.Check()
-}
-
-// CheckTimes refuses a negative -d or -i.
-func CheckTimes(c *cli.Context) error {
-	if d := c.Float64(FlagDuration); d < 0 {
-		return Usagef("--duration %g: want a positive number of seconds", d)
-	}
-	if iv := c.Float64(FlagInterval); iv < 0 {
-		return Usagef("--interval %g: want a positive number of seconds", iv)
-	}
-	return nil
 }
 
 // KernelPatterns is -k, or every kernel when it is not given.

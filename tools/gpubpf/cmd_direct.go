@@ -246,9 +246,6 @@ func runDirect(c *cli.Context, obj string, cmdArgs []string) error {
 	if err != nil {
 		return err
 	}
-	if err := toolkit.CheckTimes(c); err != nil {
-		return err
-	}
 	ringBytes, err := toolkit.RingBytesOf(c)
 	if err != nil {
 		return err

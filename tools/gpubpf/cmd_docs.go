@@ -57,16 +57,20 @@ func names() []string {
 	return n
 }
 
+// appOf is the command a name runs: a tool, or gpubpf itself.
+func appOf(name string) *cli.App {
+	if mk := tools[name]; mk != nil {
+		return mk()
+	}
+	return newApp()
+}
+
 func writeManuals(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	for _, name := range names() {
-		app := newApp()
-		if mk := tools[name]; mk != nil {
-			app = mk()
-		}
-		page, err := toolkit.Manual(app)
+		page, err := toolkit.Manual(appOf(name))
 		if err != nil {
 			return err
 		}
@@ -127,11 +131,7 @@ fi
 	case "fish":
 		var b strings.Builder
 		for _, name := range names() {
-			app := newApp()
-			if mk := tools[name]; mk != nil {
-				app = mk()
-			}
-			s, err := app.ToFishCompletion()
+			s, err := appOf(name).ToFishCompletion()
 			if err != nil {
 				return "", fmt.Errorf("%s: fish completion: %w", name, err)
 			}

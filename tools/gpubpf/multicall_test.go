@@ -110,6 +110,9 @@ func TestBadValues(t *testing.T) {
 		{[]string{"launchlate", "--timing", "foo"}, `--timing "foo"`},
 		{[]string{"launchlate", "--otlp", "notaurl"}, "--otlp notaurl"},
 		{[]string{"gpuevent_snoop", "--ring-mb", "3"}, "--ring-mb 3"},
+		{[]string{"gpuevent_snoop", "-p", "0"}, "--pid 0: want a process id"},
+		{[]string{"gpuevent_snoop", "-d", "-1"}, "--duration -1"},
+		{[]string{"run", "--direct", "-i", "-1", "x.o"}, "--interval -1"},
 		{[]string{"ptx", "--sm", "sm_1", "x.o"}, "--sm sm_1"},
 		{[]string{"run", "--device", "99", "x.o"}, "--device 99"},
 		// --all is read by run as by the tools (it was ignored)

@@ -193,9 +193,6 @@ func run(c *cli.Context) error {
 			return toolkit.Usagef("--buffer-mb %d: give a ring buffer size of 1 to 1024 MiB", bufMB)
 		}
 	}
-	if c.Float64(toolkit.FlagInterval) < 0 || c.Float64(toolkit.FlagDuration) < 0 {
-		return toolkit.Usagef("-i and -d take a positive number of seconds")
-	}
 	opt := Options{
 		JSON: c.Bool(toolkit.FlagJSON), Timestamp: c.Bool(toolkit.FlagTimestamp),
 		Summary: c.Bool("summary"), Args: nargs, Stack: c.Bool("stack"),
@@ -222,9 +219,6 @@ func run(c *cli.Context) error {
 		}()
 	}
 	for _, pid := range pids {
-		if pid <= 0 {
-			return toolkit.Usagef("-p %d is not a process ID", pid)
-		}
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
 			return fmt.Errorf("process %d does not exist: check the PID (ps -e | grep NAME)", pid)
 		}
