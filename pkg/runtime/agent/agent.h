@@ -11,7 +11,7 @@
 #include "cudefs.h"
 
 #define AGENT_VERSION "0.1.0"
-#define PROTO_VERSION 13u
+#define PROTO_VERSION 14u
 #define PROTO_MAX_FRAME (64u << 20)
 #define SNAPSHOT_LIVE 1u /* snapshot flag: do not wait for the application's launches */
 #define HIDDEN __attribute__((visibility("hidden")))
@@ -366,6 +366,8 @@ struct session;
 HIDDEN void gx_session(struct session *s, int delta); /* a tool came (1) or went (-1) */
 HIDDEN int gx_launched_under_cupti(void); /* a graph launch while CUPTI's records were on */
 HIDDEN void gx_reset(void);        /* fork child */
+HIDDEN void san_setup(void);       /* san.c: the sanitizer subscription, at load */
+HIDDEN void san_atfork_child(void);
 /* interpose.c: points kernel node n (of a graph to update exec x from) at
  * its instrumented clone when a probe is active: 1 if it did, 2 if n runs
  * an active clone already (captured so), 0 if no probe, -1 on an error */

@@ -166,6 +166,8 @@ void clone_unload(struct clone *c)
 	if (c->overflow && D.cuCtxSynchronize)
 		D.cuCtxSynchronize();
 	CUresult r = D.cuModuleUnload(c->mod);
+	if (r == CUDA_SUCCESS)
+		san_own_module(c->mod, 0);
 	DBG("clone %llu unloaded: %d", (unsigned long long)c->id, r);
 	(void)r;
 }
@@ -284,6 +286,7 @@ int clones_pinned(struct session *s)
  * launches finished, memory freed (kept when a graph may still use it). */
 void detach_all(struct session *s)
 {
+	san_session_gone(s);
 	deactivate(s, NULL);
 	if (!D.ready) {
 		s->clones = NULL;

@@ -1758,6 +1758,7 @@ static void atfork_child(void)
 	gw_reset();
 	gx_reset();
 	inv_reset();
+	san_atfork_child();
 	server_atfork_child();
 }
 
@@ -1774,6 +1775,7 @@ void agent_setup(void)
 		DBG("cannot find the real dlsym; CUDA calls made through dlsym are not traced");
 	}
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+	san_setup();
 	server_start();
 }
 

@@ -305,6 +305,7 @@ static int op_load(struct session *s, uint32_t req, struct rbuf *r, struct wbuf 
 		return send_error(s, OP_LOAD, req, ST_INTERNAL, 0, "out of memory");
 	}
 	pthread_mutex_init(&cl->evmu, NULL);
+	san_own_module(mod, 1);
 	cl->mod = mod;
 	cl->ctx = c;
 	cl->owner = s;
@@ -857,7 +858,7 @@ int op_dispatch(struct session *s, uint16_t type, uint32_t req, uint8_t *body, u
 		return send_error(s, type, req, ST_UNSUPPORTED, 0,
 				  "launch runs a tool's own kernels, which the agent does only as the host process of a "
 				  "direct run (gpubpf run --direct), never inside an application");
-	if (type != OP_HELLO && type != OP_LIST && type != OP_FETCH && type != OP_STATS && type != OP_GRAPHS && type != OP_GRAPH_STAMPS && type != OP_CONTINUE && type != OP_DEVICE_READY &&
+	if (type != OP_HELLO && type != OP_LIST && type != OP_FETCH && type != OP_STATS && type != OP_GRAPHS && type != OP_GRAPH_STAMPS && type != OP_SANITIZE && type != OP_CONTINUE && type != OP_DEVICE_READY &&
 	    type != OP_RELEASE_UNLOAD &&
 	    type != OP_DEACTIVATE && type != OP_DETACH && type != OP_LAUNCH_EVENTS && type != OP_KERNEL_TIMES &&
 	    drv_init() != 0) {
@@ -930,6 +931,9 @@ int op_dispatch(struct session *s, uint16_t type, uint32_t req, uint8_t *body, u
 		break;
 	case OP_GRAPH_STAMPS:
 		ret = op_graph_stamps(s, &w);
+		break;
+	case OP_SANITIZE:
+		ret = op_sanitize(s, req, &r, &w);
 		break;
 	case OP_CONTINUE: {
 		uint64_t id = rb_u64(&r);

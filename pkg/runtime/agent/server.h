@@ -9,7 +9,8 @@
  *   gate.c     the driver's lock: launches pause for a starved request
  *   cupti.c    kernel times from CUPTI (op 26)
  *   execs.c    executable graphs: counted, swapped, restored (op 27)
- *   gxseq.c    graph launch numbers: the stamps of swapped execs' launches (op 28) */
+ *   gxseq.c    graph launch numbers: the stamps of swapped execs' launches (op 28)
+ *   san.c      kernels without PTX through the Compute Sanitizer's patching (op 29) */
 #ifndef GPUBPF_SERVER_H
 #define GPUBPF_SERVER_H
 #include <errno.h>
@@ -61,6 +62,7 @@ enum {
 	OP_KERNEL_TIMES = 26,
 	OP_GRAPHS = 27,
 	OP_GRAPH_STAMPS = 28,
+	OP_SANITIZE = 29,
 	NOTE_MODULE = 0x40,
 	NOTE_PROBE_FAILED = 0x41,
 	NOTE_UNLOADING = 0x42,
@@ -214,4 +216,8 @@ int op_graph_stamps(struct session *s, struct wbuf *w); /* gxseq.c */
 void req_begin(void);
 void req_end(void);
 
+/* san.c: the sanitizer path */
+int op_sanitize(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w);
+void san_session_gone(struct session *s);
+void san_own_module(CUmodule m, int add);
 #endif

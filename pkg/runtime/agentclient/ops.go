@@ -324,3 +324,14 @@ func (c *Conn) KernelTimes(final bool) (*agentproto.KernelTimesReply, error) {
 func (c *Conn) KernelTimesStop() error {
 	return c.call(agentproto.OpKernelTimes, &agentproto.KernelTimesRequest{Action: agentproto.KernelTimesStop}, nil, nil)
 }
+
+// Sanitize selects kernels for the sanitizer path, or with
+// agentproto.SanitizeAccount only reads its account (see
+// agentproto.SanitizeRequest). An agent that cannot patch (not preloaded
+// with GPUBPF_SANITIZER, no library) refuses a selection with its reason;
+// an account request then answers Ready false and the reason.
+func (c *Conn) Sanitize(req *agentproto.SanitizeRequest) (agentproto.SanitizeReply, error) {
+	var r agentproto.SanitizeReply
+	err := c.call(agentproto.OpSanitize, req, &r, nil)
+	return r, err
+}

@@ -1225,6 +1225,8 @@ func ReplyFor(op Op) Message {
 		return &Graphs{}
 	case OpGraphStamps:
 		return &GraphStamps{}
+	case OpSanitize:
+		return &SanitizeReply{}
 	}
 	return nil
 }
@@ -1276,6 +1278,8 @@ func RequestFor(op Op) Message {
 		return &LaunchEventsRequest{}
 	case OpKernelTimes:
 		return &KernelTimesRequest{}
+	case OpSanitize:
+		return &SanitizeRequest{}
 	}
 	return nil
 }
@@ -1402,5 +1406,128 @@ func (m *KernelTimesReply) Decode(d *Decoder) {
 	for i := range m.Records {
 		m.Records[i] = KernelTime{CPU: d.U64(), Start: d.U64(), End: d.U64(), Grid: d.U64(), Stream: d.U64(),
 			Ctx: d.U64(), Name: d.U32(), Device: d.I32(), Graph: d.U32(), Flags: d.U32()}
+	}
+}
+
+// Sanitizer path (OpSanitize): kernels without PTX are patched in place by
+// NVIDIA's Compute Sanitizer to call a patch module at every thread's block
+// entry and exit. The agent can do it only in a program it was preloaded
+// into with GPUBPF_SANITIZER set (the sanitizer must subscribe before the
+// first CUDA context); SanitizeReply.Why says otherwise.
+const (
+	SanitizeAccount = 1 // only the account: nothing selected or changed
+	SanitizeEnd     = 2 // take the patches out of every module
+	// SanitizeLateIndex as a kernel's index: the agent gives it one from
+	// the request's Pool at its first patched launch (SanitizeReply.
+	// Assigned says which), so that the kernels that run, not the
+	// thousands a library holds, take the few indexes a tool's tables have.
+	SanitizeLateIndex = 0xFFFFFFFE
+)
+
+// SanitizeKernel is a kernel (mangled name) for the sanitizer path and the
+// value bpf_gpu_kernel_index has in it.
+type SanitizeKernel struct {
+	Name  string
+	Index uint32
+}
+
+// SanitizeRequest selects kernels for the sanitizer path. Patch is the
+// patch module (ptxas --compile-as-tools-patch), sent once (empty keeps
+// the one given before); Enter and Exit name its callbacks ("" for none).
+// Kernels add to the selection. Target is the one context the module may
+// be patched into: the programs address that device's maps (launches of
+// the kernels elsewhere run unpatched and count as refused).
+type SanitizeRequest struct {
+	Target
+	Flags       uint32
+	Enter, Exit string
+	Patch       []byte
+	Kernels     []SanitizeKernel
+	Pool        []uint32 // kernel indexes for SanitizeLateIndex kernels, added to the agent's pool
+}
+
+func (m *SanitizeRequest) Encode(e *Encoder) {
+	m.Target.encode(e)
+	e.U32(m.Flags)
+	e.Str(m.Enter)
+	e.Str(m.Exit)
+	e.Bytes(m.Patch)
+	e.U32(uint32(len(m.Kernels)))
+	for _, k := range m.Kernels {
+		e.Str(k.Name)
+		e.U32(k.Index)
+	}
+	e.U32(uint32(len(m.Pool)))
+	for _, i := range m.Pool {
+		e.U32(i)
+	}
+}
+
+func (m *SanitizeRequest) Decode(d *Decoder) {
+	m.Target.decode(d)
+	m.Flags = d.U32()
+	m.Enter = d.Str()
+	m.Exit = d.Str()
+	m.Patch = d.Bytes()
+	m.Kernels = make([]SanitizeKernel, d.Count(8))
+	for i := range m.Kernels {
+		m.Kernels[i] = SanitizeKernel{Name: d.Str(), Index: d.U32()}
+	}
+	m.Pool = make([]uint32, d.Count(4))
+	for i := range m.Pool {
+		m.Pool[i] = d.U32()
+	}
+}
+
+// SanitizeReply is the sanitizer path's account in the process since this
+// tool's selection began: launches of selected kernels that ran patched and
+// their threads (grid x block, what the probes must count), launches that
+// ran unpatched because their module could not be patched, modules
+// patched, failures and the last one's words.
+type SanitizeReply struct {
+	Ready                      bool
+	Why                        string
+	Launches, Threads, Refused uint64
+	Patched, Failures          uint32
+	LastFailure                string
+	Selected                   uint32
+	// PoolLeft: indexes of the pool not given yet; Assigned: kernels given
+	// one since this tool's last request (each is said once).
+	PoolLeft uint32
+	Assigned []SanitizeKernel
+}
+
+func (m *SanitizeReply) Encode(e *Encoder) {
+	e.Bool(m.Ready)
+	e.Str(m.Why)
+	e.U64(m.Launches)
+	e.U64(m.Threads)
+	e.U64(m.Refused)
+	e.U32(m.Patched)
+	e.U32(m.Failures)
+	e.Str(m.LastFailure)
+	e.U32(m.Selected)
+	e.U32(m.PoolLeft)
+	e.U32(uint32(len(m.Assigned)))
+	for _, k := range m.Assigned {
+		e.Str(k.Name)
+		e.U32(k.Index)
+	}
+}
+
+func (m *SanitizeReply) Decode(d *Decoder) {
+	m.Ready = d.Bool()
+	m.Why = d.Str()
+	m.Launches = d.U64()
+	m.Threads = d.U64()
+	m.Refused = d.U64()
+	m.Patched = d.U32()
+	m.Failures = d.U32()
+	m.LastFailure = d.Str()
+	m.Selected = d.U32()
+	m.PoolLeft = d.U32()
+	m.Assigned = make([]SanitizeKernel, d.Count(8))
+	for i := range m.Assigned {
+		m.Assigned[i] = SanitizeKernel{Name: d.Str(), Index: d.U32()}
 	}
 }

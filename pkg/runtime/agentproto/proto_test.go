@@ -9,7 +9,7 @@ import (
 
 var allOps = []Op{OpHello, OpList, OpFetch, OpGlobals, OpLoad, OpUnload, OpAlloc, OpFree, OpMemset,
 	OpWrite, OpRead, OpRegisterHost, OpUnregisterHost, OpSnapshot, OpActivate, OpDeactivate, OpDetach,
-	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock, OpLaunch, OpLaunchEvents, OpKernelTimes, OpGraphs, OpGraphStamps}
+	OpStats, OpContinue, OpReleaseUnload, OpDeviceReady, OpRingDrain, OpClock, OpLaunch, OpLaunchEvents, OpKernelTimes, OpGraphs, OpGraphStamps, OpSanitize}
 
 func TestRoundTrip(t *testing.T) {
 	msgs := []Message{
@@ -52,6 +52,12 @@ func TestRoundTrip(t *testing.T) {
 		&GraphStamps{IDs: []GraphSeqID{{ID: 1, Ring: 3, Base: 0, End: GraphSeqOpen}, {ID: 2, Ring: 3, Base: 7, End: 9}},
 			Runs: []GraphStampRun{{Ring: 3, First: 5, Lost: 2, Stamps: []uint64{10, 20, 1 << 60}}, {Ring: 4, Stamps: []uint64{}}}},
 		&GraphStamps{IDs: []GraphSeqID{}, Runs: []GraphStampRun{}},
+		&SanitizeRequest{Target: Target{Device: 1, Ctx: 5}, Flags: SanitizeAccount, Enter: "gpubpf_san_enter", Exit: "gpubpf_san_exit", Patch: []byte{0x7f, 'E', 'L', 'F'},
+			Kernels: []SanitizeKernel{{Name: "_Z3fooPi", Index: 3}, {Name: "ampere_sgemm", Index: SanitizeLateIndex}}, Pool: []uint32{4, 5, 6}},
+		&SanitizeRequest{Kernels: []SanitizeKernel{}, Pool: []uint32{}},
+		&SanitizeReply{Ready: true, Launches: 8874, Threads: 418232448, Patched: 15, Selected: 40, PoolLeft: 2,
+			Assigned: []SanitizeKernel{{Name: "ampere_sgemm", Index: 4}}},
+		&SanitizeReply{Why: "GPUBPF_SANITIZER=off in the program's environment", Failures: 1, LastFailure: "x", Assigned: []SanitizeKernel{}},
 		&LaunchRequest{Target: Target{Device: 1}, Function: 0x55aa, Grid: [3]uint32{4096, 2, 1}, Block: [3]uint32{256, 1, 1},
 			SharedBytes: 48 << 10, Params: []byte{1, 2, 3, 4, 5, 6, 7, 8}, TimeoutMs: 10_000},
 		&LaunchRequest{Function: 1, Grid: [3]uint32{1, 1, 1}, Block: [3]uint32{1, 1, 1}},
@@ -118,6 +124,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(MarshalReply(&Graphs{Execs: []GraphExec{{Exec: 1, Launches: 2, KernelNodes: 2, WhyText: "w", Detail: "d"}}}))
 	f.Add(MarshalReply(&GraphStamps{IDs: []GraphSeqID{{ID: 1, Ring: 1, End: GraphSeqOpen}},
 		Runs: []GraphStampRun{{Ring: 1, First: 3, Stamps: []uint64{4}}}}))
+	f.Add(Marshal(&SanitizeRequest{Enter: "e", Patch: []byte("cubin"), Kernels: []SanitizeKernel{{"k", 1}}}))
+	f.Add(MarshalReply(&SanitizeReply{Ready: true, Launches: 1, LastFailure: "f"}))
 	f.Add([]byte{0xff, 0xff, 0xff, 0x7f, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, op := range allOps {

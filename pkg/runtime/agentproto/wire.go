@@ -19,8 +19,8 @@ import (
 // and Hello.CUDAError. 8: SnapshotRequest.Flags. 9: Module.Device and
 // Module.Primary, NoteLateTables. 10: OpKernelTimes. 11:
 // RingDrainRequest.CopyFrom. 12: OpGraphs, NoteGraphs. 13: OpGraphStamps,
-// launch word kind LaunchKindGraphSeq.
-const Version = 13
+// launch word kind LaunchKindGraphSeq. 14: OpSanitize.
+const Version = 14
 
 // HeaderSize is the size of a frame header.
 const HeaderSize = 12
@@ -61,6 +61,7 @@ const (
 	OpKernelTimes    Op = 26 // version 10
 	OpGraphs         Op = 27 // version 12
 	OpGraphStamps    Op = 28 // version 13
+	OpSanitize       Op = 29 // version 14
 
 	// Notifications (request id 0), sent by the agent after Hello.
 	NoteModuleLoaded Op = 0x40
@@ -81,7 +82,7 @@ var opNames = map[Op]string{
 	OpDeviceReady: "device-ready", NoteDeviceUsed: "device-used", OpRingDrain: "ring-drain",
 	OpClock: "clock", OpLaunch: "launch", OpLaunchEvents: "launch-events", NoteLateTables: "late-tables",
 	OpKernelTimes: "kernel-times", OpGraphs: "graphs", NoteGraphs: "graphs-note",
-	OpGraphStamps: "graph-stamps",
+	OpGraphStamps: "graph-stamps", OpSanitize: "sanitize",
 }
 
 func (o Op) String() string {
