@@ -126,6 +126,11 @@ type Site struct {
 	// EntryTime: the register holding the thread's %globaltimer at its
 	// kernel's entry ("": bpf_gpu_entry_time returns 0).
 	EntryTime string
+	// KernelReg, when not "", is a 64-bit register holding the kernel
+	// index, used instead of the constant Kernel: where one body serves
+	// every kernel and the index is only known at run time (a Compute
+	// Sanitizer patch callback reads it from its userdata).
+	KernelReg string
 }
 
 // InlineBody returns the probe's main function as a nested PTX block
@@ -146,7 +151,11 @@ func (f *Function) InlineBody(ctx, ret, uniq string) string {
 func (f *Function) InlineAt(s Site) string {
 	body := f.inlineBody(s.Ctx, s.Ret, s.Uniq)
 	if f.UsesKernelIndex {
-		body = strings.ReplaceAll(body, kernelIndexToken, fmt.Sprintf("%d", s.Kernel))
+		k := s.KernelReg
+		if k == "" {
+			k = fmt.Sprintf("%d", s.Kernel)
+		}
+		body = strings.ReplaceAll(body, kernelIndexToken, k)
 	}
 	if f.UsesSiteTime {
 		t := s.Time

@@ -450,6 +450,12 @@ func TestKernelIndex(t *testing.T) {
 	if !strings.Contains(body, "mov.u64 %r0, 7;") {
 		t.Fatalf("inline body does not return 7:\n%s", body)
 	}
+	// A register, where the index is only known at run time, wins over
+	// the constant.
+	body = f.InlineAt(Site{Ctx: "0", Uniq: "p", Kernel: 7, KernelReg: "%gpubpf_k"})
+	if !strings.Contains(body, "mov.u64 %r0, %gpubpf_k;") || strings.Contains(body, kernelIndexToken) {
+		t.Fatalf("inline body does not return the site's kernel register:\n%s", body)
+	}
 	if g, _ := Compile(prog(asm.Mov.Imm(asm.R0, 0), asm.Return()), Options{}); g.UsesKernelIndex {
 		t.Fatal("UsesKernelIndex set for a program that never asks")
 	}
