@@ -22,6 +22,7 @@ import (
 	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
 	"github.com/gpubpf/gpubpf/pkg/runtime/ptx"
+	"github.com/gpubpf/gpubpf/pkg/runtime/sanpatch"
 	"github.com/gpubpf/gpubpf/pkg/runtime/tritoncache"
 )
 
@@ -51,6 +52,8 @@ type Process struct {
 	failures map[probeKey]uint64
 	graphs   *graphs.Tracker // the executable graphs launched since the attach (refreshGraphs)
 	stamps   *graphs.Stamps  // graph launch stamps for swapped nodes' runs (readGraphStamps)
+	san      *sanpatch.Path  // kernels without PTX through the sanitizer (sanitizer.go)
+	sanAcct  *agentproto.SanitizeReply
 	// used: the devices the application uses (hello, then device-used
 	// notifications); maps and clones of context-independent modules go
 	// there and nowhere else, so attaching never opens contexts on GPUs
@@ -802,10 +805,10 @@ func (p *Process) placeModule(pm *preparedModule, t agentproto.Target) {
 		set string
 	}
 	groups := map[groupKey]*group{}
+	var sass []string
 	for k, set := range pm.sets {
 		if !pm.byName[k].HasPTX {
-			kk := pm.byName[k]
-			p.skip(k, kk.Advice())
+			sass = append(sass, k)
 			continue
 		}
 		text, e, err := pm.mc.ptxFor(k, p.maxSM(t))
@@ -820,6 +823,10 @@ func (p *Process) placeModule(pm *preparedModule, t agentproto.Target) {
 			groups[gk] = g
 		}
 		g.kernels = append(g.kernels, k)
+	}
+	if len(sass) > 0 {
+		sort.Strings(sass)
+		p.sanitize(pm, t, sass)
 	}
 	// in the order of their first kernels' names (each kernel is in one)
 	order := make([]*group, 0, len(groups))
@@ -1120,6 +1127,7 @@ func (p *Process) stopProbes() {
 		p.s.logf("process %d: turning the probes off at the end of the trace: %v", p.PID, err)
 	}
 	p.refreshLaunches()
+	p.refreshSanitizer(true)
 }
 
 // addStats adds this process's agent-side counters and ring drops.
@@ -1130,6 +1138,12 @@ func (p *Process) addStats(st *Stats) {
 	defer p.mu.Unlock()
 	if p.graphs != nil {
 		st.Graphs = append(st.Graphs, p.graphs.Execs()...)
+	}
+	if p.sanAcct != nil {
+		if st.Sanitizer == nil {
+			st.Sanitizer = map[int]agentproto.SanitizeReply{}
+		}
+		st.Sanitizer[p.PID] = *p.sanAcct
 	}
 	for _, n := range p.launches {
 		st.Launches += n

@@ -498,6 +498,7 @@ func (s *Session) readMaps(live bool, names []string) ([]MapCopy, error) {
 	var firstErr error
 	want := func(name string) bool { return len(names) == 0 || slices.Contains(names, name) }
 	for _, p := range s.Processes() {
+		p.refreshSanitizer(false) // the kernel indexes the maps count by, named
 		p.deviceMaps(func(d *device, m *placedMap) {
 			if !want(m.name) {
 				return
@@ -750,6 +751,7 @@ func (p *Process) lastLook() {
 		}
 	})
 	p.refreshLaunches()
+	p.refreshSanitizer(false)
 	p.refreshGraphs()
 	if err := p.readGraphStamps(); err != nil {
 		p.s.logf("%v", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/runtime/gpumap"
 	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"github.com/gpubpf/gpubpf/pkg/runtime/jit"
@@ -318,6 +319,38 @@ func (s *Session) KernelIndex(kernel string) uint32 {
 	return i
 }
 
+// ReserveKernelIndexes sets n kernel indexes aside, nameless until
+// NameKernelIndex names them: the sanitizer path gives them to the kernels
+// that run first, at their first launch (agentproto.SanitizeLateIndex).
+func (s *Session) ReserveKernelIndexes(n int) []uint32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(len(s.kernelIdx))
+		s.kernelIdx = append(s.kernelIdx, "")
+	}
+	return out
+}
+
+// NameKernelIndex names a reserved index: kernel (a mangled name) got it.
+// A kernel that already had an index keeps it for KernelIndex; both
+// indexes name it.
+func (s *Session) NameKernelIndex(i uint32, kernel string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if int(i) >= len(s.kernelIdx) || s.kernelIdx[i] != "" {
+		return
+	}
+	s.kernelIdx[i] = kernel
+	if s.kernels == nil {
+		s.kernels = map[string]uint32{}
+	}
+	if _, ok := s.kernels[kernel]; !ok {
+		s.kernels[kernel] = i
+	}
+}
+
 // KernelName is the mangled name of the kernel bpf_gpu_kernel_index
 // returned i for, or "" for an index not assigned (jit.UnknownKernel).
 func (s *Session) KernelName(i uint32) string {
@@ -345,40 +378,45 @@ func (s *Session) UsesKernelIndex() bool { return s.usesKernelIndex }
 // Stats account for everything a session saw, for the tools' final
 // completeness line.
 type Stats struct {
-	Processes       int
-	KernelsMatched  map[string]bool   // mangled names instrumented somewhere
-	KernelsSkipped  map[string]string // mangled name -> why
-	KernelsSeen     map[string]bool   // every kernel name of the traced processes' modules
-	Records         uint64            // ring-buffer records delivered to the tool
-	RecordsLost     uint64            // records delivered while no one read Batches
-	RecordsProduced uint64            // records GPU producers tried to write (GPU count)
-	RingDrops       uint64            // records GPU producers dropped (ring full; GPU count)
-	RingWaits       uint64            // warps that found a ring full and waited for room (Options.RingWait; GPU count)
-	RingWaitDrops   uint64            // of those, warps that waited the whole bound and dropped (in RingDrops too)
-	LoopBudgetSpent uint64            // probe function calls that spent their loop budget and returned 0 (GPU count)
-	RecordsDiscard  uint64            // records the program reserved and discarded
-	RingPending     uint64            // bytes reserved on the GPU not consumed yet (in flight)
-	Drains          uint64            // ring drains (agent round trips)
-	DrainBytes      uint64            // record bytes the drains copied from the GPU
-	DrainTime       time.Duration     // time spent in drain round trips
-	DrainAgent      time.Duration     // of which the agent worked on them
-	DrainWait       time.Duration     // of which the agent waited for its copies
-	DrainAgentBusy  time.Duration     // of the rest, the agent still busy after the reply before
-	DrainAgentPost  time.Duration     // the agent's time from that reply to its next read, where busy
-	DrainToAgent    time.Duration     // and from then (or the tool's call) to the agent's read
-	DrainFromAgent  time.Duration     // and from the agent's reply to the tool's
-	DrainScan       time.Duration     // after the reply: the tool scanning the copies into batches
-	DrainDeliver    time.Duration     // and handing them to the session (waits while it is behind)
-	PrintkLines     uint64            // trace_printk/bpf_puts lines delivered
-	SharedMirrored  []string          // maps shared with the CPU whose GPU adds gather in device memory (mirror.go)
-	SharedFolds     uint64            // their folds into the kernel's maps so far
-	MapErrors       map[string]uint64 // map -> out-of-range/full errors counted on the GPU
-	Launches        uint64            // instrumented launches (agent count)
-	LaunchFailures  uint64            // instrumented launches the driver refused (original ran)
-	FirstAttach     time.Duration     // tool start -> first clone active
-	JIT             time.Duration     // time spent in the driver JIT, all clones
-	Clones          int
-	ProbeFailures   []string
+	Processes      int
+	KernelsMatched map[string]bool   // mangled names instrumented somewhere
+	KernelsSkipped map[string]string // mangled name -> why
+	// KernelsSanitized: of KernelsMatched, those without PTX that run the
+	// programs through the Compute Sanitizer (docs/sanitizer.md);
+	// Sanitizer: by process, the agent's account of that path.
+	KernelsSanitized map[string]bool
+	Sanitizer        map[int]agentproto.SanitizeReply // by process, the last account
+	KernelsSeen      map[string]bool                  // every kernel name of the traced processes' modules
+	Records          uint64                           // ring-buffer records delivered to the tool
+	RecordsLost      uint64                           // records delivered while no one read Batches
+	RecordsProduced  uint64                           // records GPU producers tried to write (GPU count)
+	RingDrops        uint64                           // records GPU producers dropped (ring full; GPU count)
+	RingWaits        uint64                           // warps that found a ring full and waited for room (Options.RingWait; GPU count)
+	RingWaitDrops    uint64                           // of those, warps that waited the whole bound and dropped (in RingDrops too)
+	LoopBudgetSpent  uint64                           // probe function calls that spent their loop budget and returned 0 (GPU count)
+	RecordsDiscard   uint64                           // records the program reserved and discarded
+	RingPending      uint64                           // bytes reserved on the GPU not consumed yet (in flight)
+	Drains           uint64                           // ring drains (agent round trips)
+	DrainBytes       uint64                           // record bytes the drains copied from the GPU
+	DrainTime        time.Duration                    // time spent in drain round trips
+	DrainAgent       time.Duration                    // of which the agent worked on them
+	DrainWait        time.Duration                    // of which the agent waited for its copies
+	DrainAgentBusy   time.Duration                    // of the rest, the agent still busy after the reply before
+	DrainAgentPost   time.Duration                    // the agent's time from that reply to its next read, where busy
+	DrainToAgent     time.Duration                    // and from then (or the tool's call) to the agent's read
+	DrainFromAgent   time.Duration                    // and from the agent's reply to the tool's
+	DrainScan        time.Duration                    // after the reply: the tool scanning the copies into batches
+	DrainDeliver     time.Duration                    // and handing them to the session (waits while it is behind)
+	PrintkLines      uint64                           // trace_printk/bpf_puts lines delivered
+	SharedMirrored   []string                         // maps shared with the CPU whose GPU adds gather in device memory (mirror.go)
+	SharedFolds      uint64                           // their folds into the kernel's maps so far
+	MapErrors        map[string]uint64                // map -> out-of-range/full errors counted on the GPU
+	Launches         uint64                           // instrumented launches (agent count)
+	LaunchFailures   uint64                           // instrumented launches the driver refused (original ran)
+	FirstAttach      time.Duration                    // tool start -> first clone active
+	JIT              time.Duration                    // time spent in the driver JIT, all clones
+	Clones           int
+	ProbeFailures    []string
 	// NotTraced says what the trace could not see, in words: a module
 	// loaded before an injected agent came whose code nothing holds; driver
 	// entry points an object bound after the attach (a CUDA runtime that
@@ -465,7 +503,7 @@ func Open(spec *ebpf.CollectionSpec, opts Options) (*Session, error) {
 		constants: ReadOnlyData(spec),
 		batches:   make(chan *Batch, batchQueue),
 		procs:     map[int]*Process{},
-		stats:     Stats{KernelsMatched: map[string]bool{}, KernelsSkipped: map[string]string{}, KernelsSeen: map[string]bool{}, MapErrors: map[string]uint64{}},
+		stats:     Stats{KernelsMatched: map[string]bool{}, KernelsSkipped: map[string]string{}, KernelsSanitized: map[string]bool{}, KernelsSeen: map[string]bool{}, MapErrors: map[string]uint64{}},
 	}
 	// The kernel's verifier judges every GPU program before anything is
 	// started: a program it refuses never reaches the GPU.
@@ -705,6 +743,7 @@ func (s *Session) Stats() Stats {
 	st := s.stats
 	st.KernelsMatched = copyMap(s.stats.KernelsMatched)
 	st.KernelsSkipped = copyMap(s.stats.KernelsSkipped)
+	st.KernelsSanitized = copyMap(s.stats.KernelsSanitized)
 	st.KernelsSeen = copyMap(s.stats.KernelsSeen)
 	st.MapErrors = copyMap(s.stats.MapErrors)
 	st.ProbeFailures = append([]string(nil), s.stats.ProbeFailures...)

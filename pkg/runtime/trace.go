@@ -267,7 +267,12 @@ func (s *Session) allGone() bool {
 }
 
 func (s *Session) traceCommand(ctx context.Context, argv []string, start time.Time) (int, error) {
-	cmd, err := launch.Start(argv, launch.Options{Agent: true, Hold: true})
+	var env []string
+	if s.wantsSanitizer() {
+		// kernels without PTX can then be traced inside (docs/sanitizer.md)
+		env = append(env, "GPUBPF_SANITIZER=on")
+	}
+	cmd, err := launch.Start(argv, launch.Options{Agent: true, Hold: true, Env: env})
 	if err != nil {
 		return 0, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpubpf/gpubpf/pkg/promexport"
 	"github.com/gpubpf/gpubpf/pkg/runtime"
+	"github.com/gpubpf/gpubpf/pkg/runtime/agentproto"
 	"github.com/gpubpf/gpubpf/pkg/runtime/fatbin"
 	"github.com/gpubpf/gpubpf/pkg/runtime/graphs"
 	"github.com/gpubpf/gpubpf/pkg/runtime/instrument"
@@ -288,6 +289,7 @@ func RunGPU(c *cli.Context, t GPUTool) error {
 		}
 	} else {
 		os.Stdout.Write(GraphsJSON(st))
+		os.Stdout.Write(SanitizerJSON(st))
 	}
 	return Finish(t.Name, targets, sess, st, code, traceErr, closeErr)
 }
@@ -460,6 +462,9 @@ func (t GPUTool) account(st runtime.Stats) *Account {
 func KernelAccount(a *Account, st runtime.Stats) {
 	a.Add(uint64(len(st.KernelsMatched)), "kernels instrumented", "")
 	a.Add(st.Launches, "instrumented launches", "")
+	if c := SanitizerAccount(st); c != "" {
+		a.Note(c)
+	}
 	if st.LaunchFailures > 0 {
 		a.Add(st.LaunchFailures, "launches refused by the driver", "the original kernel ran")
 	}
@@ -531,6 +536,10 @@ func SkippedAccount(skipped map[string]string) string {
 		reason := why
 		if strings.Contains(why, "no PTX") {
 			reason = "SASS only, no PTX: rebuild with -gencode arch=compute_XX,code=compute_XX to trace them"
+			// why the sanitizer path did not take them (docs/sanitizer.md)
+			if _, rest, ok := strings.Cut(why, "; "); ok {
+				reason += "; " + rest
+			}
 		}
 		g := groups[reason]
 		if g == nil {
@@ -634,4 +643,51 @@ func noKernelMatched(patterns []string, st runtime.Stats) error {
 		msg += "; closest: " + strings.Join(names, ", ")
 	}
 	return fmt.Errorf("%s (list them with: gpubpf kernels -p PID)", msg)
+}
+
+// sanitizerTotals adds up the processes' sanitizer accounts.
+func sanitizerTotals(st runtime.Stats) (t agentproto.SanitizeReply) {
+	for _, r := range st.Sanitizer {
+		t.Launches += r.Launches
+		t.Threads += r.Threads
+		t.Refused += r.Refused
+		t.Failures += r.Failures
+		if r.LastFailure != "" {
+			t.LastFailure = r.LastFailure
+		}
+	}
+	return t
+}
+
+// SanitizerJSON is the {"type":"sanitizer",...} line of the -j output when
+// kernels without PTX ran the programs through the Compute Sanitizer
+// (nothing otherwise): SanitizerAccount's numbers.
+func SanitizerJSON(st runtime.Stats) []byte {
+	if len(st.KernelsSanitized) == 0 {
+		return nil
+	}
+	t := sanitizerTotals(st)
+	b := fmt.Appendf(nil, `{"type":"sanitizer","kernels":%d,"launches":%d,"threads":%d,"launches_unpatched":%d,"failures":%d,"last_failure":`,
+		len(st.KernelsSanitized), t.Launches, t.Threads, t.Refused, t.Failures)
+	b = AppendJSONString(b, t.LastFailure)
+	return append(b, "}\n"...)
+}
+
+// SanitizerAccount is the clause for kernels without PTX traced through the
+// Compute Sanitizer (docs/sanitizer.md): how many, their launches and
+// threads as the agent counted them (what the probes ran in), and launches
+// that ran unpatched, with the last reason.
+func SanitizerAccount(st runtime.Stats) string {
+	if len(st.KernelsSanitized) == 0 {
+		return ""
+	}
+	t := sanitizerTotals(st)
+	c := fmt.Sprintf("%d kernels without PTX through the Compute Sanitizer (%d launches, %d threads patched)", len(st.KernelsSanitized), t.Launches, t.Threads)
+	if t.Refused > 0 {
+		c += fmt.Sprintf("; %d launches of them ran unpatched", t.Refused)
+		if t.LastFailure != "" {
+			c += " (" + t.LastFailure + ")"
+		}
+	}
+	return c
 }

@@ -46,7 +46,7 @@ func KernelsWhat(c *cli.Context) string {
 	if k := c.StringSlice(FlagKernel); len(k) > 0 {
 		return strings.Join(k, ", ")
 	}
-	return "every kernel with PTX"
+	return "every kernel"
 }
 
 // LogOf is where progress lines go: stderr with -v, nowhere without.

@@ -540,6 +540,7 @@ func (o *runOutput) summary(st runtime.Stats) {
 	if o.json {
 		o.mu.Lock()
 		o.w.Write(toolkit.GraphsJSON(st))
+		o.w.Write(toolkit.SanitizerJSON(st))
 		o.mu.Unlock() // the summary's emit flushes both
 		o.emit(map[string]any{"type": "summary", "processes": st.Processes, "kernels_instrumented": matched,
 			"kernels_skipped": st.KernelsSkipped, "instrumented_launches": st.Launches, "launch_failures": st.LaunchFailures,
