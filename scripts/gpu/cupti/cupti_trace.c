@@ -14,7 +14,7 @@
  * One line per kernel, appended to $CUPTI_TRACE_OUT (appended: a program
  * that starts other CUDA programs writes them all, told apart by pid=):
  *
- *   grid=<gridId> start=<ns> end=<ns> stream=<streamId> dev=<deviceId> ctx=<contextId> pid=<pid> name=<mangled name>
+ *   grid=<gridId> start=<ns> end=<ns> stream=<streamId> dev=<deviceId> ctx=<contextId> pid=<pid> threads=<grid x block> name=<mangled name>
  *
  * name is last because a name is the one field that may hold blanks.
  * Errors go to stderr with CUPTI's own words; the app always runs on
@@ -126,9 +126,11 @@ static void CUPTIAPI buffer_completed(CUcontext ctx, uint32_t stream, uint8_t *b
 		const kernel_record *k = (const kernel_record *)rec;
 		if (out)
 			fprintf(out, "grid=%" PRId64 " start=%" PRIu64 " end=%" PRIu64 " stream=%" PRIu32 " dev=%" PRIu32
-				     " ctx=%" PRIu32 " pid=%d name=%s\n",
+				     " ctx=%" PRIu32 " pid=%d threads=%llu name=%s\n",
 				(int64_t)k->gridId, (uint64_t)k->start, (uint64_t)k->end, (uint32_t)k->streamId,
-				(uint32_t)k->deviceId, (uint32_t)k->contextId, (int)getpid(), k->name ? k->name : "?");
+				(uint32_t)k->deviceId, (uint32_t)k->contextId, (int)getpid(),
+				(unsigned long long)k->gridX * k->gridY * k->gridZ * k->blockX * k->blockY * k->blockZ,
+				k->name ? k->name : "?");
 		n++;
 	}
 	__atomic_add_fetch(&n_kernels, n, __ATOMIC_RELAXED);
