@@ -482,12 +482,29 @@ static void cupti_report(void *f, void *s, unsigned cbid)
 	if (report)
 		report(((obj *)f)->name, s, cur, cbid);
 }
+/* The stand-in sanitizer (fakesanitizer.c), once the agent has loaded it
+ * (it names it in GPUBPF_SANITIZER): told of each launch, as the sanitizer
+ * is by the driver. A library's kernel stands for its own module. */
+static void san_report(void *f, void *s, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz)
+{
+	static void (*report)(const char *, void *, void *, void *, void *, unsigned, unsigned, unsigned, unsigned,
+			      unsigned, unsigned);
+	const char *path = getenv("GPUBPF_SANITIZER");
+	if (!report && path && path[0] == '/') {
+		void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+		if (h)
+			*(void **)&report = dlsym(h, "fakesan_launch");
+	}
+	if (report)
+		report(((obj *)f)->name, ((obj *)f)->owner ? ((obj *)f)->owner : f, f, cur, s, gx, gy, gz, bx, by, bz);
+}
 CUresult cuLaunchKernel(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
 			unsigned sh, void *s, void **p, void **x)
 {
 	if (!strncmp(((obj *)f)->name, "gpubpf_direct_", 14))
 		return direct_launch(f, a, b, c, d, e, g, x);
 	cupti_report(f, s, 307);
+	san_report(f, s, a, b, c, d, e, g);
 	return launch(f, p, x);
 }
 CUresult cuLaunchKernel_ptsz(void *f, unsigned a, unsigned b, unsigned c, unsigned d, unsigned e, unsigned g,
