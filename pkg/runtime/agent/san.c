@@ -256,8 +256,14 @@ static void san_cb(void *u, int dom, uint32_t cbid, const void *data)
 		return;
 	pthread_mutex_lock(&S.mu);
 	struct san_sel *e = S.owner ? sel_slot(l->functionName) : NULL;
-	if (!e || !e->name || is_own(l->module))
+	if (!e || !e->name || is_own(l->module)) {
+		/* A kernel nobody selected in a module patched for another: its
+		 * callbacks must find no data and return at once. */
+		for (int i = 0; S.owner && i < S.nmods; i++)
+			if (S.mods[i].m == l->module && S.mods[i].c == l->context && S.mods[i].state == 1)
+				S.SetCallbackData(l->function, NULL);
 		goto out;
+	}
 	if (l->context != S.only) { /* another device: the program's maps are not there */
 		S.refused_launches++;
 		goto out;
