@@ -8,7 +8,8 @@
 #   3  PyTorch (cuBLAS, ATen: no PTX): threadhist's runs = the threads the
 #      agent saw launched patched, per kernel against an injected CUPTI
 #      tracer's launches x grid x block of the same steps, the loss unchanged
-#   4  -p on a program started without GPUBPF_SANITIZER: said, with the restart
+#   4  -p on a program started without GPUBPF_SANITIZER: said, with the restart;
+#      with it (agent preloaded, GPUBPF_SANITIZER=on): exact from the attach
 # Prints "ok"/"FAIL" lines and "SUMMARY: N/M sanitizer checks pass".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -133,6 +134,21 @@ if [ -f "$AGENT" ] && python3 -c 'import torch' 2>/dev/null; then
 	run p bin/threadhist -d 10 -p $app
 	wait $app 2>/dev/null
 	grep -q 'GPUBPF_SANITIZER=on' "$LOGS/p.err" && ok "-p without GPUBPF_SANITIZER: said: $(grep -ao 'the sanitizer path: [^)]*' "$LOGS/p.err" | head -1 | cut -c1-200)" || bad "-p without GPUBPF_SANITIZER: not said (rc $(cat $LOGS/p.rc)): $(tail -3 "$LOGS/p.err" | tr '\n' ' ') app: $(tail -2 "$LOGS/p-app.out" | tr '\n' ' ')"
+	# started with the agent and GPUBPF_SANITIZER=on, as an operator would:
+	# -p then traces the SASS-only kernels from the attach on, runs = the
+	# threads the agent saw launched patched (the end waits for them)
+	LD_PRELOAD=$AGENT GPUBPF_SANITIZER=on python3 scripts/gpu/torch_train.py --seconds 40 >"$LOGS/p2-app.out" 2>&1 &
+	app=$!
+	sleep 8
+	run p2 bin/threadhist -j --by block -d 15 -p $app
+	wait $app 2>/dev/null
+	got=$(jsum "$LOGS/p2.out" kernel runs)
+	pt=$(patched "$LOGS/p2.out")
+	if result_ok p2-app torch_train && [ -n "$pt" ] && [ "${pt#* }" -gt 0 ] && [ "$got" = "${pt#* }" ]; then
+		ok "-p on PyTorch started with GPUBPF_SANITIZER=on: $got runs = threads of ${pt% *} launches patched after the attach; the loop ran on"
+	else
+		bad "-p with GPUBPF_SANITIZER=on: runs $got, patched '$pt' (rc $(cat $LOGS/p2.rc)) $(tail -3 "$LOGS/p2.err" | tr '\n' ' ') app: $(tail -1 "$LOGS/p2-app.out")"
+	fi
 fi
 # 5 cost -----------------------------------------------------------------------
 # vec_add's kernel time (CUDA events) untraced, through the PTX path

@@ -389,15 +389,34 @@ void san_atfork_child(void)
 	S.owner = NULL;
 }
 
-/* san_end takes the program out of every module it patched (S.mu not held). */
-static void san_end(struct session *s)
+/* The kernel indexes given and not said yet, kept for the reply to an end
+ * (the selection they name is gone by then). */
+struct san_given {
+	char *name;
+	uint32_t index;
+};
+
+/* san_end takes the program out of every module it patched (S.mu not held)
+ * and returns the indexes given since the owner's last request (*ngiven of
+ * them; the caller frees them), taken as the selection ends, so that no
+ * first launch falls between. */
+static struct san_given *san_end(struct session *s, uint32_t *ngiven)
 {
+	*ngiven = 0;
 	pthread_mutex_lock(&S.mu);
 	if (S.owner != s || !s) {
 		pthread_mutex_unlock(&S.mu);
-		return;
+		return NULL;
 	}
 	S.owner = NULL;
+	struct san_given *given = S.nassigned ? calloc(S.nassigned, sizeof(*given)) : NULL;
+	for (uint32_t i = 0; given && i < S.nassigned; i++) {
+		struct san_sel *e = &S.sel[S.assigned[i]];
+		given[i].name = e->name;
+		given[i].index = e->index;
+		e->name = NULL; /* the caller has it now */
+	}
+	*ngiven = given ? S.nassigned : 0;
 	for (uint32_t i = 0; i < SAN_HASH && S.sel; i++) {
 		free(S.sel[i].name);
 		S.sel[i].name = NULL;
@@ -420,12 +439,23 @@ static void san_end(struct session *s)
 	for (int i = 0; i < n; i++)
 		S.UnpatchModule(ms[i]);
 	free(ms);
+	return given;
+}
+
+static void free_given(struct san_given *g, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++)
+		free(g[i].name);
+	free(g);
 }
 
 void san_session_gone(struct session *s)
 {
-	if (S.state)
-		san_end(s);
+	uint32_t n = 0;
+	if (S.state) {
+		struct san_given *g = san_end(s, &n);
+		free_given(g, n);
+	}
 }
 
 /* op 29: select kernels for the sanitizer path, or ask how it went.
@@ -451,8 +481,23 @@ int op_sanitize(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w)
 		ret = send_error(s, OP_SANITIZE, req, ST_BAD_REQUEST, 0, "malformed sanitize request");
 		goto done;
 	}
+	struct san_given *given = NULL;
+	uint32_t ngiven = 0;
 	if (flags & 2) {
-		san_session_gone(s);
+		pthread_mutex_lock(&S.mu);
+		CUcontext c = S.owner == s ? S.only : NULL;
+		pthread_mutex_unlock(&S.mu);
+		if (S.state)
+			given = san_end(s, &ngiven);
+		/* Launches patched before the end finish before the reply: the
+		 * tool's last read of the maps then holds every run the account
+		 * counts (as reads wait for a clone's launches). */
+		CUcontext saved = NULL;
+		if (c && D.ready && D.cuCtxSynchronize && D.cuCtxGetCurrent(&saved) == CUDA_SUCCESS &&
+		    D.cuCtxSetCurrent(c) == CUDA_SUCCESS) {
+			D.cuCtxSynchronize();
+			D.cuCtxSetCurrent(saved);
+		}
 	} else if (!(flags & 1)) {
 		if (!S.state) {
 			ret = send_error(s, OP_SANITIZE, req, ST_UNSUPPORTED, 0, "%s", S.why);
@@ -570,14 +615,19 @@ int op_sanitize(struct session *s, uint32_t req, struct rbuf *r, struct wbuf *w)
 	wb_u32(w, S.nsel);
 	wb_u32(w, S.npool - S.pool_next);
 	uint32_t na = S.owner == s ? S.nassigned : 0;
-	wb_u32(w, na);
+	wb_u32(w, na + ngiven);
 	for (uint32_t i = 0; i < na; i++) {
 		wb_str(w, S.sel[S.assigned[i]].name);
 		wb_u32(w, S.sel[S.assigned[i]].index);
 	}
+	for (uint32_t i = 0; i < ngiven; i++) {
+		wb_str(w, given[i].name);
+		wb_u32(w, given[i].index);
+	}
 	if (S.owner == s)
 		S.nassigned = 0;
 	pthread_mutex_unlock(&S.mu);
+	free_given(given, ngiven);
 done:
 	free(enter);
 	free(exit);

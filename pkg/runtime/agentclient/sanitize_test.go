@@ -142,3 +142,32 @@ func TestSanitizeRefused(t *testing.T) {
 		}
 	})
 }
+
+// The end's reply counts every patched launch and names the indexes given
+// since the last account: nothing runs patched after it, and no kernel's
+// name is lost with the selection.
+func TestSanitizeEndAccount(t *testing.T) {
+	f := build(t)
+	lib := fakeSanitizer(t, f)
+	a, c := f.startDialed(t, "GPUBPF_SANITIZER="+lib)
+	if _, err := c.Sanitize(&agentproto.SanitizeRequest{Exit: "x", Patch: []byte{1}, Pool: []uint32{4},
+		Kernels: []agentproto.SanitizeKernel{{Name: "_Z6vecAddPfi", Index: agentproto.SanitizeLateIndex}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := sanLaunch(a); got != "index=4" {
+		t.Fatalf("the launch ran %q", got)
+	}
+	r, err := c.Sanitize(&agentproto.SanitizeRequest{Flags: agentproto.SanitizeEnd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Launches != 1 || r.Threads != 32 || len(r.Assigned) != 1 || r.Assigned[0] != (agentproto.SanitizeKernel{Name: "_Z6vecAddPfi", Index: 4}) {
+		t.Errorf("end's reply %+v: want 1 launch of 32 threads and vecAdd's index 4", r)
+	}
+	if got := sanLaunch(a); got != "unpatched" {
+		t.Errorf("after the end the launch ran %q", got)
+	}
+	if r := account(t, c); len(r.Assigned) != 0 || r.Launches != 1 {
+		t.Errorf("after the end: %+v", r)
+	}
+}

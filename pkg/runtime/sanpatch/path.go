@@ -212,14 +212,17 @@ func (p *Path) account() (agentproto.SanitizeReply, error) {
 }
 
 // End takes the patches out (the trace ends while the program runs on)
-// and returns the final account.
+// and returns the final account: no launch runs patched after it, and the
+// indexes given up to the end are named.
 func (p *Path) End() (agentproto.SanitizeReply, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	r, err := p.account()
-	if err != nil || !p.sent {
-		return r, err
+	if !p.sent {
+		return p.account()
 	}
-	_, err = p.agent.Sanitize(&agentproto.SanitizeRequest{Flags: agentproto.SanitizeEnd})
+	r, err := p.agent.Sanitize(&agentproto.SanitizeRequest{Flags: agentproto.SanitizeEnd})
+	if err == nil {
+		p.learn(r)
+	}
 	return r, err
 }
