@@ -534,7 +534,9 @@ func SkippedAccount(skipped map[string]string) string {
 			base = k
 		}
 		reason := why
-		if strings.Contains(why, "no PTX") {
+		// fatbin.Kernel.Advice's words ("... has only sm_90 SASS, no PTX: ..."),
+		// not any reason that says "no PTX" (a kernel no fatbin defines)
+		if strings.Contains(why, " SASS, no PTX") {
 			reason = "SASS only, no PTX: rebuild with -gencode arch=compute_XX,code=compute_XX to trace them"
 			// why the sanitizer path did not take them (docs/sanitizer.md)
 			if _, rest, ok := strings.Cut(why, "; "); ok {

@@ -100,15 +100,18 @@ func TestHelpShape(t *testing.T) {
 // A thousand SASS-only kernels make one clause with a few names, not a
 // thousand-name line; other reasons keep their own words.
 func TestSkippedAccount(t *testing.T) {
-	skipped := map[string]string{"_Z3oddv": "the driver's JIT refused it"}
+	skipped := map[string]string{"_Z3oddv": "the driver's JIT refused it",
+		"_Z4lostv": "kernel lost is not in these fatbins (no PTX or SASS defines it)",
+		"_Z4sassv": "kernel sass has only sm_90 SASS, no PTX: rebuild with -gencode arch=compute_90,code=compute_90 to trace it; the sanitizer path: GPUBPF_SANITIZER=off in the program's environment"}
 	for i := range 1000 {
 		skipped[fmt.Sprintf("_Z6kern%02dv", i%100)+strings.Repeat("x", i/100)] = "kernel k has only sm_90 SASS, no PTX: rebuild with -gencode arch=compute_90,code=compute_90 to trace it"
 	}
 	got := SkippedAccount(skipped)
-	if len(got) > 400 {
+	if len(got) > 700 {
 		t.Fatalf("clause is %d bytes: %s", len(got), got)
 	}
-	for _, want := range []string{"1001 kernels skipped", "SASS only, no PTX", "more", "the driver's JIT refused it (e.g. odd)"} {
+	for _, want := range []string{"1003 kernels skipped", "SASS only, no PTX", "more", "the driver's JIT refused it (e.g. odd)",
+		"not in these fatbins (no PTX or SASS defines it) (e.g. lost)", "to trace them; the sanitizer path: GPUBPF_SANITIZER=off in the program's environment (e.g. sass)"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("missing %q in %s", want, got)
 		}
