@@ -54,8 +54,9 @@ type Path struct {
 	mu       sync.Mutex
 	set      string // key of the programs the module was built from
 	sent     bool
-	poolLeft int   // the agent's pool of indexes, as last known
-	err      error // rules the path out for the process (no sanitizer, no ptxas)
+	target   agentproto.Target // the context the patch module's maps are in
+	poolLeft int               // the agent's pool of indexes, as last known
+	err      error             // rules the path out for the process (no sanitizer, no ptxas)
 	selected map[string]bool
 }
 
@@ -99,6 +100,10 @@ func (p *Path) Select(set string, kernels []string, build func() (Program, error
 		return err
 	}
 	req.Target = prog.Target
+	if p.sent && prog.Target != p.target {
+		// not for the process: the first device's kernels stay on the path
+		return fmt.Errorf("the sanitizer path patches one GPU per process (its programs address that device's maps): device %d's kernels are left out", prog.Target.Device)
+	}
 	if !p.sent {
 		// An agent that cannot patch says why before ptxas is run.
 		if r, err := p.account(); err == nil && !r.Ready {
@@ -120,7 +125,7 @@ func (p *Path) Select(set string, kernels []string, build func() (Program, error
 		}
 		return fmt.Errorf("the sanitizer path: %w", err)
 	}
-	p.sent, p.set = true, set
+	p.sent, p.set, p.target = true, set, prog.Target
 	for _, k := range req.Kernels {
 		p.selected[k.Name] = true
 	}

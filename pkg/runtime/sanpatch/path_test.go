@@ -143,6 +143,15 @@ func TestPathSelect(t *testing.T) {
 		if err := p.Select("set2", k("d"), build); !errors.Is(err, ErrOtherPrograms) {
 			t.Errorf("another program set: %v, want ErrOtherPrograms", err)
 		}
+		other := func() (Program, error) {
+			return Program{Exit: []*jit.Function{th}, Arch: "sm_90", Target: agentproto.Target{Device: 2}}, nil
+		}
+		if err := p.Select("set1", k("e"), other); err == nil || !strings.Contains(err.Error(), "one GPU per process") {
+			t.Errorf("another device: %v, want refused", err)
+		}
+		if err := p.Select("set1", k("f"), build); err != nil {
+			t.Errorf("the first device after another's refusal: %v", err)
+		}
 	})
 
 	t.Run("not ready", func(t *testing.T) {
