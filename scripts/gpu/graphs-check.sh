@@ -51,7 +51,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
-. scripts/gpu/lib.sh # summary_field
+. scripts/gpu/lib.sh # summary_field, jsum
 LOGS=${GPUBPF_GPU_LOGS:-${OUT:-/tmp}/gpu-check}/graphs
 rm -rf "$LOGS"
 mkdir -p "$LOGS"
@@ -173,8 +173,6 @@ else: print(str(v).replace("\n", " "))
 PY
 }
 
-# jsum FILE TYPE FIELD [KERNEL]: FIELD summed over FILE's {"type":TYPE}
-# lines (only KERNEL's: its "kernel" or "mangled" name); "missing" if none.
 # graph_p50 FILE: the largest p50_ns of launchlate's graph kernel rows
 graph_p50() { python3 - "$@" <<'PY'
 import json, sys
@@ -185,27 +183,6 @@ for line in open(sys.argv[1], errors="replace"):
     if o.get("type") == "kernel" and o.get("graph") and o.get("launches", 0) > 0:
         v = max(v or 0, o.get("p50_ns", 0))
 print("missing" if v is None else v)
-PY
-}
-
-jsum() { python3 - "$@" <<'PY'
-import json, sys
-f, typ, field = sys.argv[1:4]
-kernel = sys.argv[4] if len(sys.argv) > 4 else None
-s, seen = 0, False
-try:
-    for line in open(f, errors="replace"):
-        try: o = json.loads(line)
-        except ValueError: continue
-        if not isinstance(o, dict) or o.get("type") != typ: continue
-        if kernel and kernel.endswith("*"):
-            if not str(o.get("kernel", "")).startswith(kernel[:-1]): continue
-        elif kernel and kernel not in (o.get("kernel"), o.get("mangled")): continue
-        v = o.get(field)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            s += v; seen = True
-except OSError: pass
-print(int(s) if seen else "missing")
 PY
 }
 

@@ -51,3 +51,26 @@ d = [x[1] for x in ks[-int(sys.argv[2]):]]
 print(f"{statistics.median(d) / 1e3:.3f}" if d else "")
 PY
 }
+
+# jsum FILE TYPE FIELD [KERNEL]: FIELD summed over FILE's {"type":TYPE}
+# lines (only KERNEL's: its "kernel" or "mangled" name); "missing" if none.
+jsum() { python3 - "$@" <<'PY'
+import json, sys
+f, typ, field = sys.argv[1:4]
+kernel = sys.argv[4] if len(sys.argv) > 4 else None
+s, seen = 0, False
+try:
+    for line in open(f, errors="replace"):
+        try: o = json.loads(line)
+        except ValueError: continue
+        if not isinstance(o, dict) or o.get("type") != typ: continue
+        if kernel and kernel.endswith("*"):
+            if not str(o.get("kernel", "")).startswith(kernel[:-1]): continue
+        elif kernel and kernel not in (o.get("kernel"), o.get("mangled")): continue
+        v = o.get(field)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            s += v; seen = True
+except OSError: pass
+print(int(s) if seen else "missing")
+PY
+}

@@ -24,17 +24,7 @@ run() {
 	echo $? >"$LOGS/$name.rc"
 }
 result_ok() { grep -aq "RESULT $2[a-z_]* ok" "$LOGS/$1.out"; }
-jsum() { python3 - "$@" <<'PY'
-import json, sys
-f, t, k = sys.argv[1:4]
-s = 0
-for line in open(f, errors="replace"):
-    try: o = json.loads(line)
-    except ValueError: continue
-    if isinstance(o, dict) and o.get("type") == t: s += o.get(k, 0)
-print(s)
-PY
-}
+. scripts/gpu/lib.sh # jsum, kus, med
 # patched FILE: "LAUNCHES THREADS" of the -j output's sanitizer line.
 patched() { python3 - "$1" <<'PY'
 import json, sys
@@ -155,7 +145,6 @@ fi
 # (vec_add) and the sanitizer path (vec_add_sass, the same kernel without
 # PTX), and a PyTorch training step: ratios to untraced, medians of 3
 # alternating rounds. Reported, never asserted (docs/sanitizer.md).
-. scripts/gpu/lib.sh
 for preset in "medium:10000 1000 256 40" "xlarge:1000000 1000 512 1954"; do
 	name=${preset%%:*} args=${preset#*:}
 	b=() p=() q=() bs=()

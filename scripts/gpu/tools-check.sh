@@ -32,18 +32,7 @@ run() {
 	echo $? >"$LOGS/$name.rc"
 }
 result_ok() { grep -aq "RESULT $2[a-z_]* ok" "$LOGS/$1.out"; }
-# jsum FILE TYPE FIELD: sum of FIELD over JSON objects of TYPE.
-jsum() { python3 - "$@" <<'PY'
-import json, sys
-f, t, k = sys.argv[1:4]
-s = 0
-for line in open(f, errors="replace"):
-    try: o = json.loads(line)
-    except ValueError: continue
-    if isinstance(o, dict) and o.get("type") == t: s += o.get(k, 0)
-print(s)
-PY
-}
+. scripts/gpu/lib.sh # jsum, kus, med
 
 # ---- threadhist ------------------------------------------------------------
 ITER=20 THR=256 BLK=16
@@ -130,7 +119,6 @@ for tool in threadhist kernelretsnoop kernel_trace; do
 done
 
 # ---- overhead ---------------------------------------------------------------
-. scripts/gpu/lib.sh # kus, med
 PRESETS=${PRESETS:-"medium:10000 1000 256 40;large:100000 1000 512 196;xlarge:1000000 1000 512 1954"}
 declare -A K
 IFS=';' read -ra PS <<<"$PRESETS"
