@@ -468,17 +468,21 @@ static CUresult launch(void *f, void **p, void **x)
 	fflush(stdout);
 	return 0;
 }
+/* standin_hook is fn of the stand-in library the environment variable env
+ * names, once the agent has loaded it (NULL before). */
+static void *standin_hook(const char *env, const char *fn)
+{
+	const char *path = getenv(env);
+	void *h = path && path[0] == '/' ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : NULL;
+	return h ? dlsym(h, fn) : NULL;
+}
 /* The stand-in CUPTI (fakecupti.c), once the agent has loaded it (it
  * names it in GPUBPF_CUPTI): told of each launch, as CUPTI is by the driver. */
 static void cupti_report(void *f, void *s, unsigned cbid)
 {
 	static void (*report)(const char *, void *, void *, unsigned);
-	const char *path = getenv("GPUBPF_CUPTI");
-	if (!report && path && path[0] == '/') {
-		void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-		if (h)
-			*(void **)&report = dlsym(h, "fakecupti_launch");
-	}
+	if (!report)
+		*(void **)&report = standin_hook("GPUBPF_CUPTI", "fakecupti_launch");
 	if (report)
 		report(((obj *)f)->name, s, cur, cbid);
 }
@@ -489,12 +493,8 @@ static void san_report(void *f, void *s, unsigned gx, unsigned gy, unsigned gz, 
 {
 	static void (*report)(const char *, void *, void *, void *, void *, unsigned, unsigned, unsigned, unsigned,
 			      unsigned, unsigned);
-	const char *path = getenv("GPUBPF_SANITIZER");
-	if (!report && path && path[0] == '/') {
-		void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
-		if (h)
-			*(void **)&report = dlsym(h, "fakesan_launch");
-	}
+	if (!report)
+		*(void **)&report = standin_hook("GPUBPF_SANITIZER", "fakesan_launch");
 	if (report)
 		report(((obj *)f)->name, ((obj *)f)->owner ? ((obj *)f)->owner : f, f, cur, s, gx, gy, gz, bx, by, bz);
 }
