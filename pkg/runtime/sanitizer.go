@@ -54,15 +54,6 @@ func (p *Process) sanitize(pm *preparedModule, t agentproto.Target, kernels []st
 	for key, ks := range bySet {
 		set := sets[key]
 		err := path.Select(key, ks, func() (sanpatch.Program, error) { return p.sanProgram(t, set) })
-		p.s.mu.Lock()
-		for _, k := range ks {
-			if err == nil {
-				p.s.stats.KernelsMatched[k] = true
-				p.s.stats.KernelsSanitized[k] = true
-				delete(p.s.stats.KernelsSkipped, k)
-			}
-		}
-		p.s.mu.Unlock()
 		if err != nil {
 			for _, k := range ks {
 				kk := pm.byName[k]
@@ -70,6 +61,13 @@ func (p *Process) sanitize(pm *preparedModule, t agentproto.Target, kernels []st
 			}
 			continue
 		}
+		p.s.mu.Lock()
+		for _, k := range ks {
+			p.s.stats.KernelsMatched[k] = true
+			p.s.stats.KernelsSanitized[k] = true
+			delete(p.s.stats.KernelsSkipped, k)
+		}
+		p.s.mu.Unlock()
 		p.s.logf("process %d: %d kernels without PTX on the sanitizer path (%s)", p.PID, len(ks), strings.Join(ks[:min(3, len(ks))], ", "))
 	}
 }
